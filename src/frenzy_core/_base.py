@@ -1,0 +1,83 @@
+"""Frozen pydantic base model whose validation errors become :class:`ConfigError`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from frenzy_core.errors import ConfigError
+
+__all__ = ["FrozenModel", "config_error_from_validation"]
+
+
+def config_error_from_validation(model_name: str, exc: ValidationError) -> ConfigError:
+    """One readable ConfigError out of pydantic's error list: every field, value and reason."""
+    parts = []
+    first_field: str | None = None
+    first_value: object = None
+    for err in exc.errors(include_url=False):
+        loc = ".".join(str(p) for p in err["loc"])
+        msg = err["msg"]
+        if msg.startswith("Value error, "):
+            msg = msg[len("Value error, "):]
+        where = f"{model_name}.{loc}" if loc else model_name
+        value = err.get("input")
+        if first_field is None:
+            first_field, first_value = where, value
+        shown = repr(value)
+        if len(shown) > 60:
+            shown = shown[:57] + "..."
+        parts.append(f"{where}: {msg} (got {shown})" if loc else f"{where}: {msg}")
+    return ConfigError("; ".join(parts), field=first_field, value=first_value)
+
+
+class FrozenModel(BaseModel):
+    """Immutable, strict-about-extras model; every validation failure is a ConfigError."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise config_error_from_validation(type(self).__name__, exc) from None
+
+    @classmethod
+    def model_validate(cls, obj: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        try:
+            return super().model_validate(obj, *args, **kwargs)
+        except ValidationError as exc:
+            raise config_error_from_validation(cls.__name__, exc) from None
+
+    @classmethod
+    def model_validate_json(cls, json_data: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        try:
+            return super().model_validate_json(json_data, *args, **kwargs)
+        except ValidationError as exc:
+            raise config_error_from_validation(cls.__name__, exc) from None
+
+    def replace(self, **changes: Any) -> Any:
+        """A validated copy with ``changes`` applied (``model_copy`` would skip validation)."""
+        data = self.model_dump()
+        data.update(changes)
+        return type(self).model_validate(data)
+
+    def to_yaml(self) -> str:
+        """YAML text that :meth:`from_yaml` reads back to an equal object."""
+        import yaml
+
+        return str(yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False))
+
+    @classmethod
+    def from_yaml(cls, text: str) -> Any:
+        """Parse YAML (safe loader only) into a validated object."""
+        import yaml
+
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{cls.__name__}: invalid YAML: {exc}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{cls.__name__}: YAML must be a mapping, got {type(data).__name__}")
+        return cls.model_validate(data)

@@ -1,0 +1,124 @@
+"""Parameter counts of a :class:`ModelConfig`, by component and per layer."""
+
+from __future__ import annotations
+
+from frenzy_core._base import FrozenModel
+from frenzy_core.config.model import ArchKind, ModelConfig, NormKind, PositionEmbedding
+
+__all__ = ["ParamCounts", "LayerParams", "count_parameters", "layer_parameters", "embedding_parameters",
+           "head_parameters", "norm_parameters", "mlp_parameters"]
+
+
+class LayerParams(FrozenModel):
+    """Parameters of one transformer layer."""
+
+    attention: int
+    """Q, K, V and output projections (with their biases)."""
+    mlp: int
+    """Dense MLP, or the shared experts of an MoE layer."""
+    experts: int
+    """Routed experts of an MoE layer (0 for dense layers)."""
+    router: int
+    """MoE router (and shared-expert gate)."""
+    norms: int
+    """The layer's two norms."""
+
+    @property
+    def total(self) -> int:
+        return self.attention + self.mlp + self.experts + self.router + self.norms
+
+
+class ParamCounts(FrozenModel):
+    """Whole-model parameter counts by component; ``total`` counts tied weights once."""
+
+    embedding: int
+    """Word, position and token-type embeddings, plus an embedding norm."""
+    layers: int
+    """All transformer layers together."""
+    experts: int
+    """Routed-expert share of ``layers``."""
+    final_norm: int
+    head: int
+    """Untied LM head, or BERT's MLM head (transform, norm, output bias) and pooler."""
+    total: int
+    active: int
+    """Parameters one token passes through (routed experts: top-k of them)."""
+
+
+def norm_parameters(model: ModelConfig) -> int:
+    """One norm layer: LayerNorm has weight and bias, RMSNorm a weight."""
+    return 2 * model.hidden_size if model.norm is NormKind.LAYERNORM else model.hidden_size
+
+
+def mlp_parameters(model: ModelConfig, ffn_hidden_size: int) -> int:
+    """One MLP of the model's kind with the given intermediate size."""
+    h, f = model.hidden_size, ffn_hidden_size
+    if model.mlp.gated:
+        weights, biases = 3 * h * f, 2 * f + h
+    else:
+        weights, biases = 2 * h * f, f + h
+    return weights + (biases if model.linear_bias else 0)
+
+
+def _attention_parameters(model: ModelConfig) -> int:
+    h, q, kv = model.hidden_size, model.q_size, model.kv_size
+    weights = h * (q + 2 * kv) + q * h
+    bias = (q + 2 * kv if model.qkv_bias else 0) + (h if model.linear_bias else 0)
+    return weights + bias
+
+
+def layer_parameters(model: ModelConfig, layer: int) -> LayerParams:
+    """Parameters of 0-based ``layer`` (dense or MoE)."""
+    attention = _attention_parameters(model)
+    norms = 2 * norm_parameters(model)
+    moe = model.moe
+    if moe is None or not model.is_moe_layer(layer):
+        return LayerParams(attention=attention, mlp=mlp_parameters(model, model.ffn_hidden_size), experts=0,
+                           router=0, norms=norms)
+    shared = mlp_parameters(model, moe.shared_expert_ffn_hidden_size) if moe.shared_expert_ffn_hidden_size else 0
+    router = model.hidden_size * moe.num_experts + (model.hidden_size if moe.shared_expert_gate else 0)
+    experts = moe.num_experts * mlp_parameters(model, moe.expert_ffn_hidden_size)
+    return LayerParams(attention=attention, mlp=shared, experts=experts, router=router, norms=norms)
+
+
+def embedding_parameters(model: ModelConfig) -> int:
+    """Input embeddings: words, learned positions, token types, embedding norm."""
+    h = model.hidden_size
+    n = model.vocab_size * h
+    if model.position_embedding is PositionEmbedding.LEARNED:
+        n += model.max_position_embeddings * h
+    n += model.type_vocab_size * h
+    if model.embedding_norm:
+        n += norm_parameters(model)
+    return n
+
+
+def head_parameters(model: ModelConfig) -> int:
+    """Output-side parameters beyond the final norm (tied weights not counted again)."""
+    h = model.hidden_size
+    n = 0
+    if model.arch is ArchKind.ENCODER:
+        # BERT MLM head: dense h x h + bias, a norm, and an output bias per vocabulary row.
+        n += h * h + h + norm_parameters(model) + model.vocab_size
+        if model.pooler:
+            n += h * h + h
+    if not model.tied_embeddings:
+        n += model.vocab_size * h
+    return n
+
+
+def count_parameters(model: ModelConfig) -> ParamCounts:
+    """Every parameter of ``model``, grouped by component."""
+    per_layer = [layer_parameters(model, i) for i in range(model.num_layers)]
+    layers = sum(p.total for p in per_layer)
+    experts = sum(p.experts for p in per_layer)
+    embedding = embedding_parameters(model)
+    final_norm = norm_parameters(model) if model.final_norm else 0
+    head = head_parameters(model)
+    total = embedding + layers + final_norm + head
+    active = total
+    if model.moe is not None:
+        inactive_share = 1 - model.moe.top_k / model.moe.num_experts
+        active = total - round(experts * inactive_share)
+    return ParamCounts(embedding=embedding, layers=layers, experts=experts, final_norm=final_norm, head=head,
+                       total=total, active=active)

@@ -1,0 +1,65 @@
+"""Built-in model presets, one YAML file each under ``frenzy_core/data/models/``."""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from frenzy_core._base import FrozenModel
+from frenzy_core.config.model import ModelConfig
+from frenzy_core.errors import ConfigError, UnknownNameError
+
+__all__ = ["ModelPreset", "load_model_preset", "model_preset_names", "model_preset_info"]
+
+_META_KEYS = ("published_params", "source")
+
+
+class ModelPreset(FrozenModel):
+    """A preset: the configuration plus the published parameter count it is checked against."""
+
+    name: str
+    model: ModelConfig
+    published_params: int
+    """Parameter count as published (model card or paper)."""
+    source: str
+    """Where the architecture and the count come from."""
+
+
+@functools.lru_cache(maxsize=1)
+def _load_all() -> dict[str, ModelPreset]:
+    out: dict[str, ModelPreset] = {}
+    folder = resources.files("frenzy_core") / "data" / "models"
+    for entry in sorted(folder.iterdir(), key=lambda p: p.name):
+        if not entry.name.endswith(".yaml"):
+            continue
+        name = entry.name[: -len(".yaml")]
+        data: dict[str, Any] = yaml.safe_load(entry.read_text(encoding="utf-8"))
+        meta = {k: data.pop(k, None) for k in _META_KEYS}
+        if meta["published_params"] is None or meta["source"] is None:
+            raise ConfigError(f"model preset file {entry.name} lacks published_params or source")
+        data.setdefault("name", name)
+        out[name] = ModelPreset(name=name, model=ModelConfig.model_validate(data), published_params=int(
+            meta["published_params"]), source=str(meta["source"]))
+    return out
+
+
+def model_preset_names() -> list[str]:
+    """Names of the built-in model presets, sorted."""
+    return sorted(_load_all())
+
+
+def model_preset_info(name: str) -> ModelPreset:
+    """The preset with its published parameter count and source."""
+    presets = _load_all()
+    key = name.strip().lower()
+    if key not in presets:
+        raise UnknownNameError("model preset", name, presets)
+    return presets[key]
+
+
+def load_model_preset(name: str) -> ModelConfig:
+    """The :class:`ModelConfig` of a built-in preset."""
+    return model_preset_info(name).model

@@ -1,0 +1,160 @@
+"""``TrainingConfig``: the recipe of one training run (batch, precision, optimizer, sharding, recompute)."""
+
+from __future__ import annotations
+
+import enum
+
+from pydantic import Field, model_validator
+
+from frenzy_core._base import FrozenModel
+
+__all__ = ["Precision", "Optimizer", "OptimizerImpl", "Recompute", "RecomputeMethod", "Attention", "Framework",
+           "TrainingConfig"]
+
+
+class Precision(str, enum.Enum):
+    """Which dtypes parameters, gradients, optimizer states and activations are kept in."""
+
+    FP32 = "fp32"
+    """Everything in fp32."""
+    BF16 = "bf16"
+    """Pure bf16: params, grads and optimizer states in bf16 (``model.to(torch.bfloat16)``)."""
+    FP16 = "fp16"
+    """Pure fp16, as BF16."""
+    AMP_BF16 = "amp-bf16"
+    """fp32 params, grads and states; activations in bf16 under ``torch.autocast``."""
+    AMP_FP16 = "amp-fp16"
+    """As AMP_BF16 with fp16 autocast (and a grad scaler)."""
+    BF16_MIXED = "bf16-mixed"
+    """Megatron/DeepSpeed style: bf16 params and activations, fp32 master params, fp32 main grads, fp32 states."""
+    FP16_MIXED = "fp16-mixed"
+    """As BF16_MIXED with fp16 params and activations (and loss scaling)."""
+    FP8_MIXED = "fp8-mixed"
+    """As BF16_MIXED with fp8 matmul inputs (Transformer Engine); weights keep a bf16 copy."""
+
+    @property
+    def is_amp(self) -> bool:
+        return self in (Precision.AMP_BF16, Precision.AMP_FP16)
+
+    @property
+    def is_mixed(self) -> bool:
+        """Half model weights plus fp32 master weights."""
+        return self in (Precision.BF16_MIXED, Precision.FP16_MIXED, Precision.FP8_MIXED)
+
+    @property
+    def is_pure_half(self) -> bool:
+        return self in (Precision.BF16, Precision.FP16)
+
+    @property
+    def param_bytes(self) -> int:
+        """Bytes per element of the model's working weights."""
+        return 4 if self in (Precision.FP32, Precision.AMP_BF16, Precision.AMP_FP16) else 2
+
+    @property
+    def activation_bytes(self) -> int:
+        """Bytes per element of most saved activations (fp8 recipes still save bf16 for most tensors)."""
+        return 4 if self is Precision.FP32 else 2
+
+
+class Optimizer(str, enum.Enum):
+    """Optimizer algorithm: decides the per-parameter state."""
+
+    ADAMW = "adamw"
+    """Two moments per parameter."""
+    ADAM = "adam"
+    """Two moments per parameter."""
+    SGD = "sgd"
+    """No state."""
+    SGD_MOMENTUM = "sgd-momentum"
+    """One momentum buffer per parameter."""
+    ADAM_8BIT = "adam-8bit"
+    """bitsandbytes 8-bit Adam: two 1-byte moments plus block-wise quantisation scales."""
+
+
+class OptimizerImpl(str, enum.Enum):
+    """torch's optimizer implementations, which differ in step-time temporaries."""
+
+    FOR_LOOP = "for-loop"
+    """One parameter at a time: temporaries of the largest single tensor."""
+    FOREACH = "foreach"
+    """Multi-tensor ops over a group: temporaries sized like the whole (local) parameter set."""
+    FUSED = "fused"
+    """One fused kernel: no sizeable temporaries."""
+
+
+class Recompute(str, enum.Enum):
+    """Activation recomputation (checkpointing)."""
+
+    NONE = "none"
+    """Save everything the backward pass needs."""
+    SELECTIVE = "selective"
+    """Recompute the attention core (scores, softmax, dropout) only (Korthikanti et al. 2022)."""
+    FULL = "full"
+    """Save only each layer's input; recompute the layer in backward."""
+
+
+class RecomputeMethod(str, enum.Enum):
+    """Which layers full recompute covers (Megatron's ``--recompute-method``)."""
+
+    UNIFORM = "uniform"
+    """All layers, checkpointed in chunks of ``recompute_num_layers``."""
+    BLOCK = "block"
+    """Only the first ``recompute_num_layers`` layers of each stage."""
+
+
+class Attention(str, enum.Enum):
+    """Attention kernel: decides whether the s x s score matrix is materialised."""
+
+    EAGER = "eager"
+    """Explicit matmul + softmax: scores and probabilities are saved."""
+    SDPA = "sdpa"
+    """torch's scaled_dot_product_attention (memory-efficient/flash backends): no s x s tensors."""
+    FLASH = "flash"
+    """FlashAttention: saves output and log-sum-exp only."""
+
+
+class Framework(str, enum.Enum):
+    """Whose runtime's saved tensors and buffers are modelled."""
+
+    TORCH = "torch"
+    """Eager PyTorch / Hugging Face Transformers (torch DDP or FSDP)."""
+    MEGATRON = "megatron"
+    """Megatron-Core with Transformer Engine (fused kernels, contiguous grad buffers)."""
+
+
+class TrainingConfig(FrozenModel):
+    """One training recipe. ``global_batch_size`` None means one micro-batch per data-parallel rank."""
+
+    seq_len: int = Field(default=2048, gt=0, description="Tokens per sample.")
+    micro_batch_size: int = Field(default=1, gt=0, description="Samples per rank per forward pass.")
+    global_batch_size: int | None = Field(default=None, gt=0, description="Samples per optimizer step, all ranks.")
+    precision: Precision = Field(default=Precision.BF16_MIXED, description="Dtype recipe.")
+    optimizer: Optimizer = Field(default=Optimizer.ADAMW, description="Optimizer algorithm.")
+    optimizer_impl: OptimizerImpl = Field(default=OptimizerImpl.FOREACH, description="torch optimizer implementation.")
+    zero_stage: int = Field(default=0, ge=0, le=3, description="ZeRO stage / FSDP: 1 states, 2 +grads, 3 +params.")
+    distributed_optimizer: bool = Field(default=False, description="Megatron's distributed optimizer (ZeRO-1).")
+    recompute: Recompute = Field(default=Recompute.NONE, description="Activation recomputation mode.")
+    recompute_method: RecomputeMethod = Field(default=RecomputeMethod.UNIFORM, description="Full-recompute layers.")
+    recompute_num_layers: int | None = Field(default=None, gt=0, description="Layers per chunk/block; None: 1/all.")
+    attention: Attention = Field(default=Attention.FLASH, description="Attention kernel.")
+    sequence_parallel: bool = Field(default=False, description="Megatron sequence parallelism (needs tp > 1).")
+    framework: Framework = Field(default=Framework.TORCH, description="Runtime whose buffers are modelled.")
+
+    @model_validator(mode="after")
+    def _check(self) -> TrainingConfig:
+        if self.global_batch_size is not None and self.global_batch_size % self.micro_batch_size != 0:
+            raise ValueError(
+                f"global_batch_size={self.global_batch_size} is not a multiple of micro_batch_size="
+                f"{self.micro_batch_size}"
+            )
+        if self.distributed_optimizer and self.zero_stage not in (0, 1):
+            raise ValueError(
+                f"distributed_optimizer (ZeRO-1) cannot be combined with zero_stage={self.zero_stage}; "
+                "use one of them"
+            )
+        return self
+
+    @property
+    def effective_zero_stage(self) -> int:
+        """ZeRO stage counting Megatron's distributed optimizer as stage 1."""
+        return max(self.zero_stage, 1 if self.distributed_optimizer else 0)

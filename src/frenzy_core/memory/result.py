@@ -1,0 +1,78 @@
+"""Result types of the memory estimator."""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from frenzy_core._base import FrozenModel
+
+__all__ = ["MEMORY_CATEGORIES", "OVERHEAD_CATEGORIES", "StageMemory", "MemoryEstimate"]
+
+MEMORY_CATEGORIES: tuple[str, ...] = (
+    "parameters",
+    "gradients",
+    "master_weights",
+    "optimizer_states",
+    "activations",
+    "logits_loss",
+    "optimizer_temporaries",
+    "comm_buffers",
+)
+"""Categories of live tensors (``torch.cuda.max_memory_allocated`` counts all of them)."""
+
+OVERHEAD_CATEGORIES: tuple[str, ...] = ("cuda_context", "workspaces", "fragmentation")
+"""Runtime memory outside the caching allocator's live tensors, which still has to fit on the card."""
+
+
+class StageMemory(FrozenModel):
+    """Memory of the busiest rank of one pipeline stage."""
+
+    stage: int = Field(ge=0, description="0-based pipeline stage.")
+    num_layers: int = Field(ge=0, description="Transformer layers held by this stage (all its virtual chunks).")
+    num_params: int = Field(ge=0, description="Parameters held by one rank of this stage (after tp/ep sharding).")
+    inflight_microbatches: float = Field(ge=0, description="Micro-batches whose activations are live at the peak.")
+    breakdown: dict[str, int] = Field(description="Bytes per category live at this stage's peak.")
+    peak_bytes: int = Field(ge=0, description="Peak of live tensor bytes over the iteration.")
+    peak_phase: str = Field(description="Phase in which the peak occurs: forward, backward or optimizer.")
+    overhead: dict[str, int] = Field(description="Runtime overhead bytes by category.")
+    device_bytes: int = Field(ge=0, description="peak_bytes + overhead: what must fit on the card.")
+
+    @model_validator(mode="after")
+    def _sums(self) -> StageMemory:
+        if sum(self.breakdown.values()) != self.peak_bytes:
+            raise ValueError(f"breakdown sums to {sum(self.breakdown.values())}, not peak_bytes={self.peak_bytes}")
+        if self.peak_bytes + sum(self.overhead.values()) != self.device_bytes:
+            raise ValueError("peak_bytes + overhead != device_bytes")
+        return self
+
+
+class MemoryEstimate(FrozenModel):
+    """Per-GPU memory of a training job: every stage, and the busiest one."""
+
+    stages: list[StageMemory] = Field(min_length=1)
+    busiest_stage: int = Field(ge=0, description="Stage whose device_bytes is largest.")
+    peak_bytes: int = Field(ge=0, description="Busiest stage's peak of live tensors (vs max_memory_allocated).")
+    device_bytes: int = Field(ge=0, description="Busiest stage's peak plus runtime overhead.")
+    breakdown: dict[str, int] = Field(description="Busiest stage's bytes per category at its peak.")
+    overhead: dict[str, int] = Field(description="Busiest stage's runtime overhead bytes.")
+    peak_phase: str
+
+    def fits(self, gpu_memory_bytes: int, headroom: float = 0.0) -> bool:
+        """Whether ``device_bytes`` fits in ``gpu_memory_bytes`` leaving ``headroom`` (a fraction) free."""
+        if gpu_memory_bytes <= 0:
+            from frenzy_core.errors import ConfigError
+
+            raise ConfigError(f"gpu_memory_bytes must be positive, got {gpu_memory_bytes}")
+        if not 0.0 <= headroom < 1.0:
+            from frenzy_core.errors import ConfigError
+
+            raise ConfigError(f"headroom must be in [0, 1), got {headroom}")
+        return self.device_bytes <= gpu_memory_bytes * (1.0 - headroom)
+
+    @property
+    def peak_gib(self) -> float:
+        return self.peak_bytes / 2**30
+
+    @property
+    def device_gib(self) -> float:
+        return self.device_bytes / 2**30

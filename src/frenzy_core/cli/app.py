@@ -1,0 +1,22 @@
+"""The ``frenzy`` application: one sub-command per module, registered here."""
+
+from __future__ import annotations
+
+import typer
+
+from frenzy_core.cli import catalogues, memory_cmd
+
+app = typer.Typer(
+    name="frenzy",
+    help="How much memory each GPU of an LLM training job needs, and which GPUs and layout it should get.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.command("models")(catalogues.models)
+app.command("memory")(memory_cmd.memory)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

@@ -18,17 +18,28 @@ def config_error_from_validation(model_name: str, exc: ValidationError) -> Confi
     first_value: object = None
     for err in exc.errors(include_url=False):
         loc = ".".join(str(p) for p in err["loc"])
-        msg = err["msg"]
-        if msg.startswith("Value error, "):
-            msg = msg[len("Value error, "):]
+        inner = (err.get("ctx") or {}).get("error")
+        if isinstance(inner, ConfigError):
+            # Raised by a nested frozen model or a validator of ours: keep its message, drop its own prefix.
+            msg = str(inner)
+            head, sep, rest = msg.partition(": ")
+            if sep and loc and " " not in head:
+                msg = rest
+        else:
+            msg = err["msg"]
+            if msg.startswith("Value error, "):
+                msg = msg[len("Value error, "):]
         where = f"{model_name}.{loc}" if loc else model_name
         value = err.get("input")
         if first_field is None:
             first_field, first_value = where, value
+        if not loc:
+            parts.append(msg if msg.startswith(model_name) else f"{model_name}: {msg}")
+            continue
         shown = repr(value)
         if len(shown) > 60:
             shown = shown[:57] + "..."
-        parts.append(f"{where}: {msg} (got {shown})" if loc else f"{where}: {msg}")
+        parts.append(f"{where}: {msg}" if isinstance(value, dict) else f"{where}: {msg} (got {shown})")
     return ConfigError("; ".join(parts), field=first_field, value=first_value)
 
 

@@ -17,9 +17,9 @@ class ArchKind(str, enum.Enum):
     """Which stack and head the model has."""
 
     DECODER = "decoder"
-    """Causal decoder-only language model (GPT, Llama, ...) with a language-model head."""
+    """Causal decoder-only language model (GPT, Llama, ...); its head, if any, predicts the next token."""
     ENCODER = "encoder"
-    """Bidirectional encoder-only model (BERT-style) with a masked-language-model head."""
+    """Bidirectional encoder-only model (BERT-style); its head, if any, is a masked-language-model head."""
 
 
 class MLPKind(str, enum.Enum):
@@ -123,6 +123,11 @@ class ModelConfig(FrozenModel):
     embedding_norm: bool = Field(default=False, description="A norm after the embeddings (BERT).")
     final_norm: bool = Field(default=True, description="A norm before the head.")
     pooler: bool = Field(default=False, description="BERT pooler (hidden x hidden dense on the first token).")
+    lm_head: bool = Field(
+        default=True,
+        description="The language-model head (decoder: output projection; encoder: MLM head). False: bare backbone.",
+    )
+    qk_norm: bool = Field(default=False, description="A norm over each head's queries and keys (Qwen3).")
     hidden_dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="Residual/MLP dropout probability.")
     attention_dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="Attention-probability dropout.")
     moe: MoEConfig | None = Field(default=None, description="Mixture-of-experts layers, if any.")
@@ -229,3 +234,9 @@ class ModelConfig(FrozenModel):
         from frenzy_core.config.hf import model_from_hf_config
 
         return model_from_hf_config(config)
+
+    def to_hf_config(self) -> dict[str, Any]:
+        """The closest Hugging Face ``config.json`` dict, building a model with exactly these parameters."""
+        from frenzy_core.config.hf import to_hf_config
+
+        return to_hf_config(self)

@@ -13,7 +13,7 @@ class LayerParams(FrozenModel):
     """Parameters of one transformer layer."""
 
     attention: int
-    """Q, K, V and output projections (with their biases)."""
+    """Q, K, V and output projections (with their biases and any per-head q/k norms)."""
     mlp: int
     """Dense MLP, or the shared experts of an MoE layer."""
     experts: int
@@ -45,9 +45,10 @@ class ParamCounts(FrozenModel):
     """Parameters one token passes through (routed experts: top-k of them)."""
 
 
-def norm_parameters(model: ModelConfig) -> int:
-    """One norm layer: LayerNorm has weight and bias, RMSNorm a weight."""
-    return 2 * model.hidden_size if model.norm is NormKind.LAYERNORM else model.hidden_size
+def norm_parameters(model: ModelConfig, width: int | None = None) -> int:
+    """One norm layer of ``width`` (default: hidden size): LayerNorm has weight and bias, RMSNorm a weight."""
+    n = model.hidden_size if width is None else width
+    return 2 * n if model.norm is NormKind.LAYERNORM else n
 
 
 def mlp_parameters(model: ModelConfig, ffn_hidden_size: int) -> int:
@@ -64,7 +65,9 @@ def _attention_parameters(model: ModelConfig) -> int:
     h, q, kv = model.hidden_size, model.q_size, model.kv_size
     weights = h * (q + 2 * kv) + q * h
     bias = (q + 2 * kv if model.qkv_bias else 0) + (h if model.linear_bias else 0)
-    return weights + bias
+    # Qwen3's q_norm and k_norm: one norm of head_dim width each, shared by all heads.
+    qk_norms = 2 * norm_parameters(model, model.head_dim) if model.qk_norm else 0
+    return weights + bias + qk_norms
 
 
 def layer_parameters(model: ModelConfig, layer: int) -> LayerParams:
@@ -97,11 +100,13 @@ def head_parameters(model: ModelConfig) -> int:
     """Output-side parameters beyond the final norm (tied weights not counted again)."""
     h = model.hidden_size
     n = 0
+    if model.pooler:
+        n += h * h + h
+    if not model.lm_head:
+        return n
     if model.arch is ArchKind.ENCODER:
         # BERT MLM head: dense h x h + bias, a norm, and an output bias per vocabulary row.
         n += h * h + h + norm_parameters(model) + model.vocab_size
-        if model.pooler:
-            n += h * h + h
     if not model.tied_embeddings:
         n += model.vocab_size * h
     return n

@@ -1,0 +1,6 @@
+"""Per-GPU training memory: an analytic estimator (scalar and vectorised) and its result types."""
+
+from frenzy_core.memory.estimator import estimate_memory
+from frenzy_core.memory.result import MEMORY_CATEGORIES, OVERHEAD_CATEGORIES, MemoryEstimate, StageMemory
+
+__all__ = ["MEMORY_CATEGORIES", "OVERHEAD_CATEGORIES", "MemoryEstimate", "StageMemory", "estimate_memory"]

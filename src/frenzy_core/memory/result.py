@@ -76,3 +76,33 @@ class MemoryEstimate(FrozenModel):
     @property
     def device_gib(self) -> float:
         return self.device_bytes / 2**30
+
+    def table(self) -> str:
+        """Plain-text table: one column per pipeline stage, one row per category, in GiB."""
+        rows: list[tuple[str, list[str]]] = []
+        for cat in MEMORY_CATEGORIES:
+            rows.append((cat, [_gib(st.breakdown.get(cat, 0)) for st in self.stages]))
+        rows.append(("= peak (live tensors)", [_gib(st.peak_bytes) for st in self.stages]))
+        for cat in OVERHEAD_CATEGORIES:
+            rows.append((cat, [_gib(st.overhead.get(cat, 0)) for st in self.stages]))
+        rows.append(("= device", [_gib(st.device_bytes) for st in self.stages]))
+        rows.append(("peak phase", [st.peak_phase for st in self.stages]))
+        rows.append(("layers", [str(st.num_layers) for st in self.stages]))
+        rows.append(("micro-batches in flight", [f"{st.inflight_microbatches:g}" for st in self.stages]))
+        header = ["GiB per GPU"] + [f"stage {st.stage}" + ("*" if st.stage == self.busiest_stage else "")
+                                    for st in self.stages]
+        width0 = max(len(header[0]), *(len(r[0]) for r in rows))
+        widths = [max(len(header[i + 1]), *(len(r[1][i]) for r in rows)) for i in range(len(self.stages))]
+        lines = ["  ".join([header[0].ljust(width0)] + [h.rjust(w) for h, w in zip(header[1:], widths)])]
+        for name, cells in rows:
+            lines.append("  ".join([name.ljust(width0)] + [c.rjust(w) for c, w in zip(cells, widths)]))
+        lines.append(f"* busiest stage: {self.device_gib:.2f} GiB on the device "
+                     f"({self.peak_gib:.2f} GiB live tensors at the {self.peak_phase} peak)")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.table()
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.3f}"

@@ -1,0 +1,138 @@
+"""Planner benchmarks: planning time vs cluster size and GPU types, CP-SAT vs exhaustive, quality vs Frenzy's MARP.
+
+Clusters are synthetic: ``total_gpus`` spread evenly over ``num_types`` GPU types in 8-GPU nodes; a fixed-seed
+draw leaves 40% of nodes fully free and the rest with 0-7 free GPUs (a busy cluster). The job is Llama-2-7B,
+sequence 4,096, global batch 1,024, bf16 mixed precision, Megatron-style recipe (so vpp, sequence parallelism and
+the distributed optimizer are searched too). Times are wall-clock medians of ``plan_job`` (estimation included).
+
+Targets (reported, not asserted): median <= 100 ms for 1,024 GPUs of 6 types; <= 1 s for 16,384 GPUs of 8 types;
+CP-SAT >= 20x faster than the exhaustive reference at 4,096 GPUs with the same objective.
+
+Run: ``python benchmarks/planner.py [--runs 20] [--quick]`` (``--quick``: fewer sizes and runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import platform
+import random
+import statistics
+import time
+from collections.abc import Callable
+from datetime import date
+
+from frenzy_core import Framework, ModelConfig, TrainingConfig
+from frenzy_core.hardware import Cluster
+from frenzy_core.planning import PlanConstraints, assess_baseline, marp_plan, plan_job
+from frenzy_core.planning.placement import solve_cp_sat, solve_exhaustive
+from frenzy_core.planning.planner import make_search
+
+GPU_TYPES = ("h100-sxm", "a100-80gb", "a100-40gb", "h200", "l40s", "a10g", "l4", "rtx-4090")
+"""Eight types with a bf16 peak (so every type can run the bf16 recipe)."""
+FREE_NODE_SHARE = 0.4
+"""Share of nodes left fully free in the synthetic busy cluster (our choice)."""
+
+
+def make_cluster(total_gpus: int, num_types: int, seed: int = 0) -> Cluster:
+    """``total_gpus`` over ``num_types`` types in 8-GPU nodes, with a seeded busy/free pattern."""
+    rng = random.Random(seed)
+    nodes_per_type = max(total_gpus // (8 * num_types), 1)
+    shapes = []
+    for gpu in GPU_TYPES[:num_types]:
+        counts: dict[int, int] = {}
+        for _ in range(nodes_per_type):
+            free = 8 if rng.random() < FREE_NODE_SHARE else rng.randint(0, 7)
+            counts[free] = counts.get(free, 0) + 1
+        shapes += [{"gpu": gpu, "gpus_per_node": 8, "count": c, "free_gpus": f} for f, c in sorted(counts.items())]
+    return Cluster.from_dict({"nodes": shapes})
+
+
+MODEL = ModelConfig.preset("llama-2-7b")
+TRAINING = TrainingConfig(seq_len=4096, global_batch_size=1024, framework=Framework.MEGATRON)
+
+
+def median_ms(fn: Callable[[], object], runs: int) -> float:
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return 1000 * statistics.median(times)
+
+
+def scaling(runs: int, sizes: list[int], types: list[int]) -> None:
+    print(f"\n## Planning time (median of {runs} runs, ms)\n")
+    print("| GPUs | " + " | ".join(f"{t} type{'s' if t > 1 else ''}" for t in types) + " |")
+    print("|---:|" + "---:|" * len(types))
+    for size in sizes:
+        row = []
+        for t in types:
+            cluster = make_cluster(size, t)
+            plan_job(MODEL, cluster, TRAINING)  # warm caches (GPU catalogue, ortools import)
+            row.append(f"{median_ms(functools.partial(plan_job, MODEL, cluster, TRAINING), runs):,.0f}")
+        print(f"| {size:,} | " + " | ".join(row) + " |")
+
+
+def versus_exhaustive(runs: int, size: int, num_types: int) -> None:
+    cluster = make_cluster(size, num_types)
+    search = make_search(MODEL, cluster, TRAINING, "throughput", None)
+    table = search.table()
+    cp = solve_cp_sat(table, search.pool)
+    ex = solve_exhaustive(table, search.pool)
+    assert cp is not None and ex is not None
+    cp_ms = median_ms(lambda: solve_cp_sat(table, search.pool), runs)
+    ex_ms = median_ms(lambda: solve_exhaustive(table, search.pool), max(3, runs // 4))
+    print(f"\n## CP-SAT vs exhaustive at {size:,} GPUs of {num_types} types ({len(table):,} candidates)\n")
+    print("| solver | median solve ms | objective (tokens/s) | score |")
+    print("|---|---:|---:|---|")
+    print(f"| cp-sat | {cp_ms:,.1f} | {table.value[cp.candidate]:,.0f} | {cp.score} |")
+    print(f"| exhaustive | {ex_ms:,.1f} | {table.value[ex.candidate]:,.0f} | {ex.score} |")
+    print(f"\nspeed ratio {ex_ms / cp_ms:,.0f}x; identical objective: {cp.score == ex.score}")
+
+
+QUALITY_CASES = [
+    ("gpt2", TrainingConfig(seq_len=1024, global_batch_size=64)),
+    ("llama-2-7b", TrainingConfig(seq_len=2048, global_batch_size=64)),
+    ("llama-2-7b", TrainingConfig(seq_len=4096, global_batch_size=256, framework=Framework.MEGATRON)),
+]
+
+
+def quality() -> None:
+    print("\n## Plan quality vs the MARP + HAS replica (frenzy-paper cluster, all GPUs free)\n")
+    print("| model | recipe | planner | tokens/s | MARP + HAS | fits (library estimate) | tokens/s | ratio |")
+    print("|---|---|---|---:|---|---|---:|---:|")
+    cluster = Cluster.preset("frenzy-paper")
+    for preset, training in QUALITY_CASES:
+        model = ModelConfig.preset(preset)
+        plan = plan_job(model, cluster, training, constraints=PlanConstraints())
+        base = marp_plan(model, cluster, training)
+        verdict = assess_baseline(model, base, headroom=PlanConstraints().headroom)
+        ours = f"{plan.num_gpus} x {plan.gpu_type} tp{plan.parallel.tp} pp{plan.parallel.pp} dp{plan.parallel.dp}"
+        theirs = f"{base.num_gpus} x {'+'.join(base.gpu_types)} tp{base.parallel.tp} dp{base.parallel.dp}"
+        tps = verdict.tokens_per_s or 0.0
+        fits = "yes" if verdict.fits else f"no ({(verdict.device_bytes or 0) / 2**30:.0f} GiB)"
+        ratio = f"{plan.time.tokens_per_s / tps:,.1f}x" if tps else "-"
+        recipe = f"s{training.seq_len} gbs{training.global_batch_size} {training.framework.value}"
+        print(f"| {preset} | {recipe} | {ours} | {plan.time.tokens_per_s:,.0f} | {theirs} | {fits} | {tps:,.0f} "
+              f"| {ratio} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    print(f"machine: {platform.processor() or platform.machine()}, {platform.system()}, Python "
+          f"{platform.python_version()}; date {date.today().isoformat()}")
+    if args.quick:
+        scaling(3, [8, 1024], [1, 6])
+        versus_exhaustive(3, 1024, 6)
+    else:
+        scaling(args.runs, [8, 64, 1024, 4096, 16384], [1, 2, 4, 6, 8])
+        versus_exhaustive(args.runs, 4096, 6)
+    quality()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,273 @@
+"""``Cluster``: the nodes a job may be placed on, each with its GPU type, size, free GPUs and links.
+
+A cluster is a list of node shapes, each repeated ``count`` times. Built-in presets live as YAML files under
+``frenzy_core/data/clusters/``; ``default`` is ``frenzy-paper``.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import yaml
+from pydantic import Field, PrivateAttr, field_validator, model_validator
+
+from frenzy_core._base import FrozenModel
+from frenzy_core.errors import ConfigError, UnknownNameError
+from frenzy_core.hardware.gpu import GPUSpec, LinkKind
+from frenzy_core.hardware.gpus import get_gpu_spec
+
+if TYPE_CHECKING:
+    import networkx as nx
+
+    from frenzy_core.hardware.topology import ClusterSummary
+
+__all__ = ["DEFAULT_PRESET", "Cluster", "ClusterPreset", "Node", "cluster_preset_info", "scale_counts"]
+
+_SPECS: contextvars.ContextVar[Mapping[str, GPUSpec] | None] = contextvars.ContextVar("gpu_specs", default=None)
+"""The GPU catalogue names resolve against while a cluster is validated (None: the built-in one). A context
+variable rather than pydantic's validation context, which models with a custom ``__init__`` do not pass on."""
+
+DEFAULT_PRESET = "frenzy-paper"
+"""The preset the CLI uses when none is named: the Frenzy paper's 96-GPU heterogeneous testbed."""
+
+
+class Node(FrozenModel):
+    """One node shape, repeated ``count`` times; link fields left out take the GPU type's typical values."""
+
+    gpu: str = Field(description="GPU type id or alias; stored as the canonical id.")
+    gpus_per_node: int = Field(gt=0, description="GPUs in each node of this shape.")
+    count: int = Field(default=1, gt=0, description="How many identical nodes of this shape.")
+    free_gpus: int | None = Field(default=None, ge=0, description="Free GPUs per node; default all.")
+    intra_node_link: LinkKind | None = Field(default=None, description="Default: the GPU type's link.")
+    intra_node_bytes_per_s: float | None = Field(default=None, gt=0, description="Per GPU, per direction.")
+    link_domain_gpus: int | None = Field(default=None, gt=0, description=(
+        "GPUs per fast-link (NVLink/Infinity Fabric) domain in a node; default min(type's, gpus_per_node)."))
+    inter_node_bytes_per_s: float | None = Field(default=None, gt=0, description="NIC bandwidth per GPU, per direction.")
+    rack: str | None = Field(default=None, description="Optional rack label (placement locality).")
+    zone: str | None = Field(default=None, description="Optional zone label (placement locality).")
+
+    @field_validator("gpu")
+    @classmethod
+    def _canonical_gpu(cls, value: str) -> str:
+        try:
+            return get_gpu_spec(value, _SPECS.get()).id
+        except UnknownNameError as exc:
+            raise ValueError(str(exc)) from None
+
+    @model_validator(mode="after")
+    def _check_bounds(self) -> Node:
+        if self.free_gpus is not None and self.free_gpus > self.gpus_per_node:
+            raise ValueError(f"free_gpus ({self.free_gpus}) exceeds gpus_per_node ({self.gpus_per_node})")
+        if self.link_domain_gpus is not None and self.link_domain_gpus > self.gpus_per_node:
+            raise ValueError(f"link_domain_gpus ({self.link_domain_gpus}) exceeds gpus_per_node "
+                             f"({self.gpus_per_node})")
+        return self
+
+    def resolved(self, spec: GPUSpec) -> Node:
+        """This node with every defaulted field filled from ``spec``."""
+        link = self.intra_node_link or spec.intra_node_link
+        domain = self.link_domain_gpus
+        if domain is None:
+            domain = 1 if link.is_pcie else min(spec.link_domain_gpus, self.gpus_per_node)
+        return self.model_copy(update={  # values come from a validated spec: no revalidation needed
+            "free_gpus": self.gpus_per_node if self.free_gpus is None else self.free_gpus,
+            "intra_node_link": link,
+            "intra_node_bytes_per_s": self.intra_node_bytes_per_s or spec.intra_node_bytes_per_s,
+            "link_domain_gpus": domain,
+            "inter_node_bytes_per_s": self.inter_node_bytes_per_s or spec.inter_node_bytes_per_s,
+        })
+
+
+class Cluster(FrozenModel):
+    """A heterogeneous GPU cluster: node shapes with counts, every default resolved against the GPU catalogue."""
+
+    nodes: tuple[Node, ...] = Field(description="Node shapes; each repeated ``count`` times.")
+    name: str = Field(default="", description="Label, e.g. the preset name.")
+    _gpu_specs: dict[str, GPUSpec] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _keep_specs(self) -> Cluster:
+        self._gpu_specs = {gpu: get_gpu_spec(gpu, _SPECS.get()) for gpu in self.gpu_types}
+        return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nodes_present(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and not data.get("nodes"):
+            raise ValueError("a cluster needs at least one node; give nodes: [{gpu: ..., gpus_per_node: ...}]")
+        return data
+
+    @field_validator("nodes", mode="after")
+    @classmethod
+    def _resolve(cls, nodes: tuple[Node, ...]) -> tuple[Node, ...]:
+        return tuple(node.resolved(get_gpu_spec(node.gpu, _SPECS.get())) for node in nodes)
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], specs: Mapping[str, GPUSpec] | None = None) -> Cluster:
+        """A cluster from ``{"nodes": [{"gpu": ..., "gpus_per_node": ..., "count": ..., "free_gpus": ...}]}``;
+        GPU names resolve against ``specs`` (default: the built-in catalogue)."""
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"Cluster: expected a mapping with 'nodes', got {type(data).__name__}")
+        token = _SPECS.set(specs)
+        try:
+            return cls.model_validate(dict(data))  # type: ignore[no-any-return]
+        finally:
+            _SPECS.reset(token)
+
+    @classmethod
+    def from_yaml(cls, text: str | Path, specs: Mapping[str, GPUSpec] | None = None) -> Cluster:  # type: ignore[override]
+        """A cluster from YAML text or a path to a YAML file (same schema as :meth:`from_dict`)."""
+        if isinstance(text, Path) or ("\n" not in text and (text.endswith((".yaml", ".yml")) or _is_file(text))):
+            path = Path(text)
+            if not path.is_file():
+                raise ConfigError(f"Cluster: no such file {str(path)!r}", field="path", value=str(path))
+            text = path.read_text(encoding="utf-8")
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"Cluster: invalid YAML: {exc}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"Cluster: YAML must be a mapping with 'nodes', got {type(data).__name__}")
+        data = {k: v for k, v in data.items() if k not in ClusterPreset.META_KEYS}
+        return cls.from_dict(data, specs)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data that :meth:`from_dict` reads back to an equal cluster."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+    @classmethod
+    def preset(cls, name: str, scale: int | None = None) -> Cluster:
+        """A built-in cluster (``default`` is ``frenzy-paper``); ``scale`` = target total GPUs."""
+        cluster = cluster_preset_info(name).cluster
+        return cluster if scale is None else cluster.scaled(scale)
+
+    @staticmethod
+    def presets() -> list[str]:
+        """Names of the built-in cluster presets, sorted, plus ``default``."""
+        return sorted([*_load_presets(), "default"])
+
+    # ------------------------------------------------------------------ derived views
+    @property
+    def total_gpus(self) -> int:
+        """All GPUs in the cluster."""
+        return sum(n.gpus_per_node * n.count for n in self.nodes)
+
+    @property
+    def free_gpus(self) -> int:
+        """Free GPUs in the cluster."""
+        return sum((n.free_gpus or 0) * n.count for n in self.nodes)
+
+    @property
+    def num_nodes(self) -> int:
+        """Nodes in the cluster (shapes times counts)."""
+        return sum(n.count for n in self.nodes)
+
+    @property
+    def gpu_types(self) -> list[str]:
+        """GPU type ids present, in order of first appearance."""
+        return list(dict.fromkeys(n.gpu for n in self.nodes))
+
+    def gpu_spec(self, gpu: str) -> GPUSpec:
+        """The spec of a GPU type in this cluster (from the catalogue the cluster was built against)."""
+        spec = self._gpu_specs.get(gpu)
+        return spec if spec is not None else get_gpu_spec(gpu, self._gpu_specs)
+
+    def scaled(self, total_gpus: int) -> Cluster:
+        """Node counts scaled so the cluster has about ``total_gpus`` GPUs (see :func:`scale_counts`)."""
+        counts = scale_counts([n.count for n in self.nodes], [n.gpus_per_node for n in self.nodes],
+                              [n.gpu for n in self.nodes], total_gpus)
+        kept = tuple(n.model_copy(update={"count": c}) for n, c in zip(self.nodes, counts) if c > 0)
+        out = Cluster.model_construct(nodes=kept, name=self.name)  # nodes already validated and resolved
+        out._gpu_specs = {gpu: spec for gpu, spec in self._gpu_specs.items() if gpu in out.gpu_types}
+        return out
+
+    @functools.cached_property
+    def summary(self) -> ClusterSummary:
+        """Per-type and per-node free-GPU counts for the planner; built once (O(nodes)), queries O(1)."""
+        from frenzy_core.hardware.topology import ClusterSummary
+
+        return ClusterSummary.build(self)
+
+    def topology(self) -> nx.Graph:
+        """The GPU - node - switch graph (see :func:`frenzy_core.hardware.topology.build_topology`)."""
+        from frenzy_core.hardware.topology import build_topology
+
+        return build_topology(self)
+
+
+def _is_file(text: str) -> bool:
+    try:
+        return Path(text).is_file()
+    except (OSError, ValueError):  # not a usable path (too long, NUL bytes): YAML text
+        return False
+
+
+def scale_counts(counts: list[int], gpus_per_node: list[int], types: list[str], total_gpus: int) -> list[int]:
+    """Node counts scaled to at most ``total_gpus`` GPUs in proportion to ``counts``: floors of the exact
+    shares, then one more node to the shapes with the largest remainders (ties: first shape) while it fits;
+    every GPU type keeps at least one node, which may push the total above ``total_gpus``."""
+    if total_gpus <= 0:
+        raise ConfigError(f"scale must be a positive number of GPUs, got {total_gpus}", field="scale",
+                          value=total_gpus)
+    current = sum(c * g for c, g in zip(counts, gpus_per_node))
+    shares = [c * total_gpus / current for c in counts]
+    new = [int(s) for s in shares]
+    order = sorted(range(len(counts)), key=lambda i: (-(shares[i] - new[i]), i))
+    left = total_gpus - sum(c * g for c, g in zip(new, gpus_per_node))
+    for i in order:
+        if gpus_per_node[i] <= left:
+            new[i] += 1
+            left -= gpus_per_node[i]
+    for gpu in dict.fromkeys(types):
+        members = [i for i, t in enumerate(types) if t == gpu]
+        if sum(new[i] for i in members) == 0:
+            new[min(members, key=lambda i: (-shares[i], i))] = 1
+    return new
+
+
+class ClusterPreset(FrozenModel):
+    """A built-in cluster with where its shape comes from."""
+
+    META_KEYS: ClassVar[tuple[str, ...]] = ("description", "source", "notes")
+
+    name: str
+    description: str
+    source: str
+    notes: str = ""
+    cluster: Cluster
+
+
+@functools.lru_cache(maxsize=1)
+def _load_presets() -> dict[str, ClusterPreset]:
+    out: dict[str, ClusterPreset] = {}
+    folder = resources.files("frenzy_core") / "data" / "clusters"
+    for entry in sorted(folder.iterdir(), key=lambda p: p.name):
+        if not entry.name.endswith(".yaml"):
+            continue
+        name = entry.name[: -len(".yaml")]
+        data = yaml.safe_load(entry.read_text(encoding="utf-8"))
+        meta = {k: data.pop(k, "") for k in ClusterPreset.META_KEYS}
+        if not meta["source"] or not meta["description"]:
+            raise ConfigError(f"cluster preset file {entry.name} lacks description or source")
+        try:
+            cluster = Cluster.from_dict({**data, "name": name})
+        except ConfigError as exc:
+            raise ConfigError(f"cluster preset file {entry.name}: {exc}") from None
+        out[name] = ClusterPreset(name=name, cluster=cluster, **meta)
+    return out
+
+
+def cluster_preset_info(name: str) -> ClusterPreset:
+    """The preset with its description and source; ``default`` is :data:`DEFAULT_PRESET`."""
+    presets = _load_presets()
+    key = name.strip().lower()
+    key = DEFAULT_PRESET if key == "default" else key
+    if key not in presets:
+        raise UnknownNameError("cluster preset", name, [*presets, "default"])
+    return presets[key]

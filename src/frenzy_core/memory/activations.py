@@ -1,0 +1,262 @@
+"""Saved activations of one transformer layer per micro-batch, term by term, for eager torch and Megatron-Core.
+
+Every function takes arrays (one entry per configuration) and returns bytes on one rank for one micro-batch.
+The derivation of each term is in docs/memory-model.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from frenzy_core.config.model import ArchKind, MLPKind, ModelConfig, NormKind, PositionEmbedding
+from frenzy_core.config.training import Attention, Framework, Precision, TrainingConfig
+
+__all__ = ["LayerActivations", "layer_activations", "EdgeActivations", "edge_activations", "LogitBytes",
+           "logit_bytes"]
+
+FloatArray = npt.NDArray[np.float64]
+
+MASK_BYTES = 1
+"""Dropout masks are bool tensors (torch native_dropout / Megatron fused bias-dropout-add)."""
+FP32 = 4
+
+
+@dataclass(frozen=True)
+class LayerActivations:
+    """Bytes one layer keeps for backward for one micro-batch, on one rank."""
+
+    dense: FloatArray
+    """A dense layer without recomputation."""
+    moe: FloatArray
+    """An MoE layer without recomputation."""
+    core_dense: FloatArray
+    """The attention-core part of ``dense`` that selective recomputation drops (and rebuilds in backward)."""
+    layer_input: FloatArray
+    """The layer input: all full recomputation keeps per checkpointed chunk."""
+    score_buffer: FloatArray
+    """Persistent per-rank workspace (Megatron unfused attention's score buffer), not per micro-batch."""
+
+
+def _bytes(training: TrainingConfig) -> tuple[int, int, int]:
+    """(residual stream, matmul output, saved linear input) bytes per element."""
+    p = training.precision
+    if p is Precision.FP32:
+        return 4, 4, 4
+    if p.is_amp:
+        return 4, 2, 2  # autocast: fp32 residual stream and norms, bf16/fp16 matmuls
+    lin = 1 if (p is Precision.FP8_MIXED and training.framework is Framework.MEGATRON) else 2
+    return 2, 2, lin
+
+
+def _hf_style(model: ModelConfig) -> str:
+    """Which Hugging Face module family the eager-torch terms follow (see docs/memory-model.md)."""
+    if model.arch is ArchKind.ENCODER:
+        return "bert"
+    if model.position_embedding is PositionEmbedding.LEARNED:
+        return "gpt2"
+    return "llama"
+
+
+def _torch_layer(model: ModelConfig, training: TrainingConfig, tp: FloatArray, s_keys: FloatArray
+                 ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """Eager PyTorch / HF Transformers: per token (dense mlp, moe mlp, attention core, layer input) bytes."""
+    h, q, kv, f = model.hidden_size, model.q_size, model.kv_size, model.ffn_hidden_size
+    a = model.num_attention_heads
+    bs, bm, _ = _bytes(training)
+    amp = training.precision.is_amp
+    style = _hf_style(model)
+    p_h, p_a = model.hidden_dropout > 0, model.attention_dropout > 0
+
+    def norm(consumers: int) -> float:
+        # HF LlamaRMSNorm: x.to(fp32) [saved by pow], x * rsqrt(var) [saved by weight mul when no downcast],
+        # rsqrt (fp32 per token), the downcast y.to(dtype) [saved by weight mul]; LayerNorm: input + mean + rstd.
+        if model.norm is NormKind.RMSNORM:
+            saved = (FP32 * h + bs * h + FP32) if bs == 4 else (FP32 * h + 2 * h + FP32)
+        else:
+            saved = bs * h + 2 * FP32
+        # Its output is saved by the next linear(s); autocast casts it once per consuming linear.
+        return saved + (2 * h * consumers if amp else bs * h)
+
+    separate_qkv = style == "llama"
+    attn = norm(3 if separate_qkv else 1)
+    eager = training.attention is Attention.EAGER
+    if style == "llama":
+        # RoPE returns new q, k tensors (the projections' outputs are freed); v is saved as is.
+        k_width = q if (eager and model.num_kv_heads != a) else kv  # eager repeat_kv copies k, v to all heads
+        attn += bm * (q + 2 * k_width) / tp
+    else:
+        attn += bm * (q + 2 * kv) / tp  # one fused QKV output, its split views saved by attention
+    if eager:
+        if style == "llama":
+            probs = FP32 + (bm if bm != FP32 else 0)  # softmax(dtype=fp32) saved, then .to(dtype) copy
+        else:
+            probs = bm  # softmax in the input dtype, saved
+        if p_a and style == "llama":
+            probs = FP32 + MASK_BYTES + bm  # the pre-dropout copy is freed: dropout backward needs its mask only
+        elif p_a:
+            probs += MASK_BYTES + bm  # dropout mask + output (saved by the matmul with v)
+        core = a / tp * s_keys * probs
+        attn = attn + bm * q / tp  # transpose(1, 2).contiguous() copy saved by the output projection
+    else:
+        core = FP32 * a / tp + 0 * s_keys  # log-sum-exp (fp32) per head and query
+        attn = attn + bm * q / tp  # kernel output, viewed as the output projection's input
+    attn = attn + (MASK_BYTES * h if p_h else 0)
+    mlp_common = norm(2 if model.mlp.gated else 1) + (MASK_BYTES * h if p_h else 0)
+
+    def mlp_body(width: int) -> float:
+        if model.mlp.gated:
+            return 4.0 * bm * width  # gate out (act input), act out, up out (mul), product (down input)
+        if model.mlp is MLPKind.GELU:
+            # gelu_new (GPT-2) is composed of python ops saving x, tanh(.), 0.5x, 1 + tanh(.) plus the output;
+            # BERT's nn.functional.gelu saves its input and the output is saved by the next linear.
+            return (5.0 if style == "gpt2" else 2.0) * bm * width
+        if model.mlp is MLPKind.SQUARED_RELU:
+            return 2.0 * bm * width
+        return 1.0 * bm * width  # relu saves its output, which the next linear saves too
+
+    dense = mlp_common + mlp_body(f) / tp
+    moe_mlp = np.asarray(0.0)
+    if model.moe is not None:
+        m = model.moe
+        routed = m.top_k * (m.capacity_factor or 1.0)
+        shared = mlp_body(m.shared_expert_ffn_hidden_size) / tp if m.shared_expert_ffn_hidden_size else 0.0
+        # router logits + softmax (fp32), per routed token: gathered input, expert body, weighted output
+        moe_mlp = mlp_common + shared + 2 * FP32 * m.num_experts + routed * (
+            2 * bm * h + mlp_body(m.expert_ffn_hidden_size) / tp)
+    layer_in = bs * h + 0 * tp
+    return attn + core + dense, attn + core + moe_mlp, np.asarray(core), np.asarray(layer_in)
+
+
+def _megatron_layer(model: ModelConfig, training: TrainingConfig, tp: FloatArray, rep: FloatArray,
+                    s_keys: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """Megatron-Core + Transformer Engine (Korthikanti et al. 2022, section 4.1, generalised)."""
+    h, q, kv, f = model.hidden_size, model.q_size, model.kv_size, model.ffn_hidden_size
+    a = model.num_attention_heads
+    _, b, lin = _bytes(training)
+    p_h, p_a = model.hidden_dropout > 0, model.attention_dropout > 0
+    # TE LayerNorm saves input, mean and rsigma (fp32); RMSNorm input and rsigma.
+    ln = b * h + (2 * FP32 if model.norm is NormKind.LAYERNORM else FP32)
+    mask = MASK_BYTES * h if p_h else 0
+    attn = (ln + lin * h + mask) * rep + b * (q + 2 * kv) / tp + lin * q / tp
+    if training.attention is Attention.EAGER:
+        # softmax output 2as^2b, dropout mask as^2b, dropout output 2as^2b (all / t)
+        core = a / tp * s_keys * (b + ((MASK_BYTES + b) if p_a else 0))
+    else:
+        core = FP32 * a / tp + 0 * s_keys  # fused attention saves its output and the softmax statistics
+    f_in = 2 * f if model.mlp.gated else f
+
+    def body(width: int, width_in: int) -> float:
+        return b * width_in + lin * width  # activation input, fc2 input (both / t)
+
+    dense = (ln + lin * h + mask) * rep + body(f, f_in) / tp
+    moe_mlp = np.asarray(0.0)
+    if model.moe is not None:
+        m = model.moe
+        routed = m.top_k * (m.capacity_factor or 1.0)
+        fe = m.expert_ffn_hidden_size
+        fe_in = 2 * fe if model.mlp.gated else fe
+        fs = m.shared_expert_ffn_hidden_size
+        shared = body(fs, 2 * fs if model.mlp.gated else fs) / tp if fs else 0.0
+        # router logits and probabilities (fp32); per routed token (gathered over etp = tp): permuted input,
+        # expert activation input and fc2 input (/ etp), unpermute input kept for the probability gradient.
+        moe_mlp = (ln + b * h + mask + 2 * FP32 * m.num_experts) * rep + shared + routed * (
+            lin * h + body(fe, fe_in) / tp + b * h)
+    layer_in = b * h * rep
+    return attn + core + dense, attn + core + moe_mlp, np.asarray(core), np.asarray(layer_in)
+
+
+def layer_activations(model: ModelConfig, training: TrainingConfig, *, tp: npt.ArrayLike, sp: npt.ArrayLike,
+                      cp: npt.ArrayLike, seq_len: npt.ArrayLike, micro_batch_size: npt.ArrayLike
+                      ) -> LayerActivations:
+    """Saved bytes of one layer for one micro-batch on one rank (arrays broadcast together)."""
+    tp_a = np.asarray(tp, dtype=np.float64)
+    rep = np.where(np.asarray(sp, dtype=bool), 1.0 / tp_a, 1.0)
+    s_loc = np.asarray(seq_len, dtype=np.float64) / np.asarray(cp, dtype=np.float64)
+    tokens = s_loc * np.asarray(micro_batch_size, dtype=np.float64)
+    if training.framework is Framework.MEGATRON:
+        dense, moe, core, inp = _megatron_layer(model, training, tp_a, rep, s_loc)
+    else:
+        dense, moe, core, inp = _torch_layer(model, training, tp_a, s_loc)
+    buffer = np.zeros_like(tokens)
+    if training.framework is Framework.MEGATRON and training.attention is Attention.EAGER:
+        # Megatron unfused attention reads a persistent global buffer of one layer's score shape.
+        _, b, _ = _bytes(training)
+        buffer = b * model.num_attention_heads / tp_a * s_loc * s_loc * np.asarray(micro_batch_size)
+    return LayerActivations(dense=tokens * dense, moe=tokens * moe, core_dense=tokens * core,
+                            layer_input=tokens * inp, score_buffer=np.asarray(buffer, dtype=np.float64))
+
+
+@dataclass(frozen=True)
+class EdgeActivations:
+    """Saved bytes of the embedding (first stage) and final norm / head input (last stage) per micro-batch."""
+
+    embedding: FloatArray
+    head: FloatArray
+
+
+def edge_activations(model: ModelConfig, training: TrainingConfig, *, tp: npt.ArrayLike, sp: npt.ArrayLike,
+                     cp: npt.ArrayLike, seq_len: npt.ArrayLike, micro_batch_size: npt.ArrayLike
+                     ) -> EdgeActivations:
+    """Embedding lookups (token ids, dropout mask) and the final norm plus the head's saved input."""
+    h = model.hidden_size
+    tp_a = np.asarray(tp, dtype=np.float64)
+    tokens = np.asarray(seq_len, dtype=np.float64) / np.asarray(cp) * np.asarray(micro_batch_size)
+    bs, bm, _ = _bytes(training)
+    mask = MASK_BYTES * h if model.hidden_dropout > 0 else 0
+    ids = 8 * (2 if model.position_embedding is PositionEmbedding.LEARNED else 1)  # int64 ids saved by lookups
+    if training.framework is Framework.MEGATRON:
+        rep = np.where(np.asarray(sp, dtype=bool), 1.0 / tp_a, 1.0)
+        ln = bm * h + (2 * FP32 if model.norm is NormKind.LAYERNORM else FP32)
+        head = (ln + bm * h) * rep if model.final_norm else bm * h * rep
+        if model.arch is ArchKind.ENCODER:
+            head = head + 3 * bm * h * rep + 2 * FP32  # LM-head dense input, GeLU input, norm input
+        return EdgeActivations(embedding=tokens * (mask * rep + ids), head=tokens * head)
+    if model.norm is NormKind.RMSNORM:
+        norm = (FP32 * h + bs * h + FP32) if bs == 4 else (FP32 * h + 2 * h + FP32)
+    else:
+        norm = bs * h + 2 * FP32
+    head_in = 2 * h if training.precision.is_amp else bs * h
+    head = (norm if model.final_norm else 0) + head_in
+    if model.arch is ArchKind.ENCODER:
+        head = head + bm * h + 2 * bm * h + bs * h + 2 * FP32  # transform dense in, gelu in/out, norm
+    return EdgeActivations(embedding=tokens * (mask + ids) + 0 * tp_a, head=tokens * head + 0 * tp_a)
+
+
+@dataclass(frozen=True)
+class LogitBytes:
+    """Logits and loss tensors of one micro-batch on the last stage."""
+
+    saved: FloatArray
+    """Kept from the loss forward to its backward."""
+    forward_peak: FloatArray
+    """Live while the loss is computed."""
+    backward_peak: FloatArray
+    """Live while the loss and the head's gradient are computed."""
+
+
+def logit_bytes(model: ModelConfig, training: TrainingConfig, *, tp: npt.ArrayLike, cp: npt.ArrayLike,
+                seq_len: npt.ArrayLike, micro_batch_size: npt.ArrayLike) -> LogitBytes:
+    """Logits, their fp32 copy, the softmax and its gradient (vocabulary split over tp in Megatron)."""
+    tp_a = np.asarray(tp, dtype=np.float64)
+    tokens = np.asarray(seq_len, dtype=np.float64) / np.asarray(cp) * np.asarray(micro_batch_size)
+    _, bm, _ = _bytes(training)
+    v = model.vocab_size / tp_a * tokens
+    if training.framework is Framework.MEGATRON:
+        # vocab_parallel_cross_entropy: logits.float() then exp/normalise in place; the fp32 softmax is saved and
+        # turned into the gradient in place; the head's input gradient is cast back to the activation dtype.
+        up = FP32 if bm != FP32 else 0
+        return LogitBytes(saved=FP32 * v, forward_peak=(bm + up) * v, backward_peak=(FP32 + (bm if up else 0)) * v)
+    # HF ForCausalLMLoss: logits.float() (a copy unless already fp32), log_softmax output saved by nll_loss;
+    # the model output keeps the logits until the training loop drops it (``out = model(...);
+    # out.loss.backward()`` keeps them through backward). Backward adds the nll gradient (dense) and the
+    # log_softmax input gradient, both fp32.
+    if _hf_style(model) == "bert" and not training.precision.is_amp:
+        # BertForMaskedLM applies CrossEntropyLoss to the logits as they are (no fp32 upcast; autocast would
+        # run it in fp32).
+        return LogitBytes(saved=2 * bm * v, forward_peak=2 * bm * v, backward_peak=4 * bm * v)
+    upcast = FP32 if bm != FP32 else 0
+    return LogitBytes(saved=(bm + FP32) * v, forward_peak=(bm + upcast + FP32) * v,
+                      backward_peak=(bm + 3 * FP32) * v)

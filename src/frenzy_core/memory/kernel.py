@@ -1,0 +1,195 @@
+"""The memory model of one pipeline stage as array arithmetic: shared by the scalar and batch estimators."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from frenzy_core.config.model import ModelConfig
+from frenzy_core.config.training import Framework, RecomputeMethod, TrainingConfig
+from frenzy_core.memory.activations import edge_activations, layer_activations, logit_bytes
+from frenzy_core.memory.recipe import state_bytes
+from frenzy_core.memory.result import MEMORY_CATEGORIES
+from frenzy_core.memory.shards import layer_constants, stage_params, stage_shape
+
+__all__ = ["ConfigArrays", "StageArrays", "stage_arrays", "PHASES", "SCHEDULE_CODES", "RECOMPUTE_CODES"]
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+PHASES: tuple[str, ...] = ("forward", "backward", "optimizer")
+SCHEDULE_CODES = {"1f1b": 0, "interleaved": 1, "gpipe": 2}
+RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
+
+
+@dataclass(frozen=True)
+class ConfigArrays:
+    """Per-configuration integers (arrays broadcasting together). Codes: see SCHEDULE_CODES, RECOMPUTE_CODES."""
+
+    dp: IntArray
+    tp: IntArray
+    pp: IntArray
+    vpp: IntArray
+    cp: IntArray
+    ep: IntArray
+    micro_batch_size: IntArray
+    seq_len: IntArray
+    num_microbatches: IntArray
+    zero_stage: IntArray
+    """Effective ZeRO stage (Megatron's distributed optimizer counts as 1)."""
+    recompute: IntArray
+    recompute_num_layers: IntArray
+    """0: the default (1 layer per chunk for uniform, all layers for block)."""
+    sequence_parallel: IntArray
+    schedule: IntArray
+
+
+@dataclass(frozen=True)
+class StageArrays:
+    """Bytes per category at the peak phase of each stage/config, plus facts for reporting."""
+
+    breakdown: dict[str, IntArray]
+    peak_bytes: IntArray
+    phase: IntArray
+    """Index into PHASES."""
+    num_layers: IntArray
+    num_params: FloatArray
+    inflight: FloatArray
+    communicators: IntArray
+
+
+def _inflight(stage: IntArray, c: ConfigArrays) -> FloatArray:
+    """Micro-batches of the stage's layers live at its peak (interleaved: chunk-micro-batches / vpp)."""
+    pp, m, vpp = c.pp, c.num_microbatches, c.vpp
+    one_f_one_b = np.minimum(pp - stage, m)
+    # Megatron schedules.py, interleaved: warm-up (pp - rank - 1) * 2 + (vpp - 1) * pp chunk-micro-batches,
+    # plus the one forward before the first backward; capped by all m * vpp of them.
+    inter = np.minimum(2 * (pp - stage - 1) + (vpp - 1) * pp + 1, m * vpp) / vpp
+    out = np.where(c.schedule == 1, inter, np.where(c.schedule == 2, m, one_f_one_b))
+    return np.asarray(np.where(pp == 1, 1, out), dtype=np.float64)
+
+
+def stage_arrays(model: ModelConfig, training: TrainingConfig, c: ConfigArrays, stage: IntArray) -> StageArrays:
+    """Memory of pipeline stage ``stage`` for each configuration in ``c`` (training gives the fixed recipe)."""
+    sb = state_bytes(training)
+    megatron = training.framework is Framework.MEGATRON
+    shape = stage_shape(model, stage, c.pp, c.vpp)
+    prm = stage_params(model, shape, c.tp)
+    tp = c.tp.astype(np.float64)
+    dpc = (c.dp * c.cp).astype(np.float64)
+    dpe = dpc / c.ep
+    dense_local = prm.split / tp + prm.replicated
+    exp_local = prm.experts / (tp * c.ep)
+    z = c.zero_stage
+
+    def shard(from_stage: int) -> FloatArray:
+        return np.asarray(np.where(z >= from_stage, dense_local / dpc + exp_local / dpe, dense_local + exp_local))
+
+    n_params = dense_local + exp_local
+    params = sb.param * shard(3)
+    grads = sb.grad * shard(2)
+    master = sb.master * shard(1)
+    states = sb.states * shard(1)
+    temps = sb.step_temp_local * shard(1) + sb.step_temp_largest * prm.largest_tensor
+
+    # Communication buffers.
+    lc = layer_constants(model)
+    dense_layer = (lc.attn_split + lc.mlp_split) / tp + lc.attn_replicated + lc.mlp_replicated
+    moe_layer = (lc.attn_split + lc.moe_shared_split) / tp + lc.attn_replicated + lc.moe_shared_replicated \
+        + lc.moe_router
+    moe_experts = lc.moe_experts / (tp * c.ep)
+    layer_local = np.where(shape.num_moe_layers > 0, np.maximum(moe_layer + moe_experts, dense_layer), dense_layer)
+    edge_local = dense_local - (shape.num_layers - shape.num_moe_layers) * dense_layer \
+        - shape.num_moe_layers * moe_layer
+    ddp = (z <= 1) & (dpc > 1) & (not megatron)
+    # torch DDP keeps bucket buffers as large as all gradients (gradient_as_bucket_view=False, the default).
+    comm_fb = np.where(ddp, sb.grad * n_params, 0.0)
+    comm_step = comm_fb
+    # ZeRO-2: one FSDP unit's unsharded gradients before its reduce-scatter; ZeRO-3: that plus the current and
+    # prefetched units' gathered parameters, and the root unit (embeddings, head) gathered for the whole pass.
+    comm_fb = np.where(z == 2, sb.grad * layer_local, comm_fb)
+    comm_fb = np.where(z == 3, (2 * sb.param + sb.grad) * layer_local + sb.param * edge_local * (1 - 1 / dpc),
+                       comm_fb)
+
+    # Activations.
+    kw = dict(tp=c.tp, sp=c.sequence_parallel, cp=c.cp, seq_len=c.seq_len, micro_batch_size=c.micro_batch_size)
+    la = layer_activations(model, training, **kw)
+    ea = edge_activations(model, training, **kw)
+    lb = logit_bytes(model, training, tp=c.tp, cp=c.cp, seq_len=c.seq_len, micro_batch_size=c.micro_batch_size)
+    n = shape.num_layers.astype(np.float64)
+    nm = shape.num_moe_layers.astype(np.float64)
+    nd = n - nm
+    inflight = _inflight(stage, c)
+    full_layers = nd * la.dense + nm * la.moe
+    biggest_layer = np.where(nm > 0, np.maximum(la.moe, np.where(nd > 0, la.dense, 0.0)), la.dense)
+    k = c.recompute_num_layers.astype(np.float64)
+    if training.recompute_method is RecomputeMethod.BLOCK:
+        recomputed = np.where(k > 0, np.minimum(k * c.vpp, n), n)
+        avg = np.where(n > 0, full_layers / np.maximum(n, 1), 0.0)
+        full_saved = recomputed * la.layer_input + (n - recomputed) * avg
+        full_ws = np.where(recomputed > 0, biggest_layer - la.layer_input, 0.0)
+    else:
+        k_eff = np.where(k > 0, k, 1.0)
+        full_saved = np.ceil(n / k_eff) * la.layer_input
+        full_ws = np.minimum(k_eff, n) * biggest_layer - la.layer_input
+    saved_layers = np.where(c.recompute == 2, full_saved,
+                            np.where(c.recompute == 1, full_layers - n * la.core_dense, full_layers))
+    work = np.where(c.recompute == 2, full_ws, np.where(c.recompute == 1, la.core_dense, 0.0))
+    work = np.where(n > 0, np.maximum(work, 0.0), 0.0)
+    first = shape.is_first.astype(np.float64)
+    last = shape.is_last.astype(np.float64)
+    acts = inflight * (saved_layers + first * ea.embedding + last * ea.head) + np.where(n > 0, la.score_buffer, 0)
+    acts_fwd = acts
+    if training.precision.is_amp:
+        # autocast caches a half copy of every weight a matmul casts until the forward ends; saved tensors keep
+        # them until each layer's backward. With full recomputation a layer saves nothing, so at the start of
+        # backward only the head's copy is live, and each recomputed chunk re-casts its own during backward.
+        vh = model.vocab_size * model.hidden_size if model.lm_head else 0
+        same_stage_tied = first * last * (vh if model.tied_embeddings else 0)
+        emb = first * model.vocab_size * model.hidden_size
+        cast = (prm.split - emb + same_stage_tied) / tp + prm.experts / (tp * c.ep)
+        head_cast = last * vh / tp
+        per_layer = np.where(n > 0, (cast - head_cast) / np.maximum(n, 1), 0.0)
+        chunk = np.minimum(np.where(c.recompute_num_layers > 0, c.recompute_num_layers, 1), n)
+        full = c.recompute == 2
+        acts_fwd = acts + 2.0 * cast
+        acts = acts + 2.0 * np.where(full, head_cast, cast)
+        work = work + np.where(full, 2.0 * chunk * per_layer, 0.0)
+
+    # Logits/loss on the last stage: one micro-batch at a time, except GPipe holding all of them.
+    logit_inflight = np.where((c.schedule == 2) & (c.pp > 1), c.num_microbatches, 1).astype(np.float64)
+    logits_others = last * (logit_inflight - 1) * lb.saved
+    logits_fwd = logits_others + last * lb.forward_peak
+    logits_bwd = logits_others + last * lb.backward_peak
+    bwd_uses_logits = logits_bwd >= logits_others + work
+
+    # Gradients present while activations are live: Megatron's grad buffer always; torch's .grad tensors only
+    # once a backward has run in this step (zero_grad sets them to None), i.e. when m exceeds the in-flight count.
+    if megatron:
+        grads_fb = grads
+    else:
+        grads_fb = np.where(c.num_microbatches > np.ceil(inflight), grads, 0.0)
+
+    common = {"parameters": params, "master_weights": master, "optimizer_states": states}
+    phases = [
+        {**common, "gradients": grads_fb, "activations": acts_fwd, "logits_loss": logits_fwd,
+         "optimizer_temporaries": 0.0 * acts, "comm_buffers": comm_fb},
+        {**common, "gradients": grads_fb, "activations": np.where(bwd_uses_logits, acts, acts + work),
+         "logits_loss": np.where(bwd_uses_logits, logits_bwd, logits_others), "optimizer_temporaries": 0.0 * acts,
+         "comm_buffers": comm_fb},
+        {**common, "gradients": grads, "activations": 0.0 * acts, "logits_loss": 0.0 * acts,
+         "optimizer_temporaries": temps, "comm_buffers": comm_step},
+    ]
+    shape_all = np.broadcast(stage, c.tp, c.pp, c.dp, c.seq_len, c.micro_batch_size).shape
+    rounded = [{k2: np.broadcast_to(np.rint(v).astype(np.int64), shape_all) for k2, v in ph.items()}
+               for ph in phases]
+    totals = np.stack([sum(ph[cat] for cat in MEMORY_CATEGORIES) for ph in rounded])
+    phase = np.argmax(totals, axis=0)
+    breakdown = {cat: np.choose(phase, [ph[cat] for ph in rounded]) for cat in MEMORY_CATEGORIES}
+    communicators = sum((np.asarray(x) > 1).astype(np.int64) for x in (c.dp * c.cp, c.tp, c.pp, c.cp, c.ep))
+    return StageArrays(breakdown=breakdown, peak_bytes=np.max(totals, axis=0), phase=phase,
+                       num_layers=np.broadcast_to(shape.num_layers, shape_all),
+                       num_params=np.broadcast_to(n_params, shape_all), inflight=np.broadcast_to(inflight, shape_all),
+                       communicators=np.broadcast_to(communicators, shape_all))

@@ -1,0 +1,361 @@
+"""Measure a training step's peak memory on the CPU with fake tensors: no storage, no GPU.
+
+The module is built and run under ``torch._subclasses.fake_tensor.FakeTensorMode`` while
+``torch.distributed._tools.mem_tracker.MemTracker`` counts every live tensor storage by category
+(parameter, buffer, gradient, activation, backward temporary, optimizer state). Each storage is
+counted rounded up to the CUDA caching allocator's 512-byte block, as ``torch.cuda.max_memory_allocated``
+would count it (see :func:`_block_rounding`). Needs the optional ``torch`` extra.
+
+Dropout and SDPA-with-dropout are redirected to kernels that save what CUDA's save (bool masks, no
+s x s probabilities). What the CPU cannot show: CUDA autocast casts a few more ops than CPU autocast (exp, pow, softmax,
+layer_norm, ... run in fp32 on CUDA), the caching allocator may hand out a whole unsplit block (up to
+1 MiB more per large tensor), and kernels' workspaces (cuBLAS, flash) are not tensors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from pydantic import Field, model_validator
+
+from frenzy_core._base import FrozenModel
+from frenzy_core.errors import ConfigError, OptionalDependencyError
+
+if TYPE_CHECKING:
+    import torch
+    from frenzy_core.config.model import ModelConfig
+    from frenzy_core.config.training import TrainingConfig
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+__all__ = ["PhasePeak", "ProbeResult", "measure_training_step", "probe_memory", "CUDA_BLOCK_BYTES", "PHASES"]
+
+CUDA_BLOCK_BYTES = 512
+"""CUDA caching allocator's rounding (``kMinBlockSize`` in c10/cuda/CUDACachingAllocator.cpp), which
+``torch.cuda.max_memory_allocated`` counts; MemTracker applies it to CUDA tensors only."""
+
+PHASES: tuple[str, ...] = ("forward", "backward", "optimizer")
+"""Phases of a training step: forward includes the loss; backward ends when the last grad is written."""
+
+# MemTracker categories (``_MemRefType`` values) -> the estimator's categories (MEMORY_CATEGORIES).
+# Buffers (rotary tables, position ids) are counted with the parameters; backward temporaries
+# (activation gradients, recomputed tensors) and the input batch with the activations.
+_CATEGORY_OF_TRACKER = {
+    "Parameter": "parameters",
+    "Buffer": "parameters",
+    "Gradient": "gradients",
+    "Activation": "activations",
+    "Temp": "activations",
+    "Optstate": "optimizer_states",
+    "Other": "activations",
+}
+
+
+class PhasePeak(FrozenModel):
+    """Peak of live tensor bytes within one phase of one micro-batch."""
+
+    step: int = Field(ge=0, description="0-based optimizer step (iteration).")
+    microbatch: int = Field(ge=0, description="0-based micro-batch of that step (0 for the optimizer phase).")
+    phase: str = Field(description="forward, backward or optimizer.")
+    peak_bytes: int = Field(ge=0, description="Largest sum of live (block-rounded) tensor bytes in the phase.")
+    tracker_breakdown: dict[str, int] = Field(description="MemTracker's categories at that peak.")
+    end_bytes: int = Field(ge=0, description="Live bytes when the phase ended.")
+
+
+class ProbeResult(FrozenModel):
+    """Measured memory of a training step on one device: the peak, what it consisted of, and when."""
+
+    peak_bytes: int = Field(ge=0, description="Peak of live tensor bytes (vs torch.cuda.max_memory_allocated).")
+    peak_phase: str = Field(description="Phase holding the peak: forward, backward or optimizer.")
+    peak_step: int = Field(ge=0, description="0-based step holding the peak.")
+    breakdown: dict[str, int] = Field(description="Bytes per MEMORY_CATEGORIES category at the peak.")
+    tracker_breakdown: dict[str, int] = Field(description="MemTracker's own categories at the peak.")
+    phases: list[PhasePeak] = Field(description="Peak of every phase of every micro-batch and step, in order.")
+    module_activation_bytes: dict[str, int] = Field(
+        default_factory=dict,
+        description="Activation bytes each module leaves alive after its first forward (output and saved tensors).",
+    )
+    block_bytes: int = Field(description="Allocation rounding applied to every storage (1: none).")
+    notes: list[str] = Field(default_factory=list, description="How the run differed from the request.")
+
+    @model_validator(mode="after")
+    def _sums(self) -> ProbeResult:
+        if sum(self.breakdown.values()) != self.peak_bytes:
+            raise ValueError(f"breakdown sums to {sum(self.breakdown.values())}, not peak_bytes={self.peak_bytes}")
+        return self
+
+    def phase_peak_bytes(self, phase: str) -> int:
+        """Largest peak of ``phase`` over every step and micro-batch."""
+        if phase not in PHASES:
+            raise ConfigError(f"phase must be one of {PHASES}, got {phase!r}", field="phase", value=phase)
+        return max((p.peak_bytes for p in self.phases if p.phase == phase), default=0)
+
+    @property
+    def peak_gib(self) -> float:
+        return self.peak_bytes / 2**30
+
+
+def _import_torch() -> Any:
+    try:
+        import torch
+    except ImportError:
+        raise OptionalDependencyError("torch", "torch", "the memory probe") from None
+    return torch
+
+
+@contextlib.contextmanager
+def _block_rounding(block_bytes: int) -> Iterator[None]:
+    """Make MemTracker round every storage up to ``block_bytes``, whatever its device.
+
+    MemTracker (torch/distributed/_tools/mem_tracker.py, ``_WeakRefInfo._calculate_mem_consumed``)
+    rounds CUDA storages to 512 bytes and counts CPU ones exactly; fake tensors here are CPU tensors
+    standing in for CUDA ones, so the rounding is applied to them for the duration of the probe.
+    """
+    from torch.distributed._tools import mem_tracker
+
+    info = mem_tracker._WeakRefInfo
+    original = info._calculate_mem_consumed
+
+    def rounded(self: Any) -> int:
+        return int(math.ceil(self.size * self.element_size / block_bytes) * block_bytes)
+
+    info._calculate_mem_consumed = rounded  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        info._calculate_mem_consumed = original  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
+def _cuda_like_kernels() -> Iterator[None]:
+    """Make two CPU kernels save what their CUDA counterparts save, for the duration of the probe.
+
+    - ``F.dropout``: the CPU path (aten/src/ATen/native/Dropout.cpp, ``_dropout_impl``) keeps a noise tensor
+      of the input's dtype, while CUDA's fused ``native_dropout`` keeps a 1-byte bool mask; the probe calls
+      ``torch.native_dropout``, whose CPU kernel also returns a bool mask.
+    - ``F.scaled_dot_product_attention`` with dropout: the CPU falls back to the math kernel and
+      materialises s x s probabilities; CUDA flash/memory-efficient kernels drop out in-kernel and save the
+      output and log-sum-exp only, which the CPU flash kernel (taken with ``dropout_p=0``) also saves.
+
+    The functions are swapped on ``torch.nn.functional`` (not with a torch function mode, which checkpoint
+    recomputation in backward would not see) and restored afterwards.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    original_dropout = F.dropout
+    original_sdpa = F.scaled_dot_product_attention
+
+    def dropout(input: Any, p: float = 0.5, training: bool = True, inplace: bool = False) -> Any:
+        if not training or not 0.0 < p < 1.0:
+            return original_dropout(input, p, training, inplace)
+        out, _mask = torch.native_dropout(input, p, True)
+        return input.copy_(out) if inplace else out
+
+    def sdpa(*args: Any, **kwargs: Any) -> Any:
+        if len(args) > 4:  # dropout_p is the fifth positional argument
+            args = (*args[:4], 0.0, *args[5:])
+        else:
+            kwargs["dropout_p"] = 0.0
+        return original_sdpa(*args, **kwargs)
+
+    F.dropout = dropout  # type: ignore[assignment]
+    F.scaled_dot_product_attention = sdpa  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        F.dropout = original_dropout
+        F.scaled_dot_product_attention = original_sdpa
+
+
+def _snapshot_total(snap: Mapping[Any, Mapping[Any, int]]) -> tuple[int, dict[str, int]]:
+    """Total bytes and per-category bytes of a MemTracker snapshot, summed over devices."""
+    cats: dict[str, int] = {}
+    total = 0
+    for dev_snap in snap.values():
+        for key, value in dev_snap.items():
+            name = getattr(key, "value", key)
+            if name == "Total":
+                total += value
+            else:
+                cats[str(name)] = cats.get(str(name), 0) + value
+    return total, cats
+
+
+class _PhaseRecorder:
+    """Reads MemTracker's running peak per phase by resetting it at each phase start."""
+
+    def __init__(self, tracker: MemTracker) -> None:
+        self.tracker = tracker
+        self.records: list[PhasePeak] = []
+
+    def start(self) -> None:
+        # MemTracker keeps one running peak (private ``_peak_mem``/``_peak_mem_snap``); restarting it
+        # from the current snapshot makes the next reading the peak of this phase alone.
+        snap = self.tracker.get_tracker_snapshot("current")
+        self.tracker._peak_mem_snap = snap
+        self.tracker._peak_mem = {dev: dev_snap["Total"] for dev, dev_snap in snap.items()}
+
+    def stop(self, step: int, microbatch: int, phase: str) -> None:
+        peak, cats = _snapshot_total(self.tracker.get_tracker_snapshot("peak"))
+        end, end_cats = _snapshot_total(self.tracker.get_tracker_snapshot("current"))
+        if end > peak:  # the phase ended above anything seen during it (e.g. no op ran)
+            peak, cats = end, end_cats
+        self.records.append(PhasePeak(step=step, microbatch=microbatch, phase=phase, peak_bytes=peak,
+                                      tracker_breakdown=cats, end_bytes=end))
+
+
+def _module_activations(tracker: MemTracker) -> dict[str, int]:
+    """Activation bytes alive after each module's forward that were not alive before it."""
+    out: dict[str, int] = {}
+    for stats in tracker.memory_tracking.values():
+        pre = stats.snapshots.get(_state("PRE_FW"))
+        post = stats.snapshots.get(_state("POST_FW"))
+        if not pre or not post:
+            continue
+        _, pre_cats = _snapshot_total(pre[0])
+        _, post_cats = _snapshot_total(post[0])
+        out[stats.mod_fqn] = post_cats.get("Activation", 0) - pre_cats.get("Activation", 0)
+    return out
+
+
+def _state(name: str) -> Any:
+    from torch.distributed._tools.mem_tracker import _ModState
+
+    return getattr(_ModState, name)
+
+
+def _breakdown(tracker_cats: Mapping[str, int], optimizer_state_bytes: int) -> dict[str, int]:
+    """Map MemTracker's categories onto MEMORY_CATEGORIES; optimizer bytes beyond the states are temporaries."""
+    out: dict[str, int] = {}
+    for name, value in tracker_cats.items():
+        key = _CATEGORY_OF_TRACKER.get(name, "activations")
+        out[key] = out.get(key, 0) + value
+    opt = out.pop("optimizer_states", 0)
+    states = min(opt, optimizer_state_bytes)
+    out["optimizer_states"] = states
+    out["optimizer_temporaries"] = opt - states
+    return {k: v for k, v in out.items() if v}
+
+
+def _optimizer_state_bytes(optimizer: torch.optim.Optimizer, block_bytes: int) -> int:
+    torch = _import_torch()
+    seen: set[int] = set()
+    total = 0
+    for state in optimizer.state.values():
+        for value in state.values():
+            if isinstance(value, torch.Tensor) and id(value) not in seen:
+                seen.add(id(value))
+                nbytes = value.untyped_storage().nbytes()
+                total += int(math.ceil(nbytes / block_bytes) * block_bytes)
+    return total
+
+
+def measure_training_step(
+    module_factory: Callable[[], torch.nn.Module],
+    batch_factory: Callable[[], Any],
+    *,
+    optimizer_factory: Callable[[Any], torch.optim.Optimizer] | None = None,
+    loss_fn: Callable[[Any], torch.Tensor] | None = None,
+    autocast_dtype: torch.dtype | None = None,
+    steps: int = 2,
+    microbatches: int = 1,
+    block_bytes: int = CUDA_BLOCK_BYTES,
+) -> ProbeResult:
+    """Peak memory of ``steps`` training iterations of ``microbatches`` forward/backward passes each.
+
+    ``module_factory`` and ``batch_factory`` are called under fake-tensor mode (so parameters and inputs
+    have no storage); the batch is a mapping (keyword arguments) or a tuple (positional ones);
+    ``loss_fn`` turns the module's output into the scalar loss (default: ``output.loss``, as Hugging
+    Face models return it when given labels); ``optimizer_factory`` gets the parameters (default:
+    ``torch.optim.AdamW(params, foreach=True)``); ``autocast_dtype`` runs forward and loss under
+    ``torch.autocast("cpu", dtype=...)``. Gradients are set to None after each step. Two steps are the
+    default because optimizer states are created during the first one. Dropout and attention dropout run
+    as their CUDA kernels would store them (see :func:`_cuda_like_kernels`).
+    """
+    if steps < 1 or microbatches < 1:
+        raise ConfigError(f"steps={steps} and microbatches={microbatches} must both be >= 1", field="steps",
+                          value=steps)
+    if block_bytes < 1:
+        raise ConfigError(f"block_bytes must be >= 1, got {block_bytes}", field="block_bytes", value=block_bytes)
+    torch = _import_torch()
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    def default_loss(output: Any) -> torch.Tensor:
+        return output.loss
+
+    def default_optimizer(params: Any) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(params, foreach=True)
+
+    get_loss = loss_fn or default_loss
+    make_optimizer = optimizer_factory or default_optimizer
+    autocast = (torch.autocast("cpu", dtype=autocast_dtype) if autocast_dtype is not None
+                else contextlib.nullcontext())
+    module_acts: dict[str, int] = {}
+    with _block_rounding(block_bytes), FakeTensorMode(), _cuda_like_kernels():
+        module = module_factory()
+        module.train()
+        optimizer = make_optimizer(module.parameters())
+        tracker = MemTracker()
+        recorder = _PhaseRecorder(tracker)
+        with tracker:
+            tracker.track_external(module, optimizer)
+            for step in range(steps):
+                for mb in range(microbatches):
+                    tracker.reset_mod_stats()  # MemTracker refuses a second root forward otherwise
+                    batch = batch_factory()
+                    recorder.start()
+                    with autocast:
+                        output = module(**batch) if isinstance(batch, Mapping) else module(*batch)
+                        loss = get_loss(output)
+                    recorder.stop(step, mb, "forward")
+                    if step == 0 and mb == 0:
+                        module_acts = _module_activations(tracker)
+                    recorder.start()
+                    loss.backward()
+                    del output, loss, batch
+                    recorder.stop(step, mb, "backward")
+                recorder.start()
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                recorder.stop(step, 0, "optimizer")
+        state_bytes = _optimizer_state_bytes(optimizer, block_bytes)
+    best = max(recorder.records, key=lambda r: r.peak_bytes)
+    return ProbeResult(
+        peak_bytes=best.peak_bytes,
+        peak_phase=best.phase,
+        peak_step=best.step,
+        breakdown=_breakdown(best.tracker_breakdown, state_bytes),
+        tracker_breakdown=best.tracker_breakdown,
+        phases=recorder.records,
+        module_activation_bytes=module_acts,
+        block_bytes=block_bytes,
+    )
+
+
+def probe_memory(model: ModelConfig, training: TrainingConfig, *, steps: int = 2) -> ProbeResult:
+    """Measure one rank of ``training`` for ``model`` with its Hugging Face twin, data-parallel degree 1.
+
+    ``training.global_batch_size`` sets the gradient-accumulation micro-batches (default one). ZeRO, tensor,
+    pipeline and context parallelism are analytic only. See :mod:`frenzy_core.memory.hf_models` for how
+    each setting maps onto Transformers and torch, and ``ProbeResult.notes`` for what was approximated.
+    """
+    from frenzy_core.config.layout import num_microbatches
+    from frenzy_core.config.parallel import ParallelConfig
+    from frenzy_core.memory.hf_models import hf_training_setup
+
+    setup = hf_training_setup(model, training)
+    with setup.runtime():
+        result = measure_training_step(
+            setup.module_factory,
+            setup.batch_factory,
+            optimizer_factory=setup.optimizer_factory,
+            loss_fn=setup.loss_fn,
+            autocast_dtype=setup.autocast_dtype,
+            steps=steps,
+            microbatches=num_microbatches(training, ParallelConfig()),
+        )
+    return result.replace(notes=list(setup.notes)) if setup.notes else result

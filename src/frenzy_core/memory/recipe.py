@@ -1,0 +1,84 @@
+"""Bytes per parameter of each model-state category for a precision recipe, optimizer and framework."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from frenzy_core.config.training import Framework, Optimizer, OptimizerImpl, Precision, TrainingConfig
+
+__all__ = ["StateBytes", "state_bytes", "ADAM_8BIT_BLOCK_SIZE"]
+
+ADAM_8BIT_BLOCK_SIZE = 2048
+"""bitsandbytes block-wise quantisation: one fp32 absmax per 2,048 elements of each 8-bit state
+(Dettmers et al. 2022, "8-bit Optimizers via Block-wise Quantization", section 2.1)."""
+
+
+@dataclass(frozen=True)
+class StateBytes:
+    """Bytes per (local) parameter of each model-state category, and step-time temporaries."""
+
+    param: float
+    """Working weights (plus the fp8 weight copy Transformer Engine keeps for fp8 recipes)."""
+    grad: float
+    """Gradients as accumulated over micro-batches (Megatron: fp32 main grads for half recipes)."""
+    master: float
+    """fp32 master weights of mixed-precision recipes."""
+    states: float
+    """Optimizer states."""
+    step_temp_local: float
+    """Step-time temporaries sized like the whole local shard (foreach temporaries, fp32 grad copies)."""
+    step_temp_largest: float
+    """Step-time temporaries sized like the largest single tensor (for-loop implementations)."""
+
+
+def _state_dtype_bytes(precision: Precision) -> int:
+    # torch creates optimizer states with zeros_like(param): half params get half states (pure bf16/fp16);
+    # mixed recipes step on the fp32 master copy.
+    return 2 if precision.is_pure_half else 4
+
+
+def _num_states(optimizer: Optimizer) -> int:
+    # torch.optim.Adam/AdamW: exp_avg, exp_avg_sq; SGD with momentum: momentum_buffer; plain SGD: none.
+    return {Optimizer.ADAM: 2, Optimizer.ADAMW: 2, Optimizer.SGD: 0, Optimizer.SGD_MOMENTUM: 1,
+            Optimizer.ADAM_8BIT: 2}[optimizer]
+
+
+def state_bytes(training: TrainingConfig) -> StateBytes:
+    """Bytes per parameter of weights, gradients, master weights, optimizer states and step temporaries."""
+    p = training.precision
+    megatron = training.framework is Framework.MEGATRON
+    param = float(p.param_bytes)
+    if p is Precision.FP8_MIXED:
+        # Transformer Engine keeps an fp8 copy of each weight for the fp8 GEMMs (1 byte per element).
+        param += 1.0
+    if p.is_mixed:
+        # Megatron: fp32 main_grad buffer (accumulate_allreduce_grads_in_fp32); DeepSpeed/torch: half grads
+        # (the ZeRO paper's 2 + 2 + K accounting).
+        grad = 4.0 if megatron else 2.0
+        master = 4.0
+    else:
+        grad = param if p is not Precision.FP8_MIXED else 2.0
+        master = 0.0
+    n_states = _num_states(training.optimizer)
+    sdt = _state_dtype_bytes(p)
+    if training.optimizer is Optimizer.ADAM_8BIT:
+        states = n_states * (1.0 + 4.0 / ADAM_8BIT_BLOCK_SIZE)
+    else:
+        states = float(n_states * sdt)
+    temp_local = 0.0
+    temp_largest = 0.0
+    if n_states == 2 and training.optimizer is not Optimizer.ADAM_8BIT and not megatron:
+        # torch/optim/adam.py: _multi_tensor_adam allocates exp_avg_sq_sqrt = _foreach_sqrt(exp_avg_sqs), one
+        # copy of the local parameter set in the state dtype; _single_tensor_adam allocates
+        # (exp_avg_sq.sqrt() / bias_correction2_sqrt) for one tensor at a time (two temporaries).
+        # The fused kernel allocates nothing sizeable. Megatron steps with fused Adam (TE/Apex).
+        if training.optimizer_impl is OptimizerImpl.FOREACH:
+            temp_local += sdt
+        elif training.optimizer_impl is OptimizerImpl.FOR_LOOP:
+            temp_largest += 2 * sdt
+    if p.is_mixed and not megatron:
+        # DeepSpeed's mixed-precision optimizers copy the half gradient shard to fp32 before stepping
+        # (single_partition_of_fp32_groups[i].grad).
+        temp_local += 4.0
+    return StateBytes(param=param, grad=grad, master=master, states=states, step_temp_local=temp_local,
+                      step_temp_largest=temp_largest)

@@ -1,0 +1,167 @@
+"""Which layers and parameters each pipeline stage and tensor/expert-parallel rank holds (array-friendly)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from frenzy_core.config.model import ArchKind, ModelConfig, PositionEmbedding
+from frenzy_core.config.params import layer_parameters, mlp_parameters, norm_parameters
+
+__all__ = ["LayerConstants", "layer_constants", "StageShape", "stage_shape", "StageParams", "stage_params"]
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class LayerConstants:
+    """Unsharded parameter counts of one layer's parts, split by how tensor parallelism treats them."""
+
+    attn_split: int
+    """Q/K/V/output weights and column-parallel (QKV) biases: divided by tp."""
+    attn_replicated: int
+    """Row-parallel output bias and the two norms: on every tp rank."""
+    mlp_split: int
+    """Dense MLP weights and column-parallel biases: divided by tp."""
+    mlp_replicated: int
+    """Row-parallel MLP bias."""
+    moe_shared_split: int
+    """Shared experts of an MoE layer: divided by tp."""
+    moe_shared_replicated: int
+    moe_router: int
+    """Router (and shared-expert gate): replicated over tp."""
+    moe_experts: int
+    """All routed experts of one MoE layer: divided by ep and, as Megatron's default etp = tp, by tp."""
+    largest_layer_tensor: int
+    """Largest single weight of a layer (unsharded): sizes for-loop optimizer temporaries."""
+
+
+def _mlp_split(model: ModelConfig, ffn: int) -> tuple[int, int]:
+    total = mlp_parameters(model, ffn)
+    replicated = model.hidden_size if model.linear_bias else 0
+    return total - replicated, replicated
+
+
+def layer_constants(model: ModelConfig) -> LayerConstants:
+    """Per-layer constants of ``model``, from :func:`frenzy_core.config.params.layer_parameters`."""
+    h, q, kv = model.hidden_size, model.q_size, model.kv_size
+    dense = layer_parameters(model, 0)  # attention and norms are alike in every layer
+    qk_norms = 2 * norm_parameters(model, model.head_dim) if model.qk_norm else 0
+    row_bias = h if model.linear_bias else 0
+    attn_split = dense.attention - row_bias - qk_norms
+    attn_repl = row_bias + qk_norms + dense.norms
+    mlp_s, mlp_r = _mlp_split(model, model.ffn_hidden_size)
+    sh_s = sh_r = router = experts = 0
+    largest = max(h * (q + 2 * kv), model.ffn_hidden_size * h * (2 if model.mlp.gated else 1))
+    moe = model.moe
+    if moe is not None:
+        moe_layer = layer_parameters(model, next(i for i in range(model.num_layers) if model.is_moe_layer(i)))
+        if moe.shared_expert_ffn_hidden_size:
+            sh_s, sh_r = _mlp_split(model, moe.shared_expert_ffn_hidden_size)
+        router = moe_layer.router
+        experts = moe_layer.experts
+        largest = max(largest, h * moe.num_experts)
+    return LayerConstants(attn_split=attn_split, attn_replicated=attn_repl, mlp_split=mlp_s, mlp_replicated=mlp_r,
+                          moe_shared_split=sh_s, moe_shared_replicated=sh_r, moe_router=router,
+                          moe_experts=experts, largest_layer_tensor=largest)
+
+
+@dataclass(frozen=True)
+class StageShape:
+    """Layers of one pipeline stage (all its virtual chunks), as arrays over configurations."""
+
+    num_layers: IntArray
+    num_moe_layers: IntArray
+    is_first: npt.NDArray[np.bool_]
+    is_last: npt.NDArray[np.bool_]
+
+
+def _count_moe(model: ModelConfig, lo: IntArray, hi: IntArray) -> IntArray:
+    """MoE layers among 0-based layers [lo, hi)."""
+    moe = model.moe
+    if moe is None:
+        return np.zeros_like(lo)
+    k, fd = moe.layer_interval, moe.first_dense_layers
+    a = np.maximum(lo, fd)
+    n = (hi - 1 - fd) // k - (a - 1 - fd) // k
+    return np.where(hi > a, n, 0)
+
+
+def stage_shape(model: ModelConfig, stage: IntArray, pp: IntArray, vpp: IntArray) -> StageShape:
+    """Layers of ``stage``: the model is cut into pp x vpp chunks, the first L mod (pp x vpp) one layer longer
+    (so stage 0 is never lighter than a middle stage); stage i holds chunks i, i + pp, ..."""
+    n_layers = model.num_layers
+    chunks = pp * vpp
+    base, extra = n_layers // chunks, n_layers % chunks
+    total = np.zeros(np.broadcast(stage, pp, vpp).shape, dtype=np.int64)
+    moe = np.zeros_like(total)
+    for j in range(int(np.max(vpp))):
+        c = stage + j * pp
+        active = j < vpp
+        size = base + (c < extra)
+        start = c * base + np.minimum(c, extra)
+        total += np.where(active, size, 0)
+        if model.moe is not None:
+            moe += np.where(active, _count_moe(model, start, start + size), 0)
+    return StageShape(num_layers=total, num_moe_layers=moe, is_first=np.asarray(stage == 0),
+                      is_last=np.asarray(stage == pp - 1))
+
+
+@dataclass(frozen=True)
+class StageParams:
+    """Unsharded parameter counts of one stage by how they are split; ``per_rank`` divides them."""
+
+    split: FloatArray
+    """Divided by tp on each rank (weights of attention, MLP, vocabulary-parallel embeddings and head)."""
+    replicated: FloatArray
+    """Whole on every tp rank (norms, row-parallel biases, routers, position tables)."""
+    experts: FloatArray
+    """Routed experts: divided by ep x tp on each rank."""
+    tied_copy: FloatArray
+    """Of ``split``: the word-embedding copy the last stage holds for a tied head when pp > 1 (not unique)."""
+    largest_tensor: FloatArray
+    """Largest single tensor a rank holds (after sharding)."""
+
+    def per_rank(self, tp: npt.ArrayLike, ep: npt.ArrayLike) -> FloatArray:
+        """Parameters one rank of this stage holds."""
+        tp_a = np.asarray(tp, dtype=np.float64)
+        return np.asarray(self.split / tp_a + self.replicated + self.experts / (tp_a * np.asarray(ep)))
+
+
+def stage_params(model: ModelConfig, shape: StageShape, tp: npt.ArrayLike) -> StageParams:
+    """Parameter counts of the stage ``shape`` describes; ``tp`` only sizes ``largest_tensor``."""
+    c = layer_constants(model)
+    h, v = model.hidden_size, model.vocab_size
+    n = shape.num_layers.astype(np.float64)
+    nm = shape.num_moe_layers.astype(np.float64)
+    nd = n - nm
+    split = n * c.attn_split + nd * c.mlp_split + nm * c.moe_shared_split
+    repl = n * c.attn_replicated + nd * c.mlp_replicated + nm * (c.moe_shared_replicated + c.moe_router)
+    experts = nm * c.moe_experts
+    # First stage: word embeddings (vocabulary-parallel), position/token-type tables and embedding norm.
+    emb_repl = (model.max_position_embeddings * h if model.position_embedding is PositionEmbedding.LEARNED else 0)
+    emb_repl += model.type_vocab_size * h + (norm_parameters(model) if model.embedding_norm else 0)
+    first = shape.is_first.astype(np.float64)
+    last = shape.is_last.astype(np.float64)
+    split = split + first * (v * h)
+    repl = repl + first * emb_repl
+    # Last stage: final norm, output head (untied, or a tied copy when the embedding lives on another stage).
+    head_repl = norm_parameters(model) if model.final_norm else 0
+    head_repl += h * h + h if model.pooler else 0
+    head_split = 0
+    if model.lm_head and model.arch is ArchKind.ENCODER:
+        head_repl += h * h + h + norm_parameters(model)
+        head_split += v
+    if model.lm_head and not model.tied_embeddings:
+        head_split += v * h
+    tied = last * (1.0 - first) * (v * h if model.tied_embeddings and model.lm_head else 0)
+    split = split + last * head_split + tied
+    repl = repl + last * head_repl
+    tp_a = np.asarray(tp, dtype=np.float64)
+    largest = np.maximum(np.where(n > 0, c.largest_layer_tensor / tp_a, 0.0),
+                         np.where((first + last) > 0, v * h / tp_a, 0.0))
+    return StageParams(split=np.asarray(split), replicated=np.asarray(repl), experts=np.asarray(experts),
+                       tied_copy=np.asarray(tied), largest_tensor=np.asarray(largest))

@@ -1,0 +1,81 @@
+"""What the planner needs from the memory and time models, and the default: frenzy_core's analytic ones."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+
+from frenzy_core.config.model import ModelConfig
+from frenzy_core.config.parallel import ParallelConfig
+from frenzy_core.config.training import TrainingConfig
+from frenzy_core.hardware.gpu import GPUSpec
+from frenzy_core.planning.layouts import LayoutBatch
+
+__all__ = ["AnalyticEstimator", "LayoutEstimator"]
+
+
+class LayoutEstimator(Protocol):
+    """Memory and time of many layouts at once (vectorised), and full records for the chosen one."""
+
+    def device_bytes(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutBatch) -> np.ndarray:
+        """Bytes the busiest rank of each layout needs on its GPU (int64)."""
+
+    def iteration_s(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutBatch, gpu: GPUSpec,
+                    cluster: Any) -> np.ndarray:
+        """Seconds per optimizer step of each layout on ``gpu`` (float64)."""
+
+    def memory(self, model: ModelConfig, training: TrainingConfig, parallel: ParallelConfig) -> Any:
+        """The full :class:`MemoryEstimate` of one layout."""
+
+    def time(self, model: ModelConfig, training: TrainingConfig, parallel: ParallelConfig, gpu: GPUSpec,
+             cluster: Any) -> Any:
+        """The full :class:`TimeEstimate` of one layout on ``gpu``."""
+
+
+class AnalyticEstimator:
+    """``frenzy_core.memory`` and ``frenzy_core.timing``: the library's own analytic models."""
+
+    def device_bytes(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutBatch) -> np.ndarray:
+        from frenzy_core import memory
+
+        batch = getattr(memory, "estimate_memory_batch", None)
+        if batch is not None:
+            result = batch(model, training, **_columns(layouts))
+            return np.asarray(getattr(result, "device_bytes", result), dtype=np.int64)
+        out = np.empty(len(layouts), dtype=np.int64)  # scalar path until the batch estimator lands
+        for i in range(len(layouts)):
+            out[i] = memory.estimate_memory(model, layouts.training(i, training), layouts.parallel(i)).device_bytes
+        return out
+
+    def iteration_s(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutBatch, gpu: GPUSpec,
+                    cluster: Any) -> np.ndarray:
+        from frenzy_core.timing import estimate_iteration_time_batch
+
+        result = estimate_iteration_time_batch(
+            model, training, gpu, dp=layouts.dp, tp=layouts.tp, pp=layouts.pp, vpp=layouts.vpp, cp=layouts.cp,
+            ep=layouts.ep, micro_batch_size=layouts.micro_batch_size, recompute=layouts.recompute,
+            sequence_parallel=layouts.sequence_parallel.astype(bool),
+            zero_stage=np.maximum(layouts.zero_stage, layouts.distributed_optimizer), cluster=cluster)
+        return np.asarray(result.iteration_s, dtype=np.float64)
+
+    def memory(self, model: ModelConfig, training: TrainingConfig, parallel: ParallelConfig) -> Any:
+        from frenzy_core.memory import estimate_memory
+
+        return estimate_memory(model, training, parallel)
+
+    def time(self, model: ModelConfig, training: TrainingConfig, parallel: ParallelConfig, gpu: GPUSpec,
+             cluster: Any) -> Any:
+        from frenzy_core.timing import estimate_iteration_time
+
+        return estimate_iteration_time(model, training, parallel, gpu, cluster=cluster)
+
+
+def _columns(layouts: LayoutBatch) -> dict[str, np.ndarray]:
+    """Keyword arrays for the batch estimators (names as in ParallelConfig and TrainingConfig)."""
+    return {
+        "dp": layouts.dp, "tp": layouts.tp, "pp": layouts.pp, "vpp": layouts.vpp, "cp": layouts.cp,
+        "ep": layouts.ep, "micro_batch_size": layouts.micro_batch_size, "recompute": layouts.recompute,
+        "zero_stage": layouts.zero_stage, "distributed_optimizer": layouts.distributed_optimizer,
+        "sequence_parallel": layouts.sequence_parallel.astype(bool),
+    }

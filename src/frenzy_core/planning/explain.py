@@ -1,0 +1,72 @@
+"""A plan in words: what was chosen, where its memory and time go, the runners-up, and why other GPUs lost."""
+
+from __future__ import annotations
+
+from frenzy_core.planning.plan import OBJECTIVE_UNITS, Plan
+
+__all__ = ["explain_plan", "format_value"]
+
+GIB = 2**30
+
+
+def format_value(value: float, unit: str) -> str:
+    """An objective value with its unit, rounded for reading."""
+    if unit == "USD":
+        return f"${value:,.2f}"
+    if unit == "GPUs":
+        return f"{value:,.0f} GPUs"
+    if unit == "s":
+        return f"{value:,.0f} s ({value / 3600:,.1f} h)"
+    return f"{value:,.0f} {unit}"
+
+
+def _layout(plan: Plan) -> str:
+    p, t = plan.parallel, plan.training
+    parts = [f"dp={p.dp}", f"tp={p.tp}", f"pp={p.pp}"]
+    parts += [f"{k}={v}" for k, v in (("vpp", p.vpp), ("cp", p.cp), ("ep", p.ep)) if v > 1]
+    parts += [f"micro_batch_size={t.micro_batch_size}", f"recompute={t.recompute.value}"]
+    if t.distributed_optimizer:
+        parts.append("distributed_optimizer")
+    else:
+        parts.append(f"zero_stage={t.zero_stage}")
+    if t.sequence_parallel:
+        parts.append("sequence_parallel")
+    return ", ".join(parts)
+
+
+def explain_plan(plan: Plan) -> str:
+    """Several lines of plain text; stable wording so it can be shown in a terminal or a log."""
+    unit = OBJECTIVE_UNITS[plan.objective]
+    lines = [
+        f"Plan: {plan.num_gpus} x {plan.gpu_type} on {len(plan.placement)} node(s); {_layout(plan)}.",
+        (f"Objective {plan.objective.value}: {format_value(plan.objective_value, unit)} "
+        f"({'proven optimal' if plan.optimal else 'best found, not proven optimal'} by {plan.solver} "
+        f"in {plan.solve_time_s * 1000:.0f} ms); {plan.stranded_gpus} free GPU(s) left on the nodes it touches."),
+    ]
+    if plan.price_per_hour_usd is not None:
+        lines.append(f"Price: ${plan.price_per_hour_usd:,.2f} per hour for all {plan.num_gpus} GPUs.")
+    mem = plan.memory
+    lines.append(f"Memory of the busiest GPU (stage {mem.busiest_stage}, peak in {mem.peak_phase}): "
+                 f"{mem.device_bytes / GIB:.1f} GiB of {plan.usable_bytes / GIB:.1f} GiB usable.")
+    for name, nbytes in sorted({**mem.breakdown, **mem.overhead}.items(), key=lambda kv: -kv[1]):
+        if nbytes > 0:
+            lines.append(f"  {name:<22} {nbytes / GIB:8.2f} GiB")
+    tm = plan.time
+    lines.append(f"Time per step: {tm.iteration_s:.3f} s, {tm.tokens_per_s:,.0f} tokens/s, MFU {tm.mfu:.1%} "
+                 f"({tm.num_microbatches} micro-batches per step, {tm.overlapped_s:.3f} s overlapped).")
+    for name, seconds in sorted(tm.breakdown.items(), key=lambda kv: -kv[1]):
+        if seconds > 0:
+            lines.append(f"  {name:<22} {seconds:8.3f} s")
+    if plan.alternatives:
+        lines.append("Runners-up:")
+        for alt in plan.alternatives:
+            p = alt.parallel
+            extra = "".join(f" {k}={v}" for k, v in (("vpp", p.vpp), ("cp", p.cp), ("ep", p.ep)) if v > 1)
+            lines.append(f"  {alt.num_gpus} x {alt.gpu_type} dp={p.dp} tp={p.tp} pp={p.pp}{extra} "
+                         f"mbs={alt.micro_batch_size} recompute={alt.recompute.value}: "
+                         f"{format_value(alt.objective_value, unit)}, {alt.device_bytes / GIB:.1f} GiB per GPU")
+    if plan.rejected:
+        lines.append("Other GPU types:")
+        for rej in plan.rejected:
+            lines.append(f"  {rej.gpu_type}: {rej.message}")
+    return "\n".join(lines)

@@ -1,0 +1,156 @@
+"""When nothing fits: say what blocked every GPU type and find the smallest changes that would help.
+
+Each suggestion comes from re-running the candidate search with one input relaxed (more free GPUs, a pin
+lifted, a limit raised, a shorter sequence) and checking that a candidate can then be placed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from frenzy_core.errors import InfeasiblePlanError
+from frenzy_core.planning.candidates import CandidateTable
+from frenzy_core.planning.diagnosis import extra_free_gpus, type_rejections
+from frenzy_core.planning.layouts import RECOMPUTE_ORDER
+from frenzy_core.planning.nodes import FreeNode, NodePool
+from frenzy_core.planning.placement import placement_options
+from frenzy_core.planning.planner import Search
+
+__all__ = ["SEQ_LEN_STEP", "infeasible_error"]
+
+SEQ_LEN_STEP = 256
+"""Granularity of the suggested sequence-length limit (tokens)."""
+
+
+def _best_row(search: Search) -> tuple[CandidateTable, int] | None:
+    table = search.table()
+    rows, ok = placement_options(table, search.pool)
+    if not ok.any():
+        return None
+    return table, int(rows[int(np.argmax(ok))])
+
+
+def _free_gpu_suggestions(search: Search) -> list[str]:
+    """More free GPUs: every GPU of the cluster free, then the cheapest way to place each fitting option."""
+    all_free = NodePool(nodes=tuple(FreeNode(n.name, n.gpu_type, n.gpus_per_node, tuple(range(n.gpus_per_node)))
+                                    for n in search.pool.nodes))
+    table = replace(search, pool=all_free).table()
+    best: dict[str, tuple[int, int, int]] = {}  # type -> (extra GPUs, tp, world)
+    for (g, tp, world) in {(int(a), int(b), int(c)) for a, b, c in zip(table.gpu, table.tp, table.world)}:
+        name = table.gpu_types[g]
+        extra = extra_free_gpus(search.pool, name, tp, world)
+        if extra is None or extra == 0:
+            continue
+        if name not in best or (extra, world, tp) < (best[name][0], best[name][2], best[name][1]):
+            best[name] = (extra, tp, world)
+    out = []
+    for name, (extra, tp, world) in sorted(best.items(), key=lambda kv: (kv[1][0], kv[0]))[:2]:
+        if world == tp and tp > 1:
+            out.append(f"needs {extra} more free {name} in one node (a tp={tp} group of {world} GPUs)")
+        else:
+            out.append(f"needs {extra} more free {name} GPUs ({world} GPUs in whole tp={tp} groups per node)")
+    return out
+
+
+def _pin_suggestions(search: Search) -> list[str]:
+    """Lift one pin at a time; suggest the value the best placeable candidate then uses."""
+    c = search.constraints
+    out = []
+    pins = {"recompute": c.recompute, "micro_batch_sizes": c.micro_batch_sizes, "zero_stages": c.zero_stages,
+            "distributed_optimizer": c.distributed_optimizer, "sequence_parallel": c.sequence_parallel,
+            "tp": c.tp, "pp": c.pp, "headroom": c.headroom or None}
+    for field, value in pins.items():
+        if value is None:
+            continue
+        relaxed = {field: 0.0} if field == "headroom" else {field: None}
+        found = _best_row(replace(search, constraints=c.replace(**relaxed)))
+        if found is None:
+            continue
+        table, row = found
+        i = int(table.layout[row])
+        lay = table.layouts
+        chosen = {
+            "recompute": f"recompute={RECOMPUTE_ORDER[int(lay.recompute[i])].value}",
+            "micro_batch_sizes": f"micro_batch_size={int(lay.micro_batch_size[i])}",
+            "zero_stages": f"zero_stage={int(lay.zero_stage[i])}",
+            "distributed_optimizer": f"distributed_optimizer={bool(lay.distributed_optimizer[i])}",
+            "sequence_parallel": f"sequence_parallel={bool(lay.sequence_parallel[i])}",
+            "tp": f"tp={int(lay.tp[i])}", "pp": f"pp={int(lay.pp[i])}", "headroom": "headroom=0",
+        }[field]
+        out.append(chosen)
+    return out
+
+
+def _limit_suggestions(search: Search) -> list[str]:
+    """Raise or drop one limit at a time; suggest the value the best placeable candidate needs."""
+    c = search.constraints
+    out = []
+    if c.gpu_types is not None:
+        found = _best_row(replace(search, constraints=c.replace(gpu_types=None)))
+        if found is not None:
+            table, row = found
+            out.append(f"allow gpu type {table.gpu_types[int(table.gpu[row])]}")
+    for field in ("max_gpus", "num_gpus"):
+        if getattr(c, field) is not None:
+            found = _best_row(replace(search, constraints=c.replace(**{field: None})))
+            if found is not None:
+                table, row = found
+                op = ">=" if field == "max_gpus" else "="
+                out.append(f"{field} {op} {int(table.world[row])}")
+    if c.max_price_per_hour_usd is not None:
+        found = _best_row(replace(search, constraints=c.replace(max_price_per_hour_usd=None)))
+        if found is not None:
+            table, row = found
+            rows, ok = placement_options(table, search.pool)
+            prices = table.price_per_hour_usd[rows[ok]]
+            if np.isfinite(prices).any():
+                out.append(f"max_price_per_hour_usd >= {float(np.nanmin(prices)):.2f}")
+    if c.deadline_s is not None and c.token_budget is not None:
+        found = _best_row(replace(search, constraints=c.replace(deadline_s=None)))
+        if found is not None:
+            table, row = found
+            rows, ok = placement_options(table, search.pool)
+            fastest = float((c.token_budget / table.tokens_per_s[rows[ok]]).min())
+            out.append(f"deadline_s >= {fastest:,.0f}")
+    return out
+
+
+def _seq_len_suggestion(search: Search) -> list[str]:
+    """The longest sequence (a multiple of SEQ_LEN_STEP below the request's) that can be placed."""
+    seq = search.training.seq_len
+    lo, hi = 0, (seq - 1) // SEQ_LEN_STEP  # in steps; hi * step < seq
+    if hi == 0:
+        return []
+
+    def ok(steps: int) -> bool:
+        training = search.training.replace(seq_len=steps * SEQ_LEN_STEP)
+        return replace(search, training=training).feasible()
+
+    if not ok(1):
+        return []
+    lo = 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return [f"sequence length <= {lo * SEQ_LEN_STEP}"]
+
+
+def infeasible_error(search: Search, table: CandidateTable) -> InfeasiblePlanError:
+    """An :class:`InfeasiblePlanError` naming what blocked each GPU type and the smallest changes that help."""
+    rows, ok = placement_options(table, search.pool)
+    cap = search.constraints.num_gpus or search.constraints.max_gpus
+    reasons = [f"{r.gpu_type}: {r.message}" for r in type_rejections(table, search.pool, rows, ok, None, cap)]
+    suggestions = (_free_gpu_suggestions(search) + _pin_suggestions(search) + _limit_suggestions(search)
+                   + _seq_len_suggestion(search))
+    model = search.model.name or "the model"
+    message = f"no plan fits {model} on this cluster: " + "; ".join(reasons)
+    if suggestions:
+        message += ". Would make it feasible: " + ", or ".join(suggestions)
+    else:
+        message += ". No single change tried (more free GPUs, lifting a pin or limit, a shorter sequence) helps"
+    return InfeasiblePlanError(message, reasons=reasons, suggestions=suggestions)

@@ -1,0 +1,99 @@
+"""``Plan``: the planner's answer (GPU type, placement, layout, recipe, estimates), with runners-up and losers."""
+
+from __future__ import annotations
+
+import enum
+
+from pydantic import Field
+
+from frenzy_core._base import FrozenModel
+from frenzy_core.config.parallel import ParallelConfig
+from frenzy_core.config.training import Recompute, TrainingConfig
+from frenzy_core.memory.result import MemoryEstimate
+from frenzy_core.planning.request import Objective
+from frenzy_core.timing.result import TimeEstimate
+
+__all__ = ["OBJECTIVE_UNITS", "Alternative", "Plan", "RejectReason", "Rejection"]
+
+OBJECTIVE_UNITS: dict[Objective, str] = {
+    Objective.THROUGHPUT: "tokens/s",
+    Objective.COST: "USD",
+    Objective.TIME_TO_TRAIN: "s",
+    Objective.GPUS: "GPUs",
+}
+"""Unit of ``objective_value`` for each objective."""
+
+
+class RejectReason(str, enum.Enum):
+    """Why a GPU type of the cluster was not chosen, checked in this order."""
+
+    NOT_ALLOWED = "not_allowed"
+    """Excluded by ``constraints.gpu_types``."""
+    DOES_NOT_FIT = "does_not_fit"
+    """No layout fits its memory, even using every GPU of the type."""
+    NOT_ENOUGH_FREE = "not_enough_free"
+    """Layouts fit, but need more free GPUs than there are (or than max_gpus/num_gpus allow)."""
+    LIMITS = "limits"
+    """Layouts fit and are free, but break a price, deadline or objective requirement."""
+    TP_SPLIT = "tp_split"
+    """No node has enough free GPUs for a tensor-parallel group of any fitting layout."""
+    OUTRANKED = "outranked"
+    """Feasible, but worse on the objective than the chosen plan."""
+
+
+class Rejection(FrozenModel):
+    """One GPU type that lost, and why."""
+
+    gpu_type: str
+    reason: RejectReason
+    message: str = Field(description="Why, in words, with needed against available.")
+    best_value: float | None = Field(default=None, description="Its best feasible objective value, if any.")
+
+
+class Alternative(FrozenModel):
+    """A runner-up: a feasible layout that ranked below the plan (lighter than a Plan: no placement)."""
+
+    gpu_type: str
+    num_gpus: int
+    parallel: ParallelConfig
+    micro_batch_size: int
+    recompute: Recompute
+    zero_stage: int
+    distributed_optimizer: bool
+    sequence_parallel: bool
+    device_bytes: int
+    tokens_per_s: float
+    price_per_hour_usd: float | None
+    objective_value: float
+
+
+class Plan(FrozenModel):
+    """Which GPUs a job gets and how it runs on them; ``explain()`` says why."""
+
+    gpu_type: str = Field(description="GPU type id of every GPU in the plan.")
+    num_gpus: int = Field(gt=0)
+    placement: dict[str, list[int]] = Field(description="Node name -> GPU indices the job takes on it.")
+    parallel: ParallelConfig
+    training: TrainingConfig = Field(description="The request's recipe with the searched fields as chosen.")
+    memory: MemoryEstimate
+    time: TimeEstimate
+    usable_bytes: int = Field(description="GPU memory the plan may use: usable memory less the headroom.")
+    price_per_hour_usd: float | None = Field(description="All GPUs of the plan together; None without prices.")
+    objective: Objective
+    objective_value: float = Field(description="In OBJECTIVE_UNITS[objective].")
+    stranded_gpus: int = Field(ge=0, description="Free GPUs left on the nodes the plan touches (fragmentation).")
+    optimal: bool = Field(description="Whether the solver proved the plan optimal for the objective.")
+    solver: str = Field(description="cp-sat, exhaustive, or greedy (CP-SAT found nothing in its time limit).")
+    solve_time_s: float = Field(ge=0, description="Seconds the solver took (estimation not included).")
+    alternatives: list[Alternative] = Field(default_factory=list, description="Runners-up, best first.")
+    rejected: list[Rejection] = Field(default_factory=list, description="Every other GPU type, and why it lost.")
+
+    @property
+    def objective_unit(self) -> str:
+        return OBJECTIVE_UNITS[self.objective]
+
+    def explain(self) -> str:
+        """Why this plan: memory and time breakdown, runners-up, and why every other GPU type lost."""
+        from frenzy_core.planning.explain import explain_plan
+
+        return explain_plan(self)

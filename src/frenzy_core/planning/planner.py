@@ -1,0 +1,248 @@
+"""``plan_job``: choose GPU type, GPU count, nodes, layout and recipe for one training job on a cluster."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from frenzy_core.config.model import ModelConfig
+from frenzy_core.config.training import TrainingConfig
+from frenzy_core.errors import ConfigError
+from frenzy_core.hardware.gpu import GPUSpec
+from frenzy_core.hardware.gpus import get_gpu_spec
+from frenzy_core.planning.candidates import CandidateTable, build_candidates
+from frenzy_core.planning.diagnosis import type_rejections
+from frenzy_core.planning.estimators import AnalyticEstimator, LayoutEstimator
+from frenzy_core.planning.layouts import RECOMPUTE_ORDER
+from frenzy_core.planning.nodes import NodePool
+from frenzy_core.planning.placement import Solution, placement_options, solve_cp_sat, solve_exhaustive
+from frenzy_core.planning.plan import Alternative, Plan
+from frenzy_core.planning.request import Objective, PlanConstraints
+
+__all__ = ["SOLVERS", "Search", "TypeLinks", "plan_job"]
+
+SOLVERS = ("cp-sat", "exhaustive")
+"""Solver names ``plan_job`` accepts."""
+
+
+@dataclass(frozen=True)
+class TypeLinks:
+    """Node size and links of one GPU type in a cluster, as the time model reads them from ``cluster=``.
+
+    A type spread over node shapes with different links gets the slowest of each (a conservative estimate)
+    and its largest node size.
+    """
+
+    gpus_per_node: int
+    intra_node_bytes_per_s: float
+    inter_node_bytes_per_s: float
+
+
+def _type_links(cluster: Any, spec: GPUSpec) -> TypeLinks:
+    shapes = [n for n in getattr(cluster, "nodes", ()) if getattr(n, "gpu", None) == spec.id]
+    if not shapes:
+        return TypeLinks(spec.gpus_per_node, spec.intra_node_bytes_per_s, spec.inter_node_bytes_per_s)
+    return TypeLinks(
+        gpus_per_node=max(n.gpus_per_node for n in shapes),
+        intra_node_bytes_per_s=min(n.intra_node_bytes_per_s or spec.intra_node_bytes_per_s for n in shapes),
+        inter_node_bytes_per_s=min(n.inter_node_bytes_per_s or spec.inter_node_bytes_per_s for n in shapes),
+    )
+
+
+@dataclass(frozen=True)
+class Search:
+    """Everything one request is solved from; rebuilt with relaxed inputs to find suggestions."""
+
+    model: ModelConfig
+    training: TrainingConfig
+    pool: NodePool
+    specs: dict[str, GPUSpec]
+    constraints: PlanConstraints
+    objective: Objective
+    estimator: LayoutEstimator
+    links: dict[str, TypeLinks]
+
+    def table(self) -> CandidateTable:
+        return build_candidates(self.model, self.training, self.pool, self.specs, self.constraints, self.objective,
+                                _LinkedEstimator(self.estimator, self.links), cluster=None)
+
+    def feasible(self) -> bool:
+        """Whether any candidate can be placed (no solver needed: the count check is exact)."""
+        _, ok = placement_options(self.table(), self.pool)
+        return bool(ok.any())
+
+
+class _LinkedEstimator:
+    """The estimator with each GPU type's cluster links passed to its time model."""
+
+    def __init__(self, inner: LayoutEstimator, links: dict[str, TypeLinks]):
+        self.inner = inner
+        self.links = links
+
+    def device_bytes(self, model: ModelConfig, training: TrainingConfig, layouts: Any) -> np.ndarray:
+        return self.inner.device_bytes(model, training, layouts)
+
+    def iteration_s(self, model: ModelConfig, training: TrainingConfig, layouts: Any, gpu: GPUSpec,
+                    cluster: Any) -> np.ndarray:
+        return self.inner.iteration_s(model, training, layouts, gpu, self.links.get(gpu.id))
+
+    def memory(self, model: ModelConfig, training: TrainingConfig, parallel: Any) -> Any:
+        return self.inner.memory(model, training, parallel)
+
+    def time(self, model: ModelConfig, training: TrainingConfig, parallel: Any, gpu: GPUSpec, cluster: Any) -> Any:
+        return self.inner.time(model, training, parallel, gpu, self.links.get(gpu.id))
+
+
+def _constraints(constraints: PlanConstraints | Mapping[str, Any] | None) -> PlanConstraints:
+    if constraints is None:
+        return PlanConstraints()
+    if isinstance(constraints, PlanConstraints):
+        return constraints
+    if isinstance(constraints, Mapping):
+        return PlanConstraints.model_validate(dict(constraints))  # type: ignore[no-any-return]
+    raise ConfigError(f"constraints must be a PlanConstraints or a mapping, got {type(constraints).__name__}",
+                      field="constraints")
+
+
+def _objective(objective: Objective | str) -> Objective:
+    try:
+        return Objective(objective)
+    except ValueError:
+        raise ConfigError(f"unknown objective {objective!r}", field="objective", value=objective,
+                          hint="use one of " + ", ".join(repr(o.value) for o in Objective)) from None
+
+
+def make_search(model: ModelConfig, cluster: Any, training: TrainingConfig | None, objective: Objective | str,
+                constraints: PlanConstraints | Mapping[str, Any] | None,
+                estimator: LayoutEstimator | None = None) -> Search:
+    """Validate a request and gather what solving it needs; bad input raises ConfigError."""
+    if not isinstance(model, ModelConfig):
+        raise ConfigError(f"model must be a ModelConfig, got {type(model).__name__}", field="model",
+                          hint="use ModelConfig.preset(name) or ModelConfig(...)")
+    training = TrainingConfig() if training is None else training
+    if not isinstance(training, TrainingConfig):
+        raise ConfigError(f"training must be a TrainingConfig, got {type(training).__name__}", field="training")
+    obj = _objective(objective)
+    cons = _constraints(constraints)
+    pool = cluster if isinstance(cluster, NodePool) else NodePool.from_cluster(cluster)
+    if not pool.nodes:
+        raise ConfigError("the cluster has no nodes", field="cluster", hint="add nodes: [{gpu: ..., gpus_per_node: ...}]")
+    specs = {name: get_gpu_spec(name) for name in pool.gpu_types}
+    if cons.gpu_types is not None:
+        wanted = [get_gpu_spec(name).id for name in cons.gpu_types]
+        missing = [w for w in wanted if w not in specs]
+        if len(missing) == len(wanted):
+            raise ConfigError(f"constraints.gpu_types {cons.gpu_types} names no GPU type of the cluster",
+                              field="constraints.gpu_types", value=cons.gpu_types,
+                              hint="the cluster has " + ", ".join(pool.gpu_types))
+        cons = cons.replace(gpu_types=[w for w in wanted if w in specs])
+    if obj in (Objective.COST, Objective.TIME_TO_TRAIN) and cons.token_budget is None:
+        raise ConfigError(f"objective {obj.value!r} needs constraints.token_budget (tokens to train)",
+                          field="constraints.token_budget", hint="e.g. constraints={'token_budget': 10**9}")
+    links = {name: _type_links(cluster, spec) for name, spec in specs.items()}
+    return Search(model=model, training=training, pool=pool, specs=specs, constraints=cons, objective=obj,
+                  estimator=estimator or AnalyticEstimator(), links=links)
+
+
+def _alternatives(table: CandidateTable, rows: np.ndarray, feasible: np.ndarray, chosen: int,
+                  top_k: int) -> list[Alternative]:
+    """The best placeable candidates after the chosen one, one per distinct (type, parallel layout)."""
+    if top_k == 0:
+        return []
+    ok_groups = {(int(table.gpu[r]), int(table.tp[r]), int(table.world[r])) for r, f in zip(rows, feasible) if f}
+    lay = table.layouts
+    out: list[Alternative] = []
+
+    def layout_key(r: int) -> tuple[int, ...]:
+        i = int(table.layout[r])
+        return (int(table.gpu[r]), int(lay.tp[i]), int(lay.pp[i]), int(lay.dp[i]), int(lay.cp[i]), int(lay.ep[i]),
+                int(lay.vpp[i]))
+
+    seen = {layout_key(chosen)}
+    for r in np.lexsort((table.order, table.rank)):
+        r = int(r)
+        if (int(table.gpu[r]), int(table.tp[r]), int(table.world[r])) not in ok_groups:
+            continue
+        key = layout_key(r)
+        if key in seen:
+            continue
+        seen.add(key)
+        i = int(table.layout[r])
+        pph = float(table.price_per_hour_usd[r])
+        out.append(Alternative(
+            gpu_type=table.gpu_types[int(table.gpu[r])], num_gpus=int(table.world[r]), parallel=lay.parallel(i),
+            micro_batch_size=int(lay.micro_batch_size[i]), recompute=RECOMPUTE_ORDER[int(lay.recompute[i])],
+            zero_stage=int(lay.zero_stage[i]), distributed_optimizer=bool(lay.distributed_optimizer[i]),
+            sequence_parallel=bool(lay.sequence_parallel[i]), device_bytes=int(table.device_bytes[i]),
+            tokens_per_s=float(table.tokens_per_s[r]), price_per_hour_usd=None if np.isnan(pph) else pph,
+            objective_value=float(table.value[r])))
+        if len(out) == top_k:
+            break
+    return out
+
+
+def solve(search: Search, table: CandidateTable, solver: str, time_limit_s: float) -> Solution | None:
+    """Run the named solver on a candidate table."""
+    if solver == "cp-sat":
+        return solve_cp_sat(table, search.pool, time_limit_s=time_limit_s)
+    return solve_exhaustive(table, search.pool)
+
+
+def build_plan(search: Search, table: CandidateTable, solution: Solution, top_k: int) -> Plan:
+    """The :class:`Plan` of a solution: full estimates, placement, runners-up and losing types."""
+    row = solution.candidate
+    i = int(table.layout[row])
+    gpu_type = table.gpu_types[int(table.gpu[row])]
+    spec = search.specs[gpu_type]
+    parallel = table.layouts.parallel(i)
+    training = table.layouts.training(i, search.training)
+    links = search.links[gpu_type]
+    memory = search.estimator.memory(search.model, training, parallel)
+    time = search.estimator.time(search.model, training, parallel, spec, links)
+    rows, feasible = placement_options(table, search.pool)
+    pph = float(table.price_per_hour_usd[row])
+    cap = search.constraints.num_gpus or search.constraints.max_gpus
+    return Plan(
+        gpu_type=gpu_type, num_gpus=int(table.world[row]),
+        placement=search.pool.assign(gpu_type, parallel.tp, list(solution.nodes_used), list(solution.groups)),
+        parallel=parallel, training=training, memory=memory, time=time,
+        usable_bytes=int(table.reports[int(table.gpu[row])].usable_bytes),
+        price_per_hour_usd=None if np.isnan(pph) else pph, objective=search.objective,
+        objective_value=float(table.value[row]), stranded_gpus=solution.stranded_gpus, optimal=solution.optimal,
+        solver=solution.solver, solve_time_s=solution.solve_time_s,
+        alternatives=_alternatives(table, rows, feasible, row, top_k),
+        rejected=type_rejections(table, search.pool, rows, feasible, row, cap),
+    )
+
+
+def plan_job(model: ModelConfig, cluster: Any, training: TrainingConfig | None = None, *,
+             objective: Objective | str = "throughput",
+             constraints: PlanConstraints | Mapping[str, Any] | None = None, time_limit_s: float = 10,
+             top_k: int = 5, solver: str = "cp-sat", estimator: LayoutEstimator | None = None) -> Plan:
+    """The best plan for training ``model`` on the free GPUs of ``cluster``.
+
+    Fixed: what ``training`` sets (sequence length, global batch, precision, optimizer, framework, ...).
+    Searched: GPU type, GPU count, nodes, dp/tp/pp (vpp, cp, ep where the model and recipe call for them) and
+    the fields in :data:`SEARCHED_TRAINING_FIELDS` unless ``constraints`` pins them. Raises ConfigError on bad
+    input and InfeasiblePlanError (with what blocked every option and the smallest change that would help)
+    when nothing fits. ``estimator`` replaces the analytic memory and time models.
+    """
+    if solver not in SOLVERS:
+        raise ConfigError(f"unknown solver {solver!r}", field="solver", value=solver,
+                          hint="use one of " + ", ".join(repr(s) for s in SOLVERS))
+    if not time_limit_s > 0:
+        raise ConfigError(f"time_limit_s must be positive, got {time_limit_s}", field="time_limit_s",
+                          value=time_limit_s)
+    if top_k < 0:
+        raise ConfigError(f"top_k must be >= 0, got {top_k}", field="top_k", value=top_k)
+    search = make_search(model, cluster, training, objective, constraints, estimator)
+    table = search.table()
+    solution = solve(search, table, solver, time_limit_s)
+    if solution is None:
+        from frenzy_core.planning.infeasible import infeasible_error
+
+        raise infeasible_error(search, table)
+    return build_plan(search, table, solution, top_k)

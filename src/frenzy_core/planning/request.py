@@ -1,0 +1,87 @@
+"""What a planning request may ask for: the objective and the constraints (which also pin searched fields)."""
+
+from __future__ import annotations
+
+import enum
+
+from pydantic import Field, model_validator
+
+from frenzy_core._base import FrozenModel
+from frenzy_core.config.training import Recompute
+
+__all__ = [
+    "DEFAULT_HEADROOM",
+    "DEFAULT_MICRO_BATCH_SIZES",
+    "SEARCHED_TRAINING_FIELDS",
+    "Objective",
+    "PlanConstraints",
+]
+
+DEFAULT_HEADROOM = 0.05
+"""Fraction of a GPU's usable memory kept free by default: a safety margin for allocator behaviour the
+estimator does not model (our choice, not a published figure; set ``headroom=0`` to use every byte)."""
+
+DEFAULT_MICRO_BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8)
+"""Micro-batch sizes searched when none is pinned (powers of two, as Megatron and torchtitan recipes use)."""
+
+SEARCHED_TRAINING_FIELDS: tuple[str, ...] = (
+    "micro_batch_size", "recompute", "zero_stage", "distributed_optimizer", "sequence_parallel",
+)
+"""Fields of :class:`TrainingConfig` the planner chooses; their values in the request are ignored unless the
+matching :class:`PlanConstraints` field pins them. Every other training field stays as given."""
+
+
+class Objective(str, enum.Enum):
+    """What the planner optimises; ties are broken as each member says, then by fewer nodes' fragmentation."""
+
+    THROUGHPUT = "throughput"
+    """Most tokens per second; ties: fewer GPUs, then cheaper."""
+    COST = "cost"
+    """Fewest dollars for ``token_budget`` tokens; ties: faster, then fewer GPUs. Needs GPU prices."""
+    TIME_TO_TRAIN = "time_to_train"
+    """Least wall time for ``token_budget`` tokens; ties: cheaper, then fewer GPUs."""
+    GPUS = "gpus"
+    """Fewest GPUs that fit; ties: faster, then cheaper."""
+
+
+class PlanConstraints(FrozenModel):
+    """Hard limits on a plan, and pins for the searched training fields (None: searched)."""
+
+    headroom: float = Field(default=DEFAULT_HEADROOM, ge=0.0, lt=1.0,
+                            description="Fraction of each GPU's usable memory left free.")
+    gpu_types: list[str] | None = Field(default=None, min_length=1,
+                                        description="Allowed GPU type ids (None: every type in the cluster).")
+    max_gpus: int | None = Field(default=None, gt=0, description="Most GPUs the job may take.")
+    num_gpus: int | None = Field(default=None, gt=0, description="Exactly this many GPUs (user-request mode).")
+    max_price_per_hour_usd: float | None = Field(default=None, gt=0,
+                                                 description="Most dollars per hour for all GPUs of the job.")
+    token_budget: int | None = Field(default=None, gt=0,
+                                     description="Tokens to train; needed by the cost and time_to_train objectives.")
+    deadline_s: float | None = Field(default=None, gt=0,
+                                     description="Finish token_budget tokens within this many seconds.")
+    tp: int | None = Field(default=None, gt=0, description="Pin the tensor-parallel degree.")
+    pp: int | None = Field(default=None, gt=0, description="Pin the pipeline-parallel degree.")
+    micro_batch_sizes: list[int] | None = Field(default=None, min_length=1,
+                                                description="Micro-batch sizes to search (None: 1, 2, 4, 8).")
+    recompute: list[Recompute] | None = Field(default=None, min_length=1,
+                                              description="Recompute modes to search (None: all three).")
+    zero_stages: list[int] | None = Field(default=None, min_length=1,
+                                          description="ZeRO stages to search (None: 0-3 for torch, 0 for Megatron).")
+    distributed_optimizer: bool | None = Field(default=None,
+                                               description="Pin Megatron's distributed optimizer (None: searched).")
+    sequence_parallel: bool | None = Field(default=None,
+                                           description="Pin Megatron sequence parallelism (None: searched when tp>1).")
+
+    @model_validator(mode="after")
+    def _check(self) -> PlanConstraints:
+        if self.deadline_s is not None and self.token_budget is None:
+            raise ValueError("deadline_s needs token_budget (the tokens that must be trained by the deadline)")
+        if self.num_gpus is not None and self.max_gpus is not None and self.num_gpus > self.max_gpus:
+            raise ValueError(f"num_gpus={self.num_gpus} exceeds max_gpus={self.max_gpus}; raise max_gpus")
+        bad_mbs = [m for m in self.micro_batch_sizes or [] if m <= 0]
+        if bad_mbs:
+            raise ValueError(f"micro_batch_sizes must be positive, got {bad_mbs}")
+        bad_zero = [z for z in self.zero_stages or [] if z not in (0, 1, 2, 3)]
+        if bad_zero:
+            raise ValueError(f"zero_stages must be among 0, 1, 2, 3, got {bad_zero}")
+        return self

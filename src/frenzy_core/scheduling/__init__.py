@@ -1,0 +1,34 @@
+"""Multi-job scheduling: training jobs, cluster traces, trace-to-LLM-job mapping, workloads, simulation."""
+
+from frenzy_core.scheduling.jobs import GPURequest, TrainingJob
+from frenzy_core.scheduling.policies import POLICIES, get_policy
+from frenzy_core.scheduling.policy import Placement, Policy
+from frenzy_core.scheduling.simulator import JobRecord, JobStatus, SimulationError, SimulationResult, simulate
+from frenzy_core.scheduling.state import ClusterState
+from frenzy_core.scheduling.traces import (
+    OnError,
+    SkippedRow,
+    TraceFormat,
+    TraceJob,
+    TraceLoad,
+    TraceWarning,
+    load_trace,
+    read_trace,
+)
+from frenzy_core.scheduling.workload import (
+    DEFAULT_SIZE_BUCKETS,
+    LogNormalWork,
+    MixEntry,
+    SizeBucket,
+    ThroughputFn,
+    jobs_from_trace,
+    synthetic_jobs,
+)
+
+__all__ = [
+    "DEFAULT_SIZE_BUCKETS", "POLICIES", "ClusterState", "GPURequest", "JobRecord", "JobStatus",
+    "LogNormalWork", "MixEntry", "OnError", "Placement", "Policy", "SimulationError", "SimulationResult",
+    "SizeBucket", "SkippedRow", "ThroughputFn", "TraceFormat", "TraceJob", "TraceLoad", "TraceWarning",
+    "TrainingJob", "get_policy",
+    "jobs_from_trace", "load_trace", "read_trace", "simulate", "synthetic_jobs",
+]

@@ -1,0 +1,25 @@
+"""The built-in scheduling policies, by name."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from frenzy_core.errors import UnknownNameError
+from frenzy_core.scheduling.policies.fifo_requested import FifoRequested
+from frenzy_core.scheduling.policy import Policy
+
+__all__ = ["POLICIES", "FifoRequested", "get_policy"]
+
+POLICIES: dict[str, Callable[[], Policy]] = {
+    "fifo-requested": FifoRequested,
+}
+"""Policy name -> factory of a fresh policy."""
+
+
+def get_policy(policy: str | Policy) -> Policy:
+    """A fresh policy by name, or ``policy`` itself when already an instance."""
+    if isinstance(policy, Policy):
+        return policy
+    if policy not in POLICIES:
+        raise UnknownNameError("scheduling policy", policy, POLICIES)
+    return POLICIES[policy]()

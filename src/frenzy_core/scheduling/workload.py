@@ -1,0 +1,260 @@
+"""From cluster-trace jobs to LLM training jobs (``jobs_from_trace``), and synthetic workloads for tests.
+
+The mapping (documented in ``docs/traces.md``): the GPUs a trace job asked for choose a model-size bucket,
+a preset is drawn from the bucket with a per-job seeded generator, the job gets the default recipe, and its
+work is the tokens that allocation would have trained in the recorded duration on the trace's GPU type, by the
+throughput function (the fastest layout that fits, by frenzy_core's time and memory models by default).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+from pydantic import Field, model_validator
+
+from frenzy_core._base import FrozenModel
+from frenzy_core.config.model import ModelConfig
+from frenzy_core.config.training import TrainingConfig
+from frenzy_core.errors import ConfigError, InfeasiblePlanError
+from frenzy_core.hardware.cluster import Cluster
+from frenzy_core.hardware.gpus import get_gpu_spec
+from frenzy_core.scheduling.jobs import GPURequest, TrainingJob
+from frenzy_core.scheduling.recipe import default_training
+from frenzy_core.scheduling.traces.records import TraceFormat, TraceJob
+
+__all__ = [
+    "DEFAULT_SIZE_BUCKETS",
+    "HIGH_PRIORITY_JOB_TYPES",
+    "REFERENCE_GPUS",
+    "LogNormalWork",
+    "MixEntry",
+    "SizeBucket",
+    "ThroughputFn",
+    "jobs_from_trace",
+    "synthetic_jobs",
+]
+
+ThroughputFn = Callable[[ModelConfig, TrainingConfig, str, int], float]
+"""(model, training, GPU type id, GPU count) -> tokens per second of the fastest layout that fits;
+raises :class:`InfeasiblePlanError` when no layout fits."""
+
+
+class SizeBucket(FrozenModel):
+    """Jobs asking for at most ``max_gpus`` GPUs (more than the bucket before) train one of ``presets``."""
+
+    max_gpus: int | None = Field(gt=0, description="Largest request in the bucket; None: no limit (last).")
+    presets: list[str] = Field(min_length=1, description="Model preset names drawn from, uniformly.")
+
+
+DEFAULT_SIZE_BUCKETS: tuple[SizeBucket, ...] = (
+    SizeBucket(max_gpus=1, presets=["gpt2", "gpt2-medium", "qwen2.5-0.5b"]),
+    SizeBucket(max_gpus=4, presets=["gpt3-1.3b", "opt-1.3b", "pythia-1.4b", "qwen2.5-1.5b"]),
+    SizeBucket(max_gpus=8, presets=["llama-2-7b", "llama-3.1-8b", "mistral-7b", "qwen2.5-7b"]),
+    SizeBucket(max_gpus=32, presets=["gpt3-13b", "llama-2-13b"]),
+    SizeBucket(max_gpus=None, presets=["llama-2-70b", "llama-3.1-70b", "qwen2.5-72b"]),
+)
+"""Request size -> model size, our choice: roughly the largest model whose mixed-precision Adam state
+(16-18 bytes per parameter) fits the request's memory on 16-32 GB GPUs, the sizes the LLM literature trains
+on such allocations (0.1-0.5B on one GPU, 1.3-1.5B on 2-4, 7-8B on a node of 8, 13B on 2-4 nodes, 70B beyond).
+Dense decoder presets only; a job falls back to smaller buckets when no model of its own fits."""
+
+REFERENCE_GPUS: Mapping[TraceFormat, str] = {
+    TraceFormat.PHILLY: "v100-32gb",
+    TraceFormat.SIA: "v100-32gb",
+    TraceFormat.HELIOS: "v100-32gb",
+    TraceFormat.ALIBABA_SPOT: "a100-80gb",
+}
+"""GPU type a trace's durations are converted on when its row names none the catalogue knows; our choice.
+Philly (2017), the Sia/Pollux workloads derived from it, and Helios (2020) ran on Pascal/Volta-era servers:
+the catalogue's 32 GB V100 stands in for them. The Alibaba 2026 fleet is mostly A100/H-class; anonymised
+models ("GPU-series-1") become the 80 GB A100."""
+
+HIGH_PRIORITY_JOB_TYPES: frozenset[str] = frozenset({"hp"})
+"""Trace job types (lower-case) that become priority 1; others get 0. Alibaba spot: "HP" (high-priority, with
+SLOs) versus "Spot" (opportunistic), per the trace's README."""
+
+
+def _bucket_order(buckets: Sequence[SizeBucket], num_gpus: int) -> list[int]:
+    """The bucket a request falls in, then every smaller one, largest first (fallbacks when nothing fits)."""
+    for i, bucket in enumerate(buckets):
+        if bucket.max_gpus is None or num_gpus <= bucket.max_gpus:
+            return list(range(i, -1, -1))
+    return list(range(len(buckets) - 1, -1, -1))
+
+
+def _check_buckets(buckets: Sequence[SizeBucket]) -> None:
+    if not buckets:
+        raise ConfigError("buckets is empty; give at least one SizeBucket", field="buckets", value=[])
+    limits = [b.max_gpus for b in buckets]
+    if any(m is None for m in limits[:-1]):
+        raise ConfigError("only the last bucket may have max_gpus=None", field="buckets", value=limits)
+    finite = [m for m in limits if m is not None]
+    if finite != sorted(set(finite)):
+        raise ConfigError(f"bucket max_gpus must increase strictly, got {limits}", field="buckets",
+                          value=limits)
+    known = set(ModelConfig.presets())
+    for bucket in buckets:
+        for name in bucket.presets:
+            if name not in known:
+                ModelConfig.preset(name)  # raises UnknownNameError with suggestions
+
+
+def _job_rng(seed: int, job_id: str) -> np.random.Generator:
+    """A generator per job, so that a job's mapping depends on the seed and its id only, not on other jobs."""
+    return np.random.default_rng([seed, zlib.crc32(job_id.encode("utf-8"))])
+
+
+def _reference_gpu(job: TraceJob, reference_gpu: str | None) -> tuple[str, bool]:
+    """(GPU type id, whether the trace named it): the override, else the row's type if catalogued, else the
+    format's reference GPU."""
+    if reference_gpu is not None:
+        return get_gpu_spec(reference_gpu).id, False
+    if job.gpu_type is not None:
+        try:
+            return get_gpu_spec(job.gpu_type).id, True
+        except ConfigError:
+            pass
+    return REFERENCE_GPUS[job.source], False
+
+
+def default_throughput(model: ModelConfig, training: TrainingConfig, gpu_type: str, num_gpus: int) -> float:
+    """Tokens per second of the fastest layout of ``num_gpus`` ``gpu_type`` GPUs that fits, by frenzy_core's
+    planner (analytic memory and time models)."""
+    from frenzy_core.scheduling.throughput import planned_tokens_per_s
+
+    return planned_tokens_per_s(model, training, gpu_type, num_gpus)
+
+
+def jobs_from_trace(trace_jobs: Sequence[TraceJob], *, seed: int = 0, cluster: Cluster | None = None,
+                    throughput: ThroughputFn | None = None,
+                    buckets: Sequence[SizeBucket] = DEFAULT_SIZE_BUCKETS, reference_gpu: str | None = None,
+                    default_duration_s: float | None = None) -> list[TrainingJob]:
+    """One LLM training job per trace job, in the same order; same seed, same jobs.
+
+    ``cluster``: where the jobs will run; a GPU type the trace names but the cluster lacks is dropped from the
+    request (any type will do). ``throughput`` defaults to :func:`default_throughput`; ``reference_gpu``
+    overrides the GPU type durations are converted on; ``default_duration_s`` is used for jobs whose trace
+    records no duration (Sia).
+    """
+    _check_buckets(buckets)
+    if default_duration_s is not None and not default_duration_s > 0:
+        raise ConfigError(f"default_duration_s={default_duration_s} must be > 0", field="default_duration_s",
+                          value=default_duration_s)
+    rate = throughput or default_throughput
+    present = None if cluster is None else set(cluster.gpu_types)
+    cache: dict[tuple[str, str, int], float | None] = {}
+    models: dict[str, ModelConfig] = {}
+    recipes: dict[tuple[str, str], TrainingConfig] = {}
+
+    def recipe(name: str, gpu_id: str) -> TrainingConfig:
+        if (name, gpu_id) not in recipes:
+            model = models.setdefault(name, ModelConfig.preset(name))
+            recipes[name, gpu_id] = default_training(model, get_gpu_spec(gpu_id))
+        return recipes[name, gpu_id]
+
+    def tokens_per_s(name: str, gpu_id: str, num_gpus: int) -> float | None:
+        key = (name, gpu_id, num_gpus)
+        if key not in cache:
+            training = recipe(name, gpu_id)
+            try:
+                cache[key] = rate(models[name], training, gpu_id, num_gpus)
+            except InfeasiblePlanError:
+                cache[key] = None
+        return cache[key]
+
+    out: list[TrainingJob] = []
+    for job in trace_jobs:
+        duration_s = job.duration_s if job.duration_s is not None else default_duration_s
+        if duration_s is None:
+            raise ConfigError(f"trace job {job.id!r} ({job.source.value}) records no duration",
+                              field="duration_s", value=None,
+                              hint="pass default_duration_s to give such jobs a run time")
+        gpu_id, named = _reference_gpu(job, reference_gpu)
+        rng = _job_rng(seed, job.id)
+        chosen: tuple[str, float] | None = None
+        for b in _bucket_order(buckets, job.num_gpus):
+            names = list(buckets[b].presets)
+            for i in rng.permutation(len(names)):
+                tps = tokens_per_s(names[i], gpu_id, job.num_gpus)
+                if tps is not None:
+                    chosen = (names[i], tps)
+                    break
+            if chosen is not None:
+                break
+        if chosen is None:
+            raise InfeasiblePlanError(
+                f"trace job {job.id!r}: no bucket model fits {job.num_gpus} x {gpu_id}",
+                suggestions=["add a smaller preset to the first bucket", ("pass a GPU with more memory as "
+                             "reference_gpu")])
+        name, tps = chosen
+        model = models[name]
+        priority = 1 if job.job_type is not None and job.job_type.lower() in HIGH_PRIORITY_JOB_TYPES else 0
+        out.append(TrainingJob(
+            id=job.id, submit_time_s=job.submit_time_s, model=model,
+            training=recipe(name, gpu_id),
+            work_tokens=max(1, round(tps * duration_s)),
+            request=GPURequest(num_gpus=job.num_gpus,
+                               gpu_type=gpu_id if named and (present is None or gpu_id in present) else None),
+            priority=priority,
+        ))
+    return out
+
+
+class MixEntry(FrozenModel):
+    """One model of a synthetic mix: its weight and, optionally, the allocation its jobs ask for."""
+
+    model: str = Field(description="Model preset name.")
+    weight: float = Field(default=1.0, gt=0, description="Relative frequency.")
+    num_gpus: int | None = Field(default=None, gt=0, description="GPUs its jobs ask for; None: no request.")
+    gpu_type: str | None = Field(default=None, description="GPU type they ask for; None: any.")
+
+    @model_validator(mode="after")
+    def _check(self) -> MixEntry:
+        if self.gpu_type is not None and self.num_gpus is None:
+            raise ValueError(f"gpu_type={self.gpu_type!r} needs num_gpus (a request is a count of that type)")
+        return self
+
+
+class LogNormalWork(FrozenModel):
+    """Work in tokens, log-normally distributed (job sizes in GPU clusters are heavy-tailed: Jeon et al.,
+    ATC'19, Fig. 2; Hu et al., SC'21)."""
+
+    median_tokens: float = Field(gt=0, description="Median work (exp of the underlying normal's mean).")
+    sigma: float = Field(ge=0, description="Standard deviation of log(work).")
+
+
+def synthetic_jobs(n: int, *, arrival_rate_per_s: float, model_mix: Sequence[MixEntry] | Mapping[str, float],
+                   work_distribution: LogNormalWork, seed: int = 0) -> list[TrainingJob]:
+    """``n`` jobs with Poisson arrivals (exponential gaps, first arrival after one gap), models drawn from
+    ``model_mix`` (entries, or preset name -> weight), log-normal work and the default recipe."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ConfigError(f"n={n!r} must be an int >= 0", field="n", value=n)
+    if not arrival_rate_per_s > 0:
+        raise ConfigError(f"arrival_rate_per_s={arrival_rate_per_s} must be > 0", field="arrival_rate_per_s",
+                          value=arrival_rate_per_s)
+    entries = [MixEntry(model=k, weight=w) for k, w in model_mix.items()] if isinstance(model_mix, Mapping) \
+        else list(model_mix)
+    if not entries:
+        raise ConfigError("model_mix is empty; give at least one model", field="model_mix", value=model_mix)
+    models = {e.model: ModelConfig.preset(e.model) for e in entries}
+    for e in entries:
+        if e.gpu_type is not None:
+            get_gpu_spec(e.gpu_type)  # an unknown type fails here, with suggestions
+    weights = np.array([e.weight for e in entries])
+    rng = np.random.default_rng(seed)
+    arrivals_s = np.cumsum(rng.exponential(1.0 / arrival_rate_per_s, size=n))
+    picks = rng.choice(len(entries), size=n, p=weights / weights.sum())
+    work = rng.lognormal(np.log(work_distribution.median_tokens), work_distribution.sigma, size=n)
+    out = []
+    for i in range(n):
+        e = entries[int(picks[i])]
+        model = models[e.model]
+        gpu = None if e.gpu_type is None else get_gpu_spec(e.gpu_type)
+        request = None if e.num_gpus is None else GPURequest(
+            num_gpus=e.num_gpus, gpu_type=None if gpu is None else gpu.id)
+        out.append(TrainingJob(id=f"job-{i}", submit_time_s=float(arrivals_s[i]), model=model,
+                               training=default_training(model, gpu),
+                               work_tokens=max(1, round(float(work[i]))), request=request))
+    return out

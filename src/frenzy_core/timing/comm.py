@@ -1,0 +1,88 @@
+"""Costs of collectives and point-to-point sends (alpha-beta model, ring algorithms), vectorised with numpy.
+
+A ring all-reduce of S bytes over n ranks moves 2 (n - 1) / n x S per rank; reduce-scatter, all-gather and
+all-to-all move (n - 1) / n x S (Thakur et al. 2005, "Optimization of Collective Communication Operations in
+MPICH"; NCCL's bus-bandwidth convention). Time = bytes moved / bandwidth + a fixed latency; nothing for n = 1.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+from frenzy_core.errors import ConfigError
+from frenzy_core.hardware.gpu import GPUSpec
+
+__all__ = ["Links", "group_bandwidth", "links_for", "ring_all_reduce_s", "ring_one_way_s", "send_s"]
+
+FloatArray = npt.NDArray[np.float64]
+_LINK_FIELDS = ("gpus_per_node", "intra_node_bytes_per_s", "inter_node_bytes_per_s")
+
+
+class Links(NamedTuple):
+    """Where node boundaries fall and how fast each side is (per GPU, per direction)."""
+
+    gpus_per_node: int
+    intra_node_bytes_per_s: float
+    inter_node_bytes_per_s: float
+
+
+def links_for(gpu: GPUSpec, cluster: object | None = None) -> Links:
+    """Node size and links of a job on ``gpu``: the GPU's typical ones, or the cluster's.
+
+    A cluster with ``nodes`` (a :class:`frenzy_core.Cluster`) contributes its nodes of this GPU type, the
+    smallest and slowest of them (a job may land on any); any other object (a ``Node``) contributes whichever of
+    ``gpus_per_node``, ``intra_node_bytes_per_s``, ``inter_node_bytes_per_s`` it sets.
+    """
+    values: dict[str, float] = {name: getattr(gpu, name) for name in _LINK_FIELDS}
+    if cluster is not None:
+        nodes = getattr(cluster, "nodes", None)
+        if nodes is not None:
+            shapes = [n for n in nodes if getattr(n, "gpu", None) == gpu.id]
+            if not shapes:
+                types = sorted({str(getattr(n, "gpu", "?")) for n in nodes})
+                raise ConfigError(f"the cluster has no {gpu.id} nodes (it has {types})", field="cluster",
+                                  value=gpu.id, hint="estimate with one of its GPU types")
+        else:
+            shapes = [cluster]
+        for name in _LINK_FIELDS:
+            given = [getattr(n, name, None) for n in shapes]
+            known = [v for v in given if v is not None]
+            if known:
+                values[name] = min(known)
+    for name, value in values.items():
+        if not value or value <= 0:
+            raise ConfigError(f"{name} must be positive, got {value!r}", field=name, value=value)
+    return Links(int(values["gpus_per_node"]), float(values["intra_node_bytes_per_s"]),
+                 float(values["inter_node_bytes_per_s"]))
+
+
+def group_bandwidth(span: FloatArray, stride: FloatArray, links: Links, efficiency: float) -> FloatArray:
+    """Achieved per-rank bandwidth of a group of ranks ``stride`` apart within ``span`` consecutive GPUs.
+
+    Inside one node: the intra-node link. Across nodes, NCCL runs one ring per NIC, so a group with k members
+    per node reaches k NICs' worth (each GPU has its own NIC; the groups that share a node split them), capped by
+    the intra-node link (NCCL's hierarchical and multi-channel algorithms; NVIDIA DGX reference architectures).
+    """
+    gpn = links.gpus_per_node
+    members_per_node = np.maximum(1.0, np.floor(gpn / np.maximum(stride, 1.0)))
+    inter = np.minimum(links.inter_node_bytes_per_s * members_per_node, links.intra_node_bytes_per_s)
+    raw = np.where(span <= gpn, links.intra_node_bytes_per_s, inter)
+    return np.asarray(raw * efficiency, dtype=np.float64)
+
+
+def ring_all_reduce_s(nbytes: FloatArray, n: FloatArray, bandwidth: FloatArray, latency_s: float) -> FloatArray:
+    """One ring all-reduce: 2 (n-1)/n x bytes / bandwidth + latency (0 when n = 1)."""
+    return np.where(n > 1, 2.0 * (n - 1) / n * nbytes / bandwidth + latency_s, 0.0)
+
+
+def ring_one_way_s(nbytes: FloatArray, n: FloatArray, bandwidth: FloatArray, latency_s: float) -> FloatArray:
+    """One reduce-scatter, all-gather or all-to-all of ``nbytes`` per rank: (n-1)/n x bytes / bw + latency."""
+    return np.where(n > 1, (n - 1) / n * nbytes / bandwidth + latency_s, 0.0)
+
+
+def send_s(nbytes: FloatArray, bandwidth: FloatArray, latency_s: float) -> FloatArray:
+    """One point-to-point send of ``nbytes``."""
+    return np.asarray(nbytes / bandwidth + latency_s, dtype=np.float64)

@@ -1,0 +1,48 @@
+"""The memory estimator against 42 measured Megatron-LM runs: median |error| over supported cases <= 10%."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = ROOT.parent / "shared" / "reference" / "megatron_measured_memory.json"
+
+
+def _harness() -> ModuleType:
+    if not REFERENCE.exists():
+        pytest.skip(f"reference data {REFERENCE} is absent (it lives beside the project, not in it)")
+    try:
+        from frenzy_core.memory import estimate_memory  # type: ignore[attr-defined]  # noqa: F401
+    except ImportError:
+        pytest.skip("frenzy_core.memory.estimate_memory is not available yet")
+    spec = importlib.util.spec_from_file_location(
+        "megatron_reference", ROOT / "benchmarks" / "megatron_reference.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_median_error_over_supported_cases_is_within_ten_percent() -> None:
+    harness = _harness()
+    results = harness.compare(REFERENCE)
+    assert len(results) == 42
+    supported = [r for r in results if r.supported]
+    assert len(supported) >= 28  # the 14 others use flags the configs cannot express (docs/megatron-cases.md)
+    median = harness.median_abs_error(results)
+    assert median <= harness.TOLERANCE, "\n" + harness.format_table(results)
+
+
+def test_every_supported_case_has_a_positive_estimate_and_a_breakdown_that_sums() -> None:
+    harness = _harness()
+    for r in harness.compare(REFERENCE):
+        if r.supported:
+            assert r.estimated_bytes is not None and r.estimated_bytes > 0, r.test
+            assert sum(r.breakdown.values()) == r.estimated_bytes, r.test

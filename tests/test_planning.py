@@ -1,0 +1,210 @@
+"""plan_job end to end with the library's memory and time models: plans fit, use free GPUs only, keep tensor-
+parallel groups inside a node, are deterministic, honour objectives and constraints, and explain themselves."""
+
+from __future__ import annotations
+
+import pytest
+
+from frenzy_core import ConfigError, InfeasiblePlanError, ModelConfig, TrainingConfig, UnknownNameError
+from frenzy_core.hardware import Cluster, get_gpu_spec
+from frenzy_core.memory import estimate_memory
+from frenzy_core.planning import Objective, Plan, PlanConstraints, RejectReason, plan_job
+
+GIB = 2**30
+
+
+def _model(**changes: object) -> ModelConfig:
+    base = {"name": "small-llama", "num_layers": 8, "hidden_size": 2048, "num_attention_heads": 16, "num_kv_heads": 8,
+                "mlp": "swiglu", "norm": "rmsnorm", "vocab_size": 32000, "position_embedding": "rotary", "tied_embeddings": False}
+    base.update(changes)
+    return ModelConfig(**base)
+
+
+def _cluster(h100_free: int = 6, a100_free: int = 8, l4_free: int = 8) -> Cluster:
+    return Cluster.from_dict({"nodes": [
+        {"gpu": "h100-sxm", "gpus_per_node": 8, "count": 2, "free_gpus": h100_free},
+        {"gpu": "a100-80gb", "gpus_per_node": 8, "count": 2, "free_gpus": a100_free},
+        {"gpu": "l4", "gpus_per_node": 8, "count": 1, "free_gpus": l4_free},
+    ]})
+
+
+TRAINING = TrainingConfig(seq_len=2048, global_batch_size=32)
+FAST = PlanConstraints(micro_batch_sizes=[1, 2], zero_stages=[0, 1])
+"""Pins that keep the search small so the suite stays fast."""
+
+
+def _plan(**kwargs: object) -> Plan:
+    args: dict = {"model": _model(), "cluster": _cluster(), "training": TRAINING, "constraints": FAST}
+    args.update(kwargs)
+    return plan_job(**args)
+
+
+def _assert_valid(plan: Plan, cluster: Cluster) -> None:
+    """Fits by the memory estimator, uses free GPUs only, whole TP groups on each node."""
+    spec = get_gpu_spec(plan.gpu_type)
+    again = estimate_memory(_model(), plan.training, plan.parallel)
+    assert again.device_bytes == plan.memory.device_bytes
+    assert plan.memory.device_bytes <= plan.usable_bytes <= spec.memory_bytes
+    free = {}
+    index = 0
+    for shape in cluster.nodes:
+        for _ in range(shape.count):
+            free[f"node:{index}"] = (shape.gpu, shape.free_gpus)
+            index += 1
+    assert sum(len(g) for g in plan.placement.values()) == plan.num_gpus == plan.parallel.world_size
+    for node, gpus in plan.placement.items():
+        gpu, nfree = free[node]
+        assert gpu == plan.gpu_type
+        assert len(set(gpus)) == len(gpus) and all(0 <= g < nfree for g in gpus)
+        assert len(gpus) % plan.parallel.tp == 0
+
+
+def test_plan_fits_uses_free_gpus_and_keeps_tp_in_a_node() -> None:
+    plan = _plan()
+    _assert_valid(plan, _cluster())
+    assert plan.optimal and plan.solver == "cp-sat"
+    assert plan.objective is Objective.THROUGHPUT
+    assert plan.time.tokens_per_s == pytest.approx(plan.objective_value)
+
+
+def test_same_request_same_plan_and_json_round_trip() -> None:
+    first, second = _plan(), _plan()
+    assert first.model_dump(exclude={"solve_time_s"}) == second.model_dump(exclude={"solve_time_s"})
+    assert Plan.model_validate_json(first.model_dump_json()) == first
+
+
+def test_cp_sat_and_exhaustive_give_the_same_plan() -> None:
+    a, b = _plan(solver="cp-sat"), _plan(solver="exhaustive")
+    assert (a.objective_value, a.gpu_type, a.parallel, a.placement) == (b.objective_value, b.gpu_type, b.parallel,
+                                                                         b.placement)
+
+
+def test_throughput_plan_beats_every_alternative() -> None:
+    plan = _plan(top_k=5)
+    assert len(plan.alternatives) == 5
+    assert all(alt.tokens_per_s <= plan.objective_value for alt in plan.alternatives)
+    values = [alt.objective_value for alt in plan.alternatives]
+    assert values == sorted(values, reverse=True)
+
+
+def test_gpus_objective_takes_the_fewest_gpus() -> None:
+    plan = _plan(objective="gpus")
+    assert all(alt.num_gpus >= plan.num_gpus for alt in plan.alternatives)
+    throughput = _plan()
+    assert plan.num_gpus <= throughput.num_gpus
+    assert plan.objective_value == plan.num_gpus
+
+
+def test_cost_and_time_objectives_need_a_token_budget() -> None:
+    with pytest.raises(ConfigError, match="token_budget"):
+        _plan(objective="cost")
+    budget = FAST.replace(token_budget=10**10)
+    cost = _plan(objective="cost", constraints=budget)
+    hours = 10**10 / cost.time.tokens_per_s / 3600
+    assert cost.objective_value == pytest.approx(cost.price_per_hour_usd * hours, rel=1e-9)
+    assert all(alt.objective_value >= cost.objective_value for alt in cost.alternatives)
+    fastest = _plan(objective="time_to_train", constraints=budget)
+    assert fastest.objective_value == pytest.approx(10**10 / fastest.time.tokens_per_s, rel=1e-9)
+    assert fastest.objective_value <= 10**10 / cost.time.tokens_per_s
+
+
+def test_constraints_are_honoured() -> None:
+    plan = _plan(constraints=FAST.replace(max_gpus=4, gpu_types=["A100"]))
+    assert plan.gpu_type == "a100-80gb" and plan.num_gpus <= 4
+    pinned = _plan(constraints=FAST.replace(tp=2, recompute=["full"], micro_batch_sizes=[1]))
+    assert pinned.parallel.tp == 2 and pinned.training.recompute.value == "full"
+    assert pinned.training.micro_batch_size == 1
+    price = get_gpu_spec("a100-80gb").price_per_gpu_hour_usd
+    assert price is not None
+    cheap = _plan(constraints=FAST.replace(max_price_per_hour_usd=4.5 * price))
+    assert cheap.price_per_hour_usd is not None and cheap.price_per_hour_usd <= 4.5 * price
+
+
+def test_fixed_training_fields_stay_fixed() -> None:
+    training = TRAINING.replace(precision="fp16-mixed", optimizer="sgd-momentum")
+    plan = _plan(training=training)
+    assert plan.training.precision.value == "fp16-mixed"
+    assert plan.training.optimizer.value == "sgd-momentum"
+    assert plan.training.seq_len == 2048 and plan.training.global_batch_size == 32
+
+
+def test_explain_covers_memory_time_runners_up_and_every_gpu_type() -> None:
+    plan = _plan()
+    text = plan.explain()
+    assert plan.gpu_type in text and "Memory of the busiest GPU" in text and "Time per step" in text
+    assert "Runners-up" in text
+    others = {r.gpu_type for r in plan.rejected}
+    assert others == {"h100-sxm", "a100-80gb", "l4"} - {plan.gpu_type}
+    for rejection in plan.rejected:
+        assert rejection.gpu_type in text and rejection.message in text
+
+
+def test_outranked_and_unfit_types_are_explained() -> None:
+    big = _model(num_layers=32, hidden_size=5120, num_attention_heads=40, num_kv_heads=8)
+    plan = plan_job(big, _cluster(), TRAINING, constraints=FAST)
+    reasons = {r.gpu_type: r for r in plan.rejected}
+    assert "l4" in reasons
+    assert reasons["l4"].reason in (RejectReason.DOES_NOT_FIT, RejectReason.OUTRANKED, RejectReason.TP_SPLIT)
+    for r in plan.rejected:
+        if r.reason is RejectReason.OUTRANKED:
+            assert "slower by" in r.message
+
+
+def test_tp_group_needs_a_node_with_enough_free_gpus() -> None:
+    """A model that needs tp=8 on H100 cannot use nodes with 6 free; the error says how many more are needed."""
+    big = _model(num_layers=6, hidden_size=16384, num_attention_heads=128, num_kv_heads=8)
+    cluster = Cluster.from_dict({"nodes": [{"gpu": "h100-sxm", "gpus_per_node": 8, "count": 2, "free_gpus": 6}]})
+    constraints = PlanConstraints(micro_batch_sizes=[1], zero_stages=[0], recompute=["full"], pp=1)
+    with pytest.raises(InfeasiblePlanError) as info:
+        plan_job(big, cluster, TrainingConfig(seq_len=1024, global_batch_size=8), constraints=constraints)
+    message = str(info.value)
+    assert "h100-sxm" in message
+    assert any("more free h100-sxm" in s for s in info.value.suggestions), info.value.suggestions
+
+
+def test_infeasible_request_says_what_blocked_it_and_what_would_help() -> None:
+    model = _model(num_layers=8, hidden_size=4096, num_attention_heads=32, num_kv_heads=8)
+    cluster = Cluster.from_dict({"nodes": [{"gpu": "l4", "gpus_per_node": 8, "count": 1, "free_gpus": 8}]})
+    constraints = PlanConstraints(micro_batch_sizes=[1], zero_stages=[0], recompute=["none"])
+    training = TrainingConfig(seq_len=32768, global_batch_size=8)
+    with pytest.raises(InfeasiblePlanError) as info:
+        plan_job(model, cluster, training, constraints=constraints)
+    err = info.value
+    assert "l4" in str(err) and "does not fit" in str(err)
+    assert "recompute=full" in err.suggestions
+    seq = [s for s in err.suggestions if s.startswith("sequence length <= ")]
+    assert len(seq) == 1
+    limit = int(seq[0].rsplit(" ", 1)[1])
+    # the suggested changes really are feasible, and one step longer is not
+    plan_job(model, cluster, training.replace(seq_len=limit), constraints=constraints)
+    plan_job(model, cluster, training, constraints=constraints.replace(recompute=["full"]))
+    with pytest.raises(InfeasiblePlanError):
+        plan_job(model, cluster, training.replace(seq_len=limit + 256), constraints=constraints)
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"constraints": {"gpu_types": ["h1000"]}}, UnknownNameError, "h1000"),
+    ({"constraints": {"gpu_types": ["v100-32gb"]}}, ConfigError, "names no GPU type of the cluster"),
+    ({"constraints": {"token_budget": -5}}, ConfigError, "token_budget"),
+    ({"constraints": {"max_gpus": 0}}, ConfigError, "max_gpus"),
+    ({"constraints": {"deadline_s": 10.0}}, ConfigError, "deadline_s needs token_budget"),
+    ({"objective": "speed"}, ConfigError, "unknown objective"),
+    ({"solver": "gurobi"}, ConfigError, "unknown solver"),
+    ({"time_limit_s": 0}, ConfigError, "time_limit_s"),
+    ({"top_k": -1}, ConfigError, "top_k"),
+])
+def test_bad_inputs_raise_library_errors(kwargs: dict, error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        _plan(**kwargs)
+
+
+def test_empty_and_unknown_clusters_are_rejected() -> None:
+    with pytest.raises(ConfigError, match="at least one node"):
+        Cluster.from_dict({"nodes": []})
+    with pytest.raises(ConfigError):
+        Cluster.from_dict({"nodes": [{"gpu": "h1000", "gpus_per_node": 8}]})
+
+
+def test_no_free_gpus_is_infeasible_with_a_reason() -> None:
+    with pytest.raises(InfeasiblePlanError, match="only 0 free"):
+        _plan(cluster=_cluster(h100_free=0, a100_free=0, l4_free=0))

@@ -1,0 +1,202 @@
+"""The fake-tensor memory probe: laws of what it counts, and the Hugging Face set-up it builds."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from frenzy_core.config import ModelConfig, TrainingConfig
+from frenzy_core.errors import ConfigError
+
+torch = pytest.importorskip("torch")
+
+from frenzy_core.memory.probe import CUDA_BLOCK_BYTES, PHASES, measure_training_step, probe_memory  # noqa: E402
+
+_FEATURES = 256
+_BATCH = 4
+# One fp32 (256 x 256) weight: a multiple of the 512-byte block, so rounding adds nothing.
+_WEIGHT_BYTES = _FEATURES * _FEATURES * 4
+
+
+def _linear() -> torch.nn.Module:
+    return torch.nn.Linear(_FEATURES, _FEATURES, bias=False)
+
+
+def _batch() -> tuple[torch.Tensor]:
+    return (torch.randn(_BATCH, _FEATURES),)
+
+
+def _square_sum(output: torch.Tensor) -> torch.Tensor:
+    return output.pow(2).sum()
+
+
+def _measure(optimizer: str = "sgd", **kwargs: object) -> object:
+    factories = {
+        "sgd": lambda p: torch.optim.SGD(p, lr=0.1),
+        "adam-foreach": lambda p: torch.optim.Adam(p, foreach=True),
+        "adam-fused": lambda p: torch.optim.Adam(p, fused=True),
+        "adam-for-loop": lambda p: torch.optim.Adam(p, foreach=False),
+    }
+    return measure_training_step(_linear, _batch, optimizer_factory=factories[optimizer], loss_fn=_square_sum,
+                                 **kwargs)
+
+
+def test_adam_states_after_two_steps_are_two_moments_and_a_step_counter() -> None:
+    result = _measure("adam-for-loop")
+    last = result.phases[-1]
+    assert (last.step, last.phase) == (1, "optimizer")
+    # Left alive after zero_grad(set_to_none): the weight, exp_avg and exp_avg_sq of its size, and the
+    # scalar fp32 ``step`` tensor, which takes one 512-byte block.
+    assert last.end_bytes == 3 * _WEIGHT_BYTES + CUDA_BLOCK_BYTES
+
+
+def test_sgd_keeps_no_state() -> None:
+    result = _measure("sgd")
+    assert result.phases[-1].end_bytes == _WEIGHT_BYTES
+    assert "optimizer_states" not in result.breakdown
+
+
+def test_every_phase_of_every_step_is_recorded_in_order() -> None:
+    result = _measure("sgd", steps=2, microbatches=3)
+    seen = [(p.step, p.microbatch, p.phase) for p in result.phases]
+    expected = []
+    for step in range(2):
+        for mb in range(3):
+            expected += [(step, mb, "forward"), (step, mb, "backward")]
+        expected.append((step, 0, "optimizer"))
+    assert seen == expected
+    assert result.peak_bytes == max(p.peak_bytes for p in result.phases)
+    assert result.phase_peak_bytes("backward") == max(p.peak_bytes for p in result.phases if p.phase == "backward")
+
+
+def test_gradient_accumulation_keeps_the_first_microbatch_grads_alive() -> None:
+    result = _measure("sgd", steps=1, microbatches=2)
+    forward = [p for p in result.phases if p.phase == "forward"]
+    # The second forward runs with the weight's gradient alive; everything else is the same.
+    assert forward[1].peak_bytes - forward[0].peak_bytes == _WEIGHT_BYTES
+
+
+def test_foreach_adam_needs_a_sqrt_copy_of_the_states_and_fused_does_not() -> None:
+    foreach = _measure("adam-foreach")
+    fused = _measure("adam-fused")
+    foreach_temp = foreach.phases[-1].peak_bytes - foreach.phases[-1].end_bytes
+    fused_temp = fused.phases[-1].peak_bytes - fused.phases[-1].end_bytes
+    # torch/optim/adam.py _multi_tensor_adam: exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs), plus the
+    # gradients still alive during the step; the fused kernel updates in place.
+    assert foreach_temp >= 2 * _WEIGHT_BYTES
+    assert fused_temp < foreach_temp
+
+
+def test_storages_are_rounded_to_cuda_blocks() -> None:
+    def one_scalar() -> torch.nn.Module:
+        module = torch.nn.Module()
+        module.w = torch.nn.Parameter(torch.zeros(1))
+        module.forward = lambda x: module.w * x  # type: ignore[method-assign]
+        return module
+
+    def batch() -> tuple[torch.Tensor]:
+        return (torch.ones(1),)
+
+    def loss(out: torch.Tensor) -> torch.Tensor:
+        return out.sum()
+
+    sgd = lambda p: torch.optim.SGD(p, lr=0.1)  # noqa: E731
+    rounded = measure_training_step(one_scalar, batch, optimizer_factory=sgd, loss_fn=loss, steps=1)
+    exact = measure_training_step(one_scalar, batch, optimizer_factory=sgd, loss_fn=loss, steps=1, block_bytes=1)
+    assert rounded.breakdown["parameters"] == CUDA_BLOCK_BYTES
+    assert exact.breakdown["parameters"] == 4
+
+
+def test_rounding_patch_is_undone_after_the_probe() -> None:
+    from torch.distributed._tools import mem_tracker
+
+    before = mem_tracker._WeakRefInfo._calculate_mem_consumed
+    _measure("sgd", steps=1)
+    assert mem_tracker._WeakRefInfo._calculate_mem_consumed is before
+
+
+def test_bad_arguments_are_config_errors() -> None:
+    with pytest.raises(ConfigError, match="steps"):
+        _measure("sgd", steps=0)
+    with pytest.raises(ConfigError, match="block_bytes"):
+        _measure("sgd", block_bytes=0)
+    with pytest.raises(ConfigError, match="phase"):
+        _measure("sgd", steps=1).phase_peak_bytes("warmup")
+
+
+def test_phases_vocabulary() -> None:
+    assert PHASES == ("forward", "backward", "optimizer")
+
+
+# ---- Hugging Face models -------------------------------------------------------------------------------
+
+pytest.importorskip("transformers")
+
+_TINY = ModelConfig(name="llama-probe-test", num_layers=2, hidden_size=128, num_attention_heads=4, num_kv_heads=2,
+                    ffn_hidden_size=352, mlp="swiglu", norm="rmsnorm", position_embedding="rotary", vocab_size=512,
+                    tied_embeddings=False)
+_TRAIN = TrainingConfig(seq_len=128, micro_batch_size=2, precision="fp32", attention="sdpa")
+
+
+def test_parameters_match_the_model_config_count() -> None:
+    result = probe_memory(_TINY, _TRAIN)
+    n = _TINY.num_params()
+    # 4 bytes per fp32 parameter; each of the few dozen tensors (and the rotary buffer) rounds up < 512 bytes.
+    assert 4 * n <= result.breakdown["parameters"] < 4 * n + 64 * CUDA_BLOCK_BYTES
+
+
+def test_pure_bf16_halves_parameters_and_optimizer_states() -> None:
+    fp32 = probe_memory(_TINY, _TRAIN.replace(optimizer_impl="fused"))
+    bf16 = probe_memory(_TINY, _TRAIN.replace(precision="bf16", optimizer_impl="fused"))
+    n = _TINY.num_params()
+    assert 2 * n <= bf16.breakdown["parameters"] < 2 * n + 64 * CUDA_BLOCK_BYTES
+    assert bf16.breakdown["optimizer_states"] < 0.55 * fp32.breakdown["optimizer_states"]
+
+
+def test_full_recompute_and_sdpa_lower_the_forward_peak() -> None:
+    long = _TRAIN.replace(seq_len=512, attention="eager")
+    eager = probe_memory(_TINY, long)
+    sdpa = probe_memory(_TINY, long.replace(attention="sdpa"))
+    recompute = probe_memory(_TINY, long.replace(recompute="full"))
+    assert sdpa.phase_peak_bytes("forward") < eager.phase_peak_bytes("forward")
+    assert recompute.phase_peak_bytes("forward") < eager.phase_peak_bytes("forward")
+
+
+def test_flash_and_selective_are_probed_as_sdpa_and_say_so() -> None:
+    sdpa = probe_memory(_TINY, _TRAIN)
+    flash_selective = probe_memory(_TINY, _TRAIN.replace(attention="flash", recompute="selective"))
+    assert flash_selective.peak_bytes == sdpa.peak_bytes
+    assert any("flash" in n for n in flash_selective.notes)
+    assert any("selective" in n for n in flash_selective.notes)
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"precision": "bf16-mixed"}, "precision"),
+    ({"optimizer": "adam-8bit"}, "optimizer"),
+    ({"recompute": "selective", "attention": "eager"}, "recompute"),
+    ({"recompute": "full", "recompute_num_layers": 2}, "recompute_num_layers"),
+])
+def test_settings_without_a_torch_equivalent_are_refused(changes: dict[str, object], field: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        probe_memory(_TINY, _TRAIN.replace(**changes))
+    assert info.value.field == field
+
+
+def test_package_imports_without_torch_and_the_probe_says_what_to_install() -> None:
+    code = textwrap.dedent("""
+        import sys
+        sys.modules["torch"] = None  # import torch now raises ImportError
+        import frenzy_core, frenzy_core.memory
+        from frenzy_core.errors import OptionalDependencyError
+        from frenzy_core.memory.probe import measure_training_step
+        try:
+            measure_training_step(lambda: None, lambda: ())
+        except OptionalDependencyError as exc:
+            print("OK", exc)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("OK") and "frenzy_core[torch]" in out.stdout

@@ -1,0 +1,126 @@
+"""The analytic estimator against the fake-tensor probe on small models of every supported family.
+
+Acceptance (set by the project, not fitted): over the grid the mean absolute error of
+``estimate_memory(...).peak_bytes`` against the probe's measured peak is at most 3 %, no case is off by more
+than 6 %, and no estimate falls more than 3 % below the measured peak (under-estimates cause OOMs).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from frenzy_core.config import ModelConfig, MoEConfig, ParallelConfig, TrainingConfig
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+MEAN_ABS_ERROR_MAX = 0.03
+CASE_ABS_ERROR_MAX = 0.06
+UNDER_ESTIMATE_MAX = 0.03
+
+_VOCAB = 4096
+_ROPE = {"position_embedding": "rotary", "norm": "rmsnorm"}
+
+GRID_MODELS: dict[str, ModelConfig] = {
+    "gpt2": ModelConfig(name="gpt2-tiny", num_layers=2, hidden_size=256, num_attention_heads=4, vocab_size=_VOCAB,
+                        max_position_embeddings=512, qkv_bias=True, linear_bias=True, hidden_dropout=0.1,
+                        attention_dropout=0.1),
+    "bert": ModelConfig(name="bert-tiny", arch="encoder", num_layers=2, hidden_size=256, num_attention_heads=4,
+                        vocab_size=_VOCAB, max_position_embeddings=512, type_vocab_size=2, qkv_bias=True,
+                        linear_bias=True, embedding_norm=True, final_norm=False, hidden_dropout=0.1,
+                        attention_dropout=0.1),
+    "llama": ModelConfig(name="llama-tiny", num_layers=2, hidden_size=256, num_attention_heads=8, num_kv_heads=2,
+                         ffn_hidden_size=704, mlp="swiglu", vocab_size=_VOCAB, tied_embeddings=False, **_ROPE),
+    "mistral": ModelConfig(name="mistral-tiny", num_layers=3, hidden_size=384, num_attention_heads=6,
+                           num_kv_heads=2, ffn_hidden_size=1024, mlp="swiglu", vocab_size=_VOCAB,
+                           tied_embeddings=False, **_ROPE),
+    "qwen2": ModelConfig(name="qwen2-tiny", num_layers=2, hidden_size=256, num_attention_heads=4, num_kv_heads=2,
+                         ffn_hidden_size=768, mlp="swiglu", vocab_size=_VOCAB, qkv_bias=True, tied_embeddings=True,
+                         **_ROPE),
+    "gemma": ModelConfig(name="gemma-tiny", num_layers=2, hidden_size=256, num_attention_heads=4, num_kv_heads=1,
+                         head_dim=128, ffn_hidden_size=1024, mlp="geglu", vocab_size=_VOCAB, tied_embeddings=True,
+                         **_ROPE),
+    "gpt_neox": ModelConfig(name="neox-tiny", num_layers=2, hidden_size=256, num_attention_heads=4,
+                            vocab_size=_VOCAB, position_embedding="rotary", parallel_block=True, qkv_bias=True,
+                            linear_bias=True, tied_embeddings=False),
+    "opt": ModelConfig(name="opt-tiny", num_layers=2, hidden_size=256, num_attention_heads=4, vocab_size=_VOCAB,
+                       mlp="relu", max_position_embeddings=514, qkv_bias=True, linear_bias=True, hidden_dropout=0.1),
+    "phi3": ModelConfig(name="phi3-tiny", num_layers=2, hidden_size=256, num_attention_heads=4,
+                        ffn_hidden_size=688, mlp="swiglu", vocab_size=_VOCAB, tied_embeddings=False,
+                        hidden_dropout=0.1, **_ROPE),
+    "mixtral": ModelConfig(name="mixtral-tiny", num_layers=2, hidden_size=256, num_attention_heads=8,
+                           num_kv_heads=2, mlp="swiglu", vocab_size=_VOCAB, tied_embeddings=False,
+                           moe=MoEConfig(num_experts=4, top_k=2, expert_ffn_hidden_size=512), **_ROPE),
+}
+"""Small models (2-3 layers, hidden 256-384) covering each Hugging Face family the probe builds."""
+
+_BASE = TrainingConfig(seq_len=256, micro_batch_size=2, optimizer="adamw", optimizer_impl="foreach")
+
+GRID_CASES: list[tuple[str, TrainingConfig]] = [
+    (arch, _BASE.replace(precision=precision, recompute=recompute, attention=attention))
+    for arch in GRID_MODELS
+    for precision in ("fp32", "bf16", "amp-bf16")
+    for recompute in ("none", "full")
+    for attention in ("eager", "sdpa")
+] + [
+    # optimizer implementations, gradient accumulation, fp16, plain and momentum SGD, a longer sequence
+    ("llama", _BASE.replace(precision="amp-bf16", attention="sdpa", optimizer_impl="fused")),
+    ("llama", _BASE.replace(precision="amp-bf16", attention="sdpa", optimizer_impl="for-loop")),
+    ("llama", _BASE.replace(precision="bf16", attention="sdpa", global_batch_size=6)),
+    ("gpt2", _BASE.replace(precision="fp16", attention="sdpa")),
+    ("qwen2", _BASE.replace(precision="fp32", attention="eager", optimizer="sgd")),
+    ("mistral", _BASE.replace(precision="bf16", attention="sdpa", optimizer="sgd-momentum")),
+    ("gemma", _BASE.replace(precision="amp-bf16", attention="flash", seq_len=1024, micro_batch_size=1)),
+]
+"""(model, training) pairs: the full precision x recompute x attention product for every family, plus extras."""
+
+
+def case_id(case: tuple[str, TrainingConfig]) -> str:
+    arch, t = case
+    parts = [arch, t.precision.value, f"rc-{t.recompute.value}", t.attention.value]
+    if t.optimizer.value != "adamw" or t.optimizer_impl.value != "foreach":
+        parts.append(f"{t.optimizer.value}-{t.optimizer_impl.value}")
+    if t.global_batch_size:
+        parts.append(f"gbs{t.global_batch_size}")
+    if (t.seq_len, t.micro_batch_size) != (_BASE.seq_len, _BASE.micro_batch_size):
+        parts.append(f"s{t.seq_len}b{t.micro_batch_size}")
+    return "/".join(parts)
+
+
+@functools.lru_cache(maxsize=None)
+def measured_peak_bytes(index: int) -> int:
+    """The probe's peak for ``GRID_CASES[index]`` (measured once per test session)."""
+    from frenzy_core.memory.probe import probe_memory
+
+    arch, training = GRID_CASES[index]
+    return probe_memory(GRID_MODELS[arch], training).peak_bytes
+
+
+@functools.lru_cache(maxsize=None)
+def relative_error(index: int) -> float:
+    """(estimate - measured) / measured for ``GRID_CASES[index]``."""
+    from frenzy_core.memory import estimate_memory
+
+    arch, training = GRID_CASES[index]
+    estimate = estimate_memory(GRID_MODELS[arch], training, ParallelConfig()).peak_bytes
+    measured = measured_peak_bytes(index)
+    return (estimate - measured) / measured
+
+
+@pytest.mark.parametrize("index", range(len(GRID_CASES)), ids=[case_id(c) for c in GRID_CASES])
+def test_estimate_matches_probe_per_case(index: int) -> None:
+    err = relative_error(index)
+    assert abs(err) <= CASE_ABS_ERROR_MAX, f"estimate off by {err:+.2%} (limit {CASE_ABS_ERROR_MAX:.0%})"
+    assert err >= -UNDER_ESTIMATE_MAX, f"estimate {err:+.2%} below the measured peak (limit {UNDER_ESTIMATE_MAX:.0%})"
+
+
+def test_estimate_mean_abs_error_over_grid() -> None:
+    errors = [relative_error(i) for i in range(len(GRID_CASES))]
+    mean_abs = sum(abs(e) for e in errors) / len(errors)
+    worst = max(range(len(errors)), key=lambda i: abs(errors[i]))
+    assert mean_abs <= MEAN_ABS_ERROR_MAX, (
+        f"mean |error| {mean_abs:.2%} over {len(errors)} cases (limit {MEAN_ABS_ERROR_MAX:.0%}); "
+        f"worst {case_id(GRID_CASES[worst])}: {errors[worst]:+.2%}"
+    )

@@ -1,0 +1,218 @@
+"""The iteration-time estimator: a hand-computed case, laws (hypothesis), and batch == scalar."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from frenzy_core import (
+    Cluster,
+    ConfigError,
+    ModelConfig,
+    MoEConfig,
+    ParallelConfig,
+    PipelineSchedule,
+    Recompute,
+    TrainingConfig,
+    get_gpu_spec,
+)
+from frenzy_core.hardware.gpu import GPUSpec
+from frenzy_core.timing import (
+    RECOMPUTE_CODES,
+    SCHEDULE_CODES,
+    TIME_CATEGORIES,
+    TimeModelParams,
+    estimate_iteration_time,
+    estimate_iteration_time_batch,
+)
+
+# A made-up GPU with round numbers, so that expected values can be worked out by hand.
+GPU = GPUSpec(
+    id="round-gpu", name="Round GPU", vendor="nvidia", memory_bytes=80 * 2**30, nominal_memory_bytes=80_000_000_000,
+    memory_bandwidth_bytes_per_s=1e12, peak_tflops={"fp32": 10.0, "bf16": 100.0, "fp16": 100.0},
+    intra_node_link="nvlink3", intra_node_bytes_per_s=1e11, link_domain_gpus=8, gpus_per_node=8,
+    inter_node_bytes_per_s=1e10, sources={k: "test value" for k in (
+        "memory_bytes", "nominal_memory_bytes", "memory_bandwidth_bytes_per_s", "peak_tflops",
+        "intra_node_bytes_per_s", "link_domain_gpus", "gpus_per_node", "inter_node_bytes_per_s")},
+)
+PARAMS = TimeModelParams(matmul_efficiency=0.5, attention_efficiency=0.25, memory_efficiency=0.5,
+                         collective_efficiency=0.5, collective_latency_s=0.0, tensor_parallel_overlap=0.0,
+                         context_parallel_overlap=0.0, expert_parallel_overlap=0.0, pipeline_p2p_overlap=0.0,
+                         data_parallel_overlap=0.0)
+GPT = ModelConfig(num_layers=8, hidden_size=1024, num_attention_heads=16, vocab_size=32000,
+                  max_position_embeddings=2048)
+
+
+def test_single_gpu_hand_computed() -> None:
+    h, L, V, s, f = 1024, 8, 32000, 1024, 4096
+    training = TrainingConfig(seq_len=s, global_batch_size=2, micro_batch_size=1, attention="eager")
+    est = estimate_iteration_time(GPT, training, ParallelConfig(), GPU, params=PARAMS)
+    tokens = 2 * s
+    gemm = (L * 24 * h * h + 2 * h * V) * tokens          # forward GEMM FLOPs, both micro-batches
+    attn = L * 4 * s * h * tokens                           # eager: every score
+    assert est.breakdown["compute"] == pytest.approx(3 * gemm / 50e12 + 3 * attn / 25e12)
+    # Elementwise, forward bytes per token and layer: 2 x (11 h + 6 h + 2 h + 2 f) + 11 bytes x 16 heads x s.
+    per_layer = 2 * (11 * h + 6 * h + 2 * h + 2 * f) + 11 * 16 * s
+    assert est.breakdown["elementwise"] == pytest.approx((3 * L * per_layer + 52 * V) * tokens / 0.5e12)
+    # AdamW, bf16-mixed: read+write fp32 weight (8), two states (16), fp32 grad (4), bf16 copy (2) = 30 B/param.
+    assert est.breakdown["optimizer"] == pytest.approx(GPT.num_params() * 30 / 0.5e12)
+    for key in ("recompute", "tensor_parallel", "context_parallel", "expert_parallel", "pipeline_p2p",
+                "pipeline_bubble", "data_parallel"):
+        assert est.breakdown[key] == 0.0
+    assert est.iteration_s == pytest.approx(sum(est.breakdown.values()))
+    assert est.tokens_per_s == pytest.approx(tokens / est.iteration_s)
+    model_flops = 72 * 2 * s * L * h * h * (1 + s / (6 * h) + V / (12 * L * h))
+    assert est.mfu == pytest.approx(model_flops / (est.iteration_s * 100e12))
+
+
+def test_parallel_terms_hand_computed() -> None:
+    # tp=2 dp=8 pp=2 on 8-GPU nodes: TP inside a node, DP group spans 16 GPUs (2 members per node: 2 NICs).
+    h, s = 1024, 1024
+    training = TrainingConfig(seq_len=s, global_batch_size=64, micro_batch_size=2)
+    est = estimate_iteration_time(GPT, training, ParallelConfig(dp=8, tp=2, pp=2), GPU, params=PARAMS)
+    m = 64 // (2 * 8)
+    act = 2 * s * h * 2  # bytes of one micro-batch's hidden state
+    # 4 all-reduces per layer and micro-batch, 4 layers on the stage, ring over 2 ranks at 0.5 x 100 GB/s.
+    assert est.breakdown["tensor_parallel"] == pytest.approx(m * 4 * 4 * (2 * 1 / 2 * act / 0.5e11))
+    # Two sends per micro-batch across stages 32 GPUs apart (inter-node, one NIC each), tp-sharded activations.
+    assert est.breakdown["pipeline_p2p"] == pytest.approx(m * 2 * (act / 2) / 0.5e10)
+    per_mb = sum(est.breakdown[k] for k in ("compute", "elementwise", "tensor_parallel", "pipeline_p2p")) / m
+    assert est.breakdown["pipeline_bubble"] == pytest.approx((2 - 1) * per_mb)
+
+
+def test_breakdown_and_overlap_are_explicit() -> None:
+    training = TrainingConfig(seq_len=1024, global_batch_size=64)
+    overlapped = PARAMS.replace(data_parallel_overlap=1.0, tensor_parallel_overlap=1.0)
+    plain = estimate_iteration_time(GPT, training, ParallelConfig(dp=16, tp=2), GPU, params=PARAMS)
+    hidden = estimate_iteration_time(GPT, training, ParallelConfig(dp=16, tp=2), GPU, params=overlapped)
+    assert set(hidden.breakdown) == set(TIME_CATEGORIES)
+    assert plain.overlapped_s == 0.0 and hidden.overlapped_s > 0.0
+    assert hidden.breakdown == plain.breakdown
+    assert hidden.iteration_s == pytest.approx(plain.iteration_s - hidden.overlapped_s)
+
+
+def test_cluster_links_replace_the_gpus() -> None:
+    training = TrainingConfig(seq_len=1024, global_batch_size=64)
+    a100 = get_gpu_spec("a100-80gb")
+    slow = Cluster.from_dict({"nodes": [{"gpu": "a100-80gb", "gpus_per_node": 4, "count": 8,
+                                         "inter_node_bytes_per_s": a100.inter_node_bytes_per_s / 4}]})
+    parallel = ParallelConfig(dp=4, tp=2)  # 8 GPUs: one node of 8, or two nodes of 4
+    packed = estimate_iteration_time(GPT, training, parallel, a100, params=PARAMS)
+    spread = estimate_iteration_time(GPT, training, parallel, a100, cluster=slow, params=PARAMS)
+    assert spread.breakdown["tensor_parallel"] == packed.breakdown["tensor_parallel"]
+    # Intra-node link vs 2 members per node x a quarter NIC each.
+    ratio = a100.intra_node_bytes_per_s / (2 * a100.inter_node_bytes_per_s / 4)
+    assert spread.breakdown["data_parallel"] == pytest.approx(packed.breakdown["data_parallel"] * ratio, rel=0.01)
+
+
+def test_gpu_by_name_and_errors() -> None:
+    training = TrainingConfig(seq_len=1024, global_batch_size=8)
+    by_name = estimate_iteration_time(GPT, training, ParallelConfig(dp=8), "a100-80gb")
+    assert by_name == estimate_iteration_time(GPT, training, ParallelConfig(dp=8), get_gpu_spec("a100-80gb"))
+    with pytest.raises(ConfigError, match="fp8"):
+        estimate_iteration_time(GPT, training.replace(precision="fp8-mixed"), ParallelConfig(dp=8), GPU)
+    with pytest.raises(ConfigError, match="tp"):
+        estimate_iteration_time(GPT, training, ParallelConfig(dp=1, tp=3), GPU)
+    with pytest.raises(ConfigError, match="candidate 1"):
+        estimate_iteration_time_batch(GPT, training, GPU, dp=[8, 3])
+
+
+# ---------------------------------------------------------------- laws
+MODELS = st.builds(
+    lambda layers, heads, width: ModelConfig(num_layers=layers, hidden_size=heads * width, num_attention_heads=heads,
+                                             vocab_size=32000, max_position_embeddings=4096),
+    st.integers(2, 32), st.sampled_from([8, 16]), st.sampled_from([64, 128]))
+LAYOUTS = st.fixed_dictionaries({
+    "tp": st.sampled_from([1, 2, 4, 8]), "pp": st.sampled_from([1, 2]), "cp": st.sampled_from([1, 2]),
+    "recompute": st.sampled_from(list(Recompute)), "seq": st.sampled_from([1024, 2048]),
+    "mb": st.sampled_from([1, 2]), "zero": st.sampled_from([0, 1, 2, 3]), "sp": st.booleans(),
+})
+
+
+def _training(layout: dict[str, object], gbs: int) -> TrainingConfig:
+    return TrainingConfig(seq_len=layout["seq"], micro_batch_size=layout["mb"], global_batch_size=gbs,
+                          recompute=layout["recompute"], zero_stage=layout["zero"],
+                          sequence_parallel=bool(layout["sp"]) and layout["tp"] != 1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(MODELS, LAYOUTS, st.sampled_from([1, 2, 4]), st.sampled_from([2, 4]))
+def test_more_dp_never_increases_compute(model: ModelConfig, layout: dict, dp: int, factor: int) -> None:
+    training = _training(layout, gbs=64)
+    kw = {"tp": layout["tp"], "pp": layout["pp"], "cp": layout["cp"]}
+    small = estimate_iteration_time(model, training, ParallelConfig(dp=dp, **kw), GPU, params=PARAMS)
+    big = estimate_iteration_time(model, training, ParallelConfig(dp=dp * factor, **kw), GPU, params=PARAMS)
+    for key in ("compute", "recompute", "elementwise"):
+        assert big.breakdown[key] <= small.breakdown[key] * (1 + 1e-12)
+    assert all(v >= 0 for v in big.breakdown.values()) and big.overlapped_s >= 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(MODELS, LAYOUTS, st.sampled_from([1, 4, 16]), st.floats(1.0, 8.0), st.floats(1.0, 8.0))
+def test_faster_links_never_increase_communication(model: ModelConfig, layout: dict, dp: int, intra_x: float,
+                                                   inter_x: float) -> None:
+    training = _training(layout, gbs=64)
+    parallel = ParallelConfig(dp=dp, tp=layout["tp"], pp=layout["pp"], cp=layout["cp"])
+    faster = GPU.replace(intra_node_bytes_per_s=GPU.intra_node_bytes_per_s * intra_x,
+                         inter_node_bytes_per_s=GPU.inter_node_bytes_per_s * inter_x)
+    base = estimate_iteration_time(model, training, parallel, GPU, params=PARAMS)
+    fast = estimate_iteration_time(model, training, parallel, faster, params=PARAMS)
+    for key in ("tensor_parallel", "context_parallel", "pipeline_p2p", "data_parallel"):
+        assert fast.breakdown[key] <= base.breakdown[key] * (1 + 1e-12)
+    assert fast.iteration_s <= base.iteration_s * (1 + 1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(MODELS, LAYOUTS, st.integers(1, 8), st.booleans())
+def test_bigger_model_never_faster(model: ModelConfig, layout: dict, more: int, wider: bool) -> None:
+    training = _training(layout, gbs=32)
+    parallel = ParallelConfig(dp=2, tp=layout["tp"], pp=layout["pp"], cp=layout["cp"])
+    if wider:
+        bigger = model.replace(hidden_size=model.hidden_size + more * model.num_attention_heads, head_dim=0,
+                               ffn_hidden_size=0)
+    else:
+        bigger = model.replace(num_layers=model.num_layers + more)
+    base = estimate_iteration_time(model, training, parallel, GPU, params=PARAMS)
+    big = estimate_iteration_time(bigger, training, parallel, GPU, params=PARAMS)
+    assert big.iteration_s >= base.iteration_s
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([1, 2, 4, 8]), st.sampled_from([1, 2, 4]), st.sampled_from([1, 2, 4]),
+                          st.sampled_from([1, 2]), st.sampled_from([1, 2]), st.sampled_from(list(Recompute)),
+                          st.booleans(), st.sampled_from([0, 1, 3]), st.sampled_from(list(PipelineSchedule))),
+                min_size=1, max_size=12))
+def test_batch_equals_scalar(candidates: list[tuple]) -> None:
+    moe = MoEConfig(num_experts=8, top_k=2, expert_ffn_hidden_size=1024)
+    model = GPT.replace(moe=moe)
+    base = TrainingConfig(seq_len=1024, global_batch_size=64, attention="flash")
+    rows = []
+    for dp, tp, pp, vpp, cp, rc, sp, zero, sched in candidates:
+        vpp = vpp if pp > 1 else 1
+        sched = PipelineSchedule.INTERLEAVED if vpp > 1 else (sched if sched is not PipelineSchedule.INTERLEAVED
+                                                              else PipelineSchedule.ONE_F_ONE_B)
+        ep = 2 if (dp * cp) % 2 == 0 else 1
+        rows.append((dp, tp, pp, vpp, cp, ep, rc, sp and tp > 1, zero, sched))
+    cols = list(zip(*rows))
+    batch = estimate_iteration_time_batch(
+        model, base, GPU, dp=cols[0], tp=cols[1], pp=cols[2], vpp=cols[3], cp=cols[4], ep=cols[5],
+        recompute=[RECOMPUTE_CODES[r] for r in cols[6]], sequence_parallel=cols[7], zero_stage=cols[8],
+        schedule=[SCHEDULE_CODES[x] for x in cols[9]])
+    assert len(batch) == len(rows)
+    for i, (dp, tp, pp, vpp, cp, ep, rc, sp, zero, sched) in enumerate(rows):
+        training = base.replace(recompute=rc, sequence_parallel=sp, zero_stage=zero)
+        parallel = ParallelConfig(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, schedule=sched)
+        scalar = estimate_iteration_time(model, training, parallel, GPU)
+        assert batch.at(i) == scalar
+        assert all(v >= 0 for v in scalar.breakdown.values()) and scalar.overlapped_s >= 0
+
+
+def test_batch_broadcasts_scalars_and_enums() -> None:
+    training = TrainingConfig(seq_len=1024, global_batch_size=64)
+    got = estimate_iteration_time_batch(GPT, training, GPU, dp=np.array([1, 2, 4, 8]), tp=2,
+                                        recompute=Recompute.FULL)
+    assert got.iteration_s.shape == (4,)
+    assert np.all(np.diff(got.breakdown["compute"]) < 0)
+    assert np.all(got.breakdown["recompute"] > 0)

@@ -36,8 +36,6 @@ class LayerActivations:
     """The attention-core part of ``dense`` that selective recomputation drops (and rebuilds in backward)."""
     layer_input: FloatArray
     """The layer input: all full recomputation keeps per checkpointed chunk."""
-    score_buffer: FloatArray
-    """Persistent per-rank workspace (Megatron unfused attention's score buffer), not per micro-batch."""
 
 
 def _bytes(training: TrainingConfig) -> tuple[int, int, int]:
@@ -180,13 +178,8 @@ def layer_activations(model: ModelConfig, training: TrainingConfig, *, tp: npt.A
         dense, moe, core, inp = _megatron_layer(model, training, tp_a, rep, s_loc)
     else:
         dense, moe, core, inp = _torch_layer(model, training, tp_a, s_loc)
-    buffer = np.zeros_like(tokens)
-    if training.framework is Framework.MEGATRON and training.attention is Attention.EAGER:
-        # Megatron unfused attention reads a persistent global buffer of one layer's score shape.
-        _, b, _ = _bytes(training)
-        buffer = b * model.num_attention_heads / tp_a * s_loc * s_loc * np.asarray(micro_batch_size)
     return LayerActivations(dense=tokens * dense, moe=tokens * moe, core_dense=tokens * core,
-                            layer_input=tokens * inp, score_buffer=np.asarray(buffer, dtype=np.float64))
+                            layer_input=tokens * inp)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ import numpy.typing as npt
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.training import Framework, RecomputeMethod, TrainingConfig
 from frenzy_core.memory.activations import edge_activations, layer_activations, logit_bytes
+from frenzy_core.memory.overhead import workspace_bytes
 from frenzy_core.memory.recipe import state_bytes
 from frenzy_core.memory.result import MEMORY_CATEGORIES
 from frenzy_core.memory.shards import layer_constants, stage_params, stage_shape
@@ -140,7 +141,7 @@ def stage_arrays(model: ModelConfig, training: TrainingConfig, c: ConfigArrays, 
     work = np.where(n > 0, np.maximum(work, 0.0), 0.0)
     first = shape.is_first.astype(np.float64)
     last = shape.is_last.astype(np.float64)
-    acts = inflight * (saved_layers + first * ea.embedding + last * ea.head) + np.where(n > 0, la.score_buffer, 0)
+    acts = inflight * (saved_layers + first * ea.embedding + last * ea.head)
     acts_fwd = acts
     if training.precision.is_amp:
         # autocast caches a half copy of every weight a matmul casts until the forward ends; saved tensors keep
@@ -172,7 +173,8 @@ def stage_arrays(model: ModelConfig, training: TrainingConfig, c: ConfigArrays, 
     else:
         grads_fb = np.where(c.num_microbatches > np.ceil(inflight), grads, 0.0)
 
-    common = {"parameters": params, "master_weights": master, "optimizer_states": states}
+    common = {"parameters": params, "master_weights": master, "optimizer_states": states,
+              "workspaces": np.full(np.shape(params), float(workspace_bytes(model, training)))}
     phases = [
         {**common, "gradients": grads_fb, "activations": acts_fwd, "logits_loss": logits_fwd,
          "optimizer_temporaries": 0.0 * acts, "comm_buffers": comm_fb},

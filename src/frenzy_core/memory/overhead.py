@@ -1,4 +1,4 @@
-"""Runtime overhead on each GPU beyond live tensors: CUDA context, workspaces, NCCL buffers, fragmentation."""
+"""Kernel workspaces and runtime overhead per GPU: cuBLAS/TE workspaces, CUDA context, NCCL, fragmentation."""
 
 from __future__ import annotations
 
@@ -10,17 +10,23 @@ import numpy.typing as npt
 import yaml
 
 from frenzy_core._base import FrozenModel
+from frenzy_core.config.model import ModelConfig
+from frenzy_core.config.training import Framework, TrainingConfig
 
-__all__ = ["OverheadModel", "overhead_model", "overhead_bytes"]
+__all__ = ["OverheadModel", "overhead_model", "overhead_bytes", "workspace_bytes"]
 
 
 class OverheadModel(FrozenModel):
-    """Constants of the runtime-overhead model (``data/memory_overhead.yaml``, each with its source)."""
+    """Constants of the overhead model (``data/memory_overhead.yaml``, each with its source)."""
 
+    torch_workspace_bytes: int
+    torch_workspace_source: str
+    megatron_workspace_bytes: int
+    megatron_workspace_source: str
+    megatron_moe_workspace_bytes: int
+    megatron_moe_workspace_source: str
     cuda_context_bytes: int
     cuda_context_source: str
-    cublas_workspace_bytes: int
-    cublas_workspace_source: str
     nccl_per_communicator_bytes: int
     nccl_per_communicator_source: str
     fragmentation_fraction: float
@@ -29,20 +35,27 @@ class OverheadModel(FrozenModel):
 
 @functools.lru_cache(maxsize=1)
 def overhead_model() -> OverheadModel:
-    """The packaged overhead constants."""
+    """The packaged constants."""
     text = (resources.files("frenzy_core") / "data" / "memory_overhead.yaml").read_text(encoding="utf-8")
     return OverheadModel.model_validate(yaml.safe_load(text))
 
 
-def overhead_bytes(peak_bytes: npt.ArrayLike, communicators: npt.ArrayLike,
-                   model: OverheadModel | None = None) -> dict[str, npt.NDArray[np.int64]]:
+def workspace_bytes(model: ModelConfig, training: TrainingConfig) -> int:
+    """Kernel workspaces that live in the caching allocator (counted in ``peak_bytes``)."""
+    m = overhead_model()
+    if training.framework is Framework.MEGATRON:
+        return m.megatron_workspace_bytes + (m.megatron_moe_workspace_bytes if model.moe is not None else 0)
+    return m.torch_workspace_bytes
+
+
+def overhead_bytes(peak_bytes: npt.ArrayLike, communicators: npt.ArrayLike) -> dict[str, npt.NDArray[np.int64]]:
     """Overhead by category for a live-tensor peak and the number of NCCL communicators a rank uses."""
-    m = model or overhead_model()
+    m = overhead_model()
     peak = np.asarray(peak_bytes, dtype=np.float64)
     comms = np.asarray(communicators, dtype=np.int64)
     ones = np.ones(np.broadcast(peak, comms).shape, dtype=np.int64)
     return {
         "cuda_context": ones * m.cuda_context_bytes,
-        "workspaces": ones * m.cublas_workspace_bytes + comms * m.nccl_per_communicator_bytes,
+        "nccl_buffers": comms * m.nccl_per_communicator_bytes * ones,
         "fragmentation": (ones * np.rint(peak * m.fragmentation_fraction)).astype(np.int64),
     }

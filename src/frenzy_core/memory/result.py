@@ -17,10 +17,12 @@ MEMORY_CATEGORIES: tuple[str, ...] = (
     "logits_loss",
     "optimizer_temporaries",
     "comm_buffers",
+    "workspaces",
 )
-"""Categories of live tensors (``torch.cuda.max_memory_allocated`` counts all of them)."""
+"""Categories of live tensors (``torch.cuda.max_memory_allocated`` counts all of them); ``workspaces`` are the
+cuBLAS/cuBLASLt/Transformer Engine workspaces PyTorch allocates through its caching allocator."""
 
-OVERHEAD_CATEGORIES: tuple[str, ...] = ("cuda_context", "workspaces", "fragmentation")
+OVERHEAD_CATEGORIES: tuple[str, ...] = ("cuda_context", "nccl_buffers", "fragmentation")
 """Runtime memory outside the caching allocator's live tensors, which still has to fit on the card."""
 
 

@@ -8,7 +8,7 @@ throughput function (the fastest layout that fits, by frenzy_core's time and mem
 
 from __future__ import annotations
 
-import zlib
+import random
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -101,9 +101,10 @@ def _check_buckets(buckets: Sequence[SizeBucket]) -> None:
                 ModelConfig.preset(name)  # raises UnknownNameError with suggestions
 
 
-def _job_rng(seed: int, job_id: str) -> np.random.Generator:
-    """A generator per job, so that a job's mapping depends on the seed and its id only, not on other jobs."""
-    return np.random.default_rng([seed, zlib.crc32(job_id.encode("utf-8"))])
+def _job_rng(seed: int, job_id: str) -> random.Random:
+    """A generator per job, so that a job's mapping depends on the seed and its id only, not on other jobs
+    (string seeds are hashed with SHA-512: the same on every platform and Python version since 3.2)."""
+    return random.Random(f"{seed}:{job_id}")
 
 
 def _reference_gpu(job: TraceJob, reference_gpu: str | None) -> tuple[str, bool]:
@@ -175,11 +176,10 @@ def jobs_from_trace(trace_jobs: Sequence[TraceJob], *, seed: int = 0, cluster: C
         rng = _job_rng(seed, job.id)
         chosen: tuple[str, float] | None = None
         for b in _bucket_order(buckets, job.num_gpus):
-            names = list(buckets[b].presets)
-            for i in rng.permutation(len(names)):
-                tps = tokens_per_s(names[i], gpu_id, job.num_gpus)
+            for name in rng.sample(buckets[b].presets, len(buckets[b].presets)):  # a seeded shuffle
+                tps = tokens_per_s(name, gpu_id, job.num_gpus)
                 if tps is not None:
-                    chosen = (names[i], tps)
+                    chosen = (name, tps)
                     break
             if chosen is not None:
                 break

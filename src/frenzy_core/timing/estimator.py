@@ -99,13 +99,16 @@ def _codes(values: ArrayLike | None, default: int, table: dict[Recompute, int] |
            name: str) -> IntArray:
     if values is None:
         return np.asarray(default, dtype=np.int64)
-    flat = np.asarray(values, dtype=object).ravel()
-    out = np.empty(flat.shape, dtype=np.int64)
-    for i, v in enumerate(flat):
-        out[i] = table[v] if v in table else int(v)  # type: ignore[index]
+    raw = np.asarray(values)
+    if raw.dtype.kind in "iu":
+        out = raw.astype(np.int64)
+    else:  # enum members (or their string values), one by one
+        flat = np.asarray(values, dtype=object).ravel()
+        out = np.array([table[v] if v in table else int(v) for v in flat],  # type: ignore[index]
+                       dtype=np.int64).reshape(raw.shape)
     if out.size and (out.min() < 0 or out.max() >= len(table)):
         raise ConfigError(f"{name} codes must be in 0..{len(table) - 1}", field=name, value=values)
-    return out.reshape(np.shape(values))
+    return out
 
 
 def _stage_params(model: ModelConfig, pp: IntArray, layers_stage: IntArray, tp: FloatArray,

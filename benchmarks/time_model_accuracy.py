@@ -26,10 +26,8 @@ from frenzy_core import (
     ParallelConfig,
     PositionEmbedding,
     TrainingConfig,
-    UnknownNameError,
     get_gpu_spec,
 )
-from frenzy_core.hardware.gpu import GPUSpec
 from frenzy_core.timing import (
     default_time_model_params,
     estimate_iteration_time,
@@ -41,16 +39,6 @@ from frenzy_core.timing.published import ASSUMPTIONS, read_throughput_csv, row_m
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CSV = ROOT.parent / "shared" / "reference" / "throughput_megatron.csv"
 HEADING = "## Time model vs published throughput"
-# The CSV's GPU names where the catalogue lacks them as aliases.
-FALLBACK_IDS = {"a100-80gb-sxm": "a100-80gb", "h100-80gb-sxm": "h100-sxm"}
-
-
-def _gpu(name: str, missing: set[str]) -> GPUSpec:
-    try:
-        return get_gpu_spec(name)
-    except UnknownNameError:
-        missing.add(name)
-        return get_gpu_spec(FALLBACK_IDS[name])
 
 
 def _error(m: Measurement, undo_derating: bool = False) -> float:
@@ -87,9 +75,8 @@ def _speed() -> tuple[float, float]:
 
 def report(csv_path: Path) -> str:
     """The markdown section."""
-    missing: set[str] = set()
     rows = read_throughput_csv(csv_path)
-    measurements = [row_measurement(r, _gpu(r.gpu, missing)) for r in rows]
+    measurements = [row_measurement(r, get_gpu_spec(r.gpu)) for r in rows]
     default = [_error(m) for m in measurements]
     underated = [_error(m, undo_derating=True) for m in measurements]
     held_out: dict[int, float] = {}
@@ -134,8 +121,6 @@ def report(csv_path: Path) -> str:
                      f"{p.memory_efficiency:.3f} / {p.collective_efficiency:.3f}")
     lines += ["", "Assumptions where the sources are silent (`frenzy_core.timing.published.ASSUMPTIONS`):", ""]
     lines += [f"- {a}" for a in ASSUMPTIONS]
-    if missing:
-        lines += ["", f"GPU names missing from the catalogue's aliases, mapped by hand: {sorted(missing)}."]
     lines += ["", (f"Speed: `estimate_iteration_time_batch` evaluates {configs_per_s:,.0f} configs/s (10^6 random "
                    f"Llama-70B layouts on H100, best of 3); the scalar `estimate_iteration_time` "
                    f"{scalar_per_s:,.0f}/s."), ""]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from hypothesis import given, settings
@@ -17,6 +17,7 @@ from frenzy_core.config import (
     Framework,
     MLPKind,
     ModelConfig,
+    MoEConfig,
     NormKind,
     Optimizer,
     OptimizerImpl,
@@ -54,6 +55,10 @@ def _cases() -> list[dict[str, Any]]:
         pytest.skip(f"reference data {REFERENCE} is absent (it lives beside the project, not in it)")
     cases: list[dict[str, Any]] = json.loads(REFERENCE.read_text())
     return cases
+
+
+def _model_type(test: str) -> Literal["gpt", "bert"]:
+    return "bert" if test.startswith("bert/") else "gpt"
 
 
 def _case(name: str) -> dict[str, Any]:
@@ -304,7 +309,7 @@ def test_every_reference_case_parses_or_names_an_unsupported_flag() -> None:
     refused = set()
     for case in _cases():
         args = case["model_args"]
-        model_type = "bert" if case["test"].startswith("bert/") else "gpt"
+        model_type = _model_type(case["test"])
         try:
             model, training, parallel = from_megatron_args(args, world_size=8, model_type=model_type)
         except ConfigError as exc:
@@ -403,7 +408,7 @@ def test_not_strict_lists_and_warns_about_skipped_flags() -> None:
 
 def test_round_trip_of_every_supported_reference_case() -> None:
     for case in _cases():
-        model_type = "bert" if case["test"].startswith("bert/") else "gpt"
+        model_type = _model_type(case["test"])
         try:
             configs = from_megatron_args(case["model_args"], world_size=8, model_type=model_type)
         except ConfigError:
@@ -424,15 +429,15 @@ def test_round_trip_of_a_rich_config() -> None:
         position_embedding=PositionEmbedding.ROTARY,
         tied_embeddings=False,
         max_position_embeddings=4096,
-        moe={
-            "num_experts": 8,
-            "top_k": 2,
-            "expert_ffn_hidden_size": 128,
-            "num_shared_experts": 1,
-            "shared_expert_ffn_hidden_size": 256,
-            "first_dense_layers": 1,
-            "layer_interval": 2,
-        },
+        moe=MoEConfig(
+            num_experts=8,
+            top_k=2,
+            expert_ffn_hidden_size=128,
+            num_shared_experts=1,
+            shared_expert_ffn_hidden_size=256,
+            first_dense_layers=1,
+            layer_interval=2,
+        ),
     )
     training = TrainingConfig(
         seq_len=4096,
@@ -486,13 +491,13 @@ def _megatron_configs(draw: st.DrawFn) -> tuple[ModelConfig, TrainingConfig, Par
     if draw(st.booleans()):
         ep = draw(st.sampled_from([e for e in (1, 2, 4) if (dp * cp) % e == 0]))
         experts = ep * draw(st.integers(1, 2)) if ep > 1 else draw(st.integers(2, 3))
-        moe = {
-            "num_experts": experts,
-            "top_k": draw(st.integers(1, experts)),
-            "expert_ffn_hidden_size": 32,
+        moe = MoEConfig(
+            num_experts=experts,
+            top_k=draw(st.integers(1, experts)),
+            expert_ffn_hidden_size=32,
             # one layer cannot tell interval 1 from 2: keep the pattern unambiguous
-            "layer_interval": draw(st.sampled_from([1, 2])) if num_layers > 1 else 1,
-        }
+            layer_interval=draw(st.sampled_from([1, 2])) if num_layers > 1 else 1,
+        )
     else:
         ep = 1
     model = ModelConfig(
@@ -538,5 +543,5 @@ def _megatron_configs(draw: st.DrawFn) -> tuple[ModelConfig, TrainingConfig, Par
 @settings(max_examples=60, deadline=None)
 @given(_megatron_configs())
 def test_to_megatron_args_round_trips(configs: tuple[ModelConfig, TrainingConfig, ParallelConfig]) -> None:
-    model, training, parallel = configs
-    assert from_megatron_args(to_megatron_args(*configs), world_size=parallel.world_size) == configs
+    world_size = configs[2].world_size
+    assert from_megatron_args(to_megatron_args(*configs), world_size=world_size) == configs

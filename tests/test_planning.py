@@ -4,6 +4,8 @@ parallel groups inside a node, are deterministic, honour objectives and constrai
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from frenzy_core import ConfigError, InfeasiblePlanError, ModelConfig, TrainingConfig, UnknownNameError
 from frenzy_core.hardware import Cluster, get_gpu_spec
@@ -65,6 +67,22 @@ def test_plan_fits_uses_free_gpus_and_keeps_tp_in_a_node() -> None:
     assert plan.optimal and plan.solver == "cp-sat"
     assert plan.objective is Objective.THROUGHPUT
     assert plan.time.tokens_per_s == pytest.approx(plan.objective_value)
+
+
+@settings(max_examples=12, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.sampled_from(["h100-sxm", "a100-80gb", "a100-40gb", "l4"]), st.sampled_from([4, 8]),
+                          st.integers(0, 8), st.integers(1, 3)), min_size=1, max_size=3),
+       st.sampled_from(list(Objective)))
+def test_random_requests_give_valid_plans(shapes: list, objective: Objective) -> None:
+    nodes = [{"gpu": g, "gpus_per_node": n, "free_gpus": min(f, n), "count": c} for g, n, f, c in shapes]
+    cluster = Cluster.from_dict({"nodes": nodes})
+    try:
+        plan = plan_job(_model(), cluster, TRAINING, objective=objective,
+                        constraints=FAST.replace(token_budget=10**9, micro_batch_sizes=[1]))
+    except InfeasiblePlanError as exc:
+        assert exc.reasons  # says why
+        return
+    _assert_valid(plan, cluster)
 
 
 def test_same_request_same_plan_and_json_round_trip() -> None:
@@ -198,9 +216,21 @@ def test_bad_inputs_raise_library_errors(kwargs: dict, error: type, match: str) 
         _plan(**kwargs)
 
 
+def test_model_and_recipe_must_agree() -> None:
+    gpt = _model(position_embedding="learned", max_position_embeddings=1024)
+    with pytest.raises(ConfigError, match="max_position_embeddings"):
+        plan_job(gpt, _cluster(), TRAINING, constraints=FAST)
+
+
+def test_cluster_may_be_given_as_a_mapping() -> None:
+    plan = plan_job(_model(), {"nodes": [{"gpu": "a100-80gb", "gpus_per_node": 8, "free_gpus": 4}]}, TRAINING,
+                    constraints=FAST)
+    assert plan.gpu_type == "a100-80gb" and plan.num_gpus <= 4
+
+
 def test_empty_and_unknown_clusters_are_rejected() -> None:
     with pytest.raises(ConfigError, match="at least one node"):
-        Cluster.from_dict({"nodes": []})
+        plan_job(_model(), {"nodes": []}, TRAINING)
     with pytest.raises(ConfigError):
         Cluster.from_dict({"nodes": [{"gpu": "h1000", "gpus_per_node": 8}]})
 

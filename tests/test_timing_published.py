@@ -7,29 +7,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from frenzy_core import UnknownNameError, get_gpu_spec
-from frenzy_core.hardware.gpu import GPUSpec
+from frenzy_core import get_gpu_spec
 from frenzy_core.timing import default_time_model_params, estimate_iteration_time, training_flops
 from frenzy_core.timing.calibrate import Measurement, calibrate, prediction_errors
 from frenzy_core.timing.published import read_throughput_csv, row_measurement
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 CSV = SHARED / "reference" / "throughput_megatron.csv"
-# The CSV's names for the two GPUs, where the catalogue lacks them as aliases (reported to the hardware owner).
-FALLBACK_IDS = {"a100-80gb-sxm": "a100-80gb", "h100-80gb-sxm": "h100-sxm"}
 
 pytestmark = pytest.mark.skipif(not CSV.exists(), reason=f"{CSV} not present (reference data is not shipped)")
 
 
-def _gpu(name: str) -> GPUSpec:
-    try:
-        return get_gpu_spec(name)
-    except UnknownNameError:
-        return get_gpu_spec(FALLBACK_IDS[name])
-
-
 def _measurements() -> list[Measurement]:
-    return [row_measurement(row, _gpu(row.gpu)) for row in read_throughput_csv(CSV)]
+    return [row_measurement(row, get_gpu_spec(row.gpu)) for row in read_throughput_csv(CSV)]
 
 
 def _errors(measurements: list[Measurement]) -> np.ndarray:
@@ -41,7 +31,7 @@ def test_reader_and_row_mapping() -> None:
     rows = read_throughput_csv(CSV)
     assert len(rows) == 19 and {r.gpu for r in rows} == {"a100-80gb-sxm", "h100-80gb-sxm"}
     one_t = next(r for r in rows if r.params_b == 1008.0)
-    m = row_measurement(one_t, _gpu(one_t.gpu))
+    m = row_measurement(one_t, get_gpu_spec(one_t.gpu))
     assert m.parallel.world_size == 3072 and m.parallel.tp == 8 and m.parallel.pp == 64
     assert m.model.num_params() == pytest.approx(1008e9, rel=0.01)
     # SC21 reports hardware FLOPs (96 B s l h^2 (...)): iteration seconds = those FLOPs / (163 TFLOPS x 3072).
@@ -50,8 +40,6 @@ def test_reader_and_row_mapping() -> None:
     assert m.measured_iteration_s() == pytest.approx(flops / (163e12 * 3072))
 
 
-@pytest.mark.xfail(reason="catalogue lacks the aliases 'a100-80gb-sxm' and 'h100-80gb-sxm' (hardware/ owner)",
-                   strict=False)
 def test_csv_gpu_names_are_catalogue_aliases() -> None:
     for row in read_throughput_csv(CSV):
         get_gpu_spec(row.gpu)

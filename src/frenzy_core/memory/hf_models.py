@@ -167,16 +167,38 @@ def hf_training_setup(model: ModelConfig, training: TrainingConfig) -> HFTrainin
         ids = torch.randint(0, model.vocab_size, shape)
         return {"input_ids": ids, "labels": ids} if model.lm_head else {"input_ids": ids}
 
-    runtime: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext
-    if model.moe is not None and weight_dtype is not torch.bfloat16:
-        runtime = _grouped_mm_fallback
+    grouped_mm_fallback = model.moe is not None and weight_dtype is not torch.bfloat16
+    if grouped_mm_fallback:
         notes.append("MoE experts run Transformers' grouped-mm fallback (same saved tensors) for non-bf16 weights")
+
+    @contextlib.contextmanager
+    def runtime() -> Iterator[None]:
+        with _unpacked_batches(), (_grouped_mm_fallback() if grouped_mm_fallback else contextlib.nullcontext()):
+            yield
     loss_fn = _hidden_state_sum if not model.lm_head else None
     if loss_fn is not None:
         notes.append("no language-model head: the loss is the sum of the last hidden state (saves nothing)")
     return HFTrainingSetup(module_factory=module_factory, batch_factory=batch_factory,
                            optimizer_factory=_optimizer_factory(training, torch), autocast_dtype=autocast_dtype,
                            loss_fn=loss_fn, runtime=runtime, notes=tuple(notes))
+
+
+@contextlib.contextmanager
+def _unpacked_batches() -> Iterator[None]:
+    """Tell Transformers' mask builder that the batch holds one sequence per row, as the probe's batches do.
+
+    ``masking_utils.find_packed_sequence_indices`` cannot read fake position ids, so it assumes packed
+    sequences and makes every model build a (b, 1, s, s) mask that SDPA then saves; on a GPU the check
+    passes and SDPA runs with ``is_causal=True`` and no mask.
+    """
+    from transformers import masking_utils
+
+    original = masking_utils.find_packed_sequence_indices
+    masking_utils.find_packed_sequence_indices = lambda position_ids: None
+    try:
+        yield
+    finally:
+        masking_utils.find_packed_sequence_indices = original
 
 
 @contextlib.contextmanager

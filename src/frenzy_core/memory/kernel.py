@@ -166,12 +166,10 @@ def stage_arrays(model: ModelConfig, training: TrainingConfig, c: ConfigArrays, 
     logits_bwd = logits_others + last * lb.backward_peak
     bwd_uses_logits = logits_bwd >= logits_others + work
 
-    # Gradients present while activations are live: Megatron's grad buffer always; torch's .grad tensors only
-    # once a backward has run in this step (zero_grad sets them to None), i.e. when m exceeds the in-flight count.
-    if megatron:
-        grads_fb = grads
-    else:
-        grads_fb = np.where(c.num_microbatches > np.ceil(inflight), grads, 0.0)
+    # Gradients present while activations are live: Megatron's grad buffer always; torch's .grad tensors once a
+    # backward has run in this step (zero_grad sets them to None): with gradient accumulation (m > 1) the later
+    # micro-batches run with them (a stage whose peak precedes its first backward is overestimated by them).
+    grads_fb = grads if megatron else np.where(c.num_microbatches > 1, grads, 0.0)
 
     common = {"parameters": params, "master_weights": master, "optimizer_states": states,
               "workspaces": np.full(np.shape(params), float(workspace_bytes(model, training)))}

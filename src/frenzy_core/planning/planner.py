@@ -8,7 +8,9 @@ from typing import Any
 
 import numpy as np
 
+from frenzy_core.config.layout import validate_layout
 from frenzy_core.config.model import ModelConfig
+from frenzy_core.config.parallel import ParallelConfig
 from frenzy_core.config.training import TrainingConfig
 from frenzy_core.errors import ConfigError
 from frenzy_core.hardware.gpu import GPUSpec
@@ -125,8 +127,13 @@ def make_search(model: ModelConfig, cluster: Any, training: TrainingConfig | Non
     training = TrainingConfig() if training is None else training
     if not isinstance(training, TrainingConfig):
         raise ConfigError(f"training must be a TrainingConfig, got {type(training).__name__}", field="training")
+    validate_layout(model, training.replace(micro_batch_size=1), ParallelConfig())  # model and recipe agree
     obj = _objective(objective)
     cons = _constraints(constraints)
+    if isinstance(cluster, Mapping):
+        from frenzy_core.hardware.cluster import Cluster
+
+        cluster = Cluster.from_dict(cluster)
     pool = cluster if isinstance(cluster, NodePool) else NodePool.from_cluster(cluster)
     if not pool.nodes:
         raise ConfigError("the cluster has no nodes", field="cluster", hint="add nodes: [{gpu: ..., gpus_per_node: ...}]")

@@ -1,0 +1,45 @@
+"""Throughput of ``estimate_memory_batch`` on one core: prints configurations per second.
+
+Run: python benchmarks/memory_vectorized.py [n_configs]
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+
+from frenzy_core.config import ModelConfig, TrainingConfig
+from frenzy_core.memory.batch import estimate_memory_batch
+
+
+def random_layouts(n: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """``n`` random layouts of a 32-layer model on up to 512 GPUs (some invalid, as a planner would try)."""
+    rng = np.random.default_rng(seed)
+    pow2 = lambda hi: 2 ** rng.integers(0, hi + 1, n)  # noqa: E731
+    return {
+        "dp": pow2(6), "tp": pow2(3), "pp": pow2(3), "vpp": rng.choice([1, 1, 2], n),
+        "micro_batch_size": pow2(3), "seq_len": rng.choice([2048, 4096, 8192], n), "num_microbatches": pow2(5) * 4,
+        "recompute": rng.integers(0, 3, n), "zero_stage": rng.integers(0, 4, n), "sequence_parallel": rng.integers(0, 2, n),
+    }
+
+
+def main() -> None:
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 200_000
+    model = ModelConfig.preset("llama-2-7b")
+    configs = random_layouts(n)
+    for framework in ("megatron", "torch"):
+        training = TrainingConfig(framework=framework, precision="bf16-mixed" if framework == "megatron" else "bf16")
+        estimate_memory_batch(model, {k: v[:1000] for k, v in configs.items()}, training)  # warm-up
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.perf_counter()
+            out = estimate_memory_batch(model, configs, training)
+            best = min(best, time.perf_counter() - t0)
+        print(f"{framework:8s} {n:,} configs in {best:.3f} s: {n / best:,.0f} configs/s "
+              f"({int(out.valid.sum()):,} valid)")
+
+
+if __name__ == "__main__":
+    main()

@@ -4,15 +4,19 @@ Every case is probed on the CPU with fake tensors (``frenzy_core.memory.probe.pr
 model, single process, data-parallel degree 1, two optimizer steps) and estimated with
 ``frenzy_core.memory.estimate_memory``. Minutes of CPU; no GPU, no model weights in memory.
 
-Run: ``python benchmarks/memory_accuracy.py [--quick] [--markdown]`` (``--quick``: the first three cases).
+Run: ``python benchmarks/memory_accuracy.py [--quick] [--markdown] [--probe-cache FILE]`` (``--quick``: the
+first three cases; ``--probe-cache``: reuse measurements saved in FILE by an earlier run, and save new ones, so
+that only the estimator is re-run).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from frenzy_core.config import ModelConfig, ParallelConfig, TrainingConfig
 
@@ -75,21 +79,31 @@ class Row:
         return (self.estimate_bytes - self.probe_bytes) / self.probe_bytes
 
 
-def run_case(case: Case) -> Row:
-    """Probe and estimate one case; an estimator failure is reported, not raised."""
-    from frenzy_core.memory import estimate_memory
+def measure(case: Case, cache: dict[str, dict[str, object]]) -> dict[str, object]:
+    """The probe's peak, phase and run time for ``case`` (from ``cache`` when there)."""
     from frenzy_core.memory.probe import probe_memory
 
-    model = ModelConfig.preset(case.preset)
-    start = time.perf_counter()
-    measured = probe_memory(model, case.training)
-    probe_s = time.perf_counter() - start
+    key = f"{case.preset} {case.label}"
+    if key not in cache:
+        start = time.perf_counter()
+        result = probe_memory(ModelConfig.preset(case.preset), case.training)
+        cache[key] = {"peak_bytes": result.peak_bytes, "peak_phase": result.peak_phase,
+                      "peak_step": result.peak_step, "probe_s": time.perf_counter() - start}
+    return cache[key]
+
+
+def run_case(case: Case, cache: dict[str, dict[str, object]]) -> Row:
+    """Probe and estimate one case; an estimator failure is reported, not raised."""
+    from frenzy_core.memory import estimate_memory
+
+    measured = measure(case, cache)
+    note = f"peak in {measured['peak_phase']} (step {measured['peak_step']})"
     try:
-        estimate: int | None = estimate_memory(model, case.training, ParallelConfig()).peak_bytes
-        note = f"peak in {measured.peak_phase} (step {measured.peak_step})"
+        estimate: int | None = estimate_memory(ModelConfig.preset(case.preset), case.training,
+                                               ParallelConfig()).peak_bytes
     except Exception as exc:  # noqa: BLE001 - the table shows what failed
         estimate, note = None, f"estimator failed: {type(exc).__name__}: {exc}"[:120]
-    return Row(case, measured.peak_bytes, estimate, probe_s, note)
+    return Row(case, int(measured["peak_bytes"]), estimate, float(measured["probe_s"]), note)
 
 
 def format_table(rows: list[Row], markdown: bool) -> str:
@@ -124,12 +138,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="only the first three cases")
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    parser.add_argument("--probe-cache", type=Path, help="JSON file of saved probe measurements to reuse and extend")
     args = parser.parse_args()
     cases = CASES[:3] if args.quick else CASES
+    cache: dict[str, dict[str, object]] = {}
+    if args.probe_cache is not None and args.probe_cache.exists():
+        cache = json.loads(args.probe_cache.read_text(encoding="utf-8"))
     rows = []
     for case in cases:
-        rows.append(run_case(case))
-        print(f"done {case.preset} {case.label} in {rows[-1].probe_s:.0f} s", flush=True)
+        rows.append(run_case(case, cache))
+        print(f"done {case.preset} {case.label} (probe {rows[-1].probe_s:.0f} s)", flush=True)
+        if args.probe_cache is not None:
+            args.probe_cache.write_text(json.dumps(cache, indent=1), encoding="utf-8")
     print(format_table(rows, args.markdown))
     print(summary(rows))
 

@@ -17,7 +17,7 @@ from frenzy_core.memory.batch import estimate_memory_batch
 def random_layouts(n: int, seed: int = 0) -> dict[str, np.ndarray]:
     """``n`` random layouts of a 32-layer model on up to 512 GPUs (some invalid, as a planner would try)."""
     rng = np.random.default_rng(seed)
-    pow2 = lambda hi: 2 ** rng.integers(0, hi + 1, n)  # noqa: E731
+    pow2 = lambda hi: 2 ** rng.integers(0, hi + 1, n)
     return {
         "dp": pow2(6), "tp": pow2(3), "pp": pow2(3), "vpp": rng.choice([1, 1, 2], n),
         "micro_batch_size": pow2(3), "seq_len": rng.choice([2048, 4096, 8192], n), "num_microbatches": pow2(5) * 4,

@@ -182,3 +182,9 @@ def test_invalid_input_raises_only_config_error(data: dict[str, object]) -> None
         ModelConfig(**data)
     except ConfigError:
         pass
+
+
+def test_tiny_gated_default_ffn_is_rejected_not_zero() -> None:
+    # Megatron's gated default int(4h * 2/3 / 64) * 64 is 0 below h = 24: ask for an explicit size.
+    with pytest.raises(ConfigError, match="set ffn_hidden_size explicitly"):
+        ModelConfig(num_layers=1, hidden_size=16, num_attention_heads=2, vocab_size=10, mlp="swiglu")

@@ -545,3 +545,14 @@ def _megatron_configs(draw: st.DrawFn) -> tuple[ModelConfig, TrainingConfig, Par
 def test_to_megatron_args_round_trips(configs: tuple[ModelConfig, TrainingConfig, ParallelConfig]) -> None:
     world_size = configs[2].world_size
     assert from_megatron_args(to_megatron_args(*configs), world_size=world_size) == configs
+
+
+def test_zero_1_is_written_as_the_distributed_optimizer() -> None:
+    model = ModelConfig(num_layers=2, hidden_size=64, num_attention_heads=4, vocab_size=1024)
+    args = to_megatron_args(model, TrainingConfig(zero_stage=1), ParallelConfig(dp=2))
+    assert "--use-distributed-optimizer" in args
+    _, training, _ = from_megatron_args(args, world_size=2)
+    assert training.distributed_optimizer and training.effective_zero_stage == 1
+    with pytest.raises(ConfigError) as err:
+        to_megatron_args(model, TrainingConfig(zero_stage=2), ParallelConfig(dp=2))
+    assert err.value.field == "training.zero_stage"

@@ -13,7 +13,7 @@ from frenzy_core.errors import ConfigError
 
 torch = pytest.importorskip("torch")
 
-from frenzy_core.memory.probe import CUDA_BLOCK_BYTES, PHASES, measure_training_step, probe_memory  # noqa: E402
+from frenzy_core.memory.probe import CUDA_BLOCK_BYTES, PHASES, measure_training_step, probe_memory
 
 _FEATURES = 256
 _BATCH = 4
@@ -103,7 +103,7 @@ def test_storages_are_rounded_to_cuda_blocks() -> None:
     def loss(out: torch.Tensor) -> torch.Tensor:
         return out.sum()
 
-    sgd = lambda p: torch.optim.SGD(p, lr=0.1)  # noqa: E731
+    sgd = lambda p: torch.optim.SGD(p, lr=0.1)
     rounded = measure_training_step(one_scalar, batch, optimizer_factory=sgd, loss_fn=loss, steps=1)
     exact = measure_training_step(one_scalar, batch, optimizer_factory=sgd, loss_fn=loss, steps=1, block_bytes=1)
     assert rounded.breakdown["parameters"] == CUDA_BLOCK_BYTES

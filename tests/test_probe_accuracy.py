@@ -89,7 +89,7 @@ def case_id(case: tuple[str, TrainingConfig]) -> str:
     return "/".join(parts)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def measured_peak_bytes(index: int) -> int:
     """The probe's peak for ``GRID_CASES[index]`` (measured once per test session)."""
     from frenzy_core.memory.probe import probe_memory
@@ -98,7 +98,7 @@ def measured_peak_bytes(index: int) -> int:
     return probe_memory(GRID_MODELS[arch], training).peak_bytes
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def relative_error(index: int) -> float:
     """(estimate - measured) / measured for ``GRID_CASES[index]``."""
     from frenzy_core.memory import estimate_memory

@@ -18,6 +18,7 @@ from frenzy_core.scheduling.jobs import GPURequest, TrainingJob
 from frenzy_core.scheduling.policies import get_policy
 from frenzy_core.scheduling.policy import Placement, Policy
 from frenzy_core.scheduling.simulator import JobStatus, SimulationError, SimulationResult, simulate
+from frenzy_core.scheduling.state import ClusterState
 
 GPT2 = ModelConfig.preset("gpt2")
 BIG = ModelConfig.preset("llama-2-7b")
@@ -163,3 +164,39 @@ def test_conservation_capacity_and_fifo_order(specs: list[tuple[int, int, int, s
     for r, job in zip(result.jobs, jobs):
         if r.gpu_type is not None and job.request is not None and job.request.gpu_type is not None:
             assert r.gpu_type == job.request.gpu_type
+
+
+def test_progress_bar_stays_off_stdout(capsys: pytest.CaptureFixture[str]) -> None:
+    result = simulate([_job("A", 0, 1, 5)], _cluster(("a100", 8, 1)), "fifo-requested", throughput=per_gpu_1000,
+                      progress=True)
+    assert result.finished == 1
+    assert capsys.readouterr().out == ""
+
+
+def test_cluster_state_best_fit_and_spread() -> None:
+    cluster = Cluster.from_dict({"nodes": [{"gpu": "a100", "gpus_per_node": 8, "count": 1, "free_gpus": 3},
+                                           {"gpu": "a100", "gpus_per_node": 8, "count": 1},
+                                           {"gpu": "a100", "gpus_per_node": 8, "count": 1, "free_gpus": 5}]})
+    state = ClusterState(cluster)
+    assert state.usable_gpus("a100-80gb") == 16 and state.usable_gpus() == 16
+    assert state.find("a100-80gb", 3) == {0: 3}  # the fullest node that holds it
+    assert state.find("a100-80gb", 4) == {2: 4}
+    assert state.find("a100-80gb", 10) == {1: 8, 2: 2}  # emptiest nodes first
+    assert state.find("a100-80gb", 17) is None and state.find("h100-sxm", 1) is None
+    scratch = state.copy()
+    scratch.take({1: 8})
+    assert scratch.free_gpus() == 8 and state.free_gpus() == 16
+    state.take({0: 3, 2: 5})
+    state.release({0: 3})
+    assert state.free.tolist() == [3, 8, 0]
+
+
+def test_default_throughput_runs_jobs_at_the_planned_rate() -> None:
+    from frenzy_core.scheduling.throughput import planned_tokens_per_s
+
+    job = TrainingJob(id="g", submit_time_s=0, model=GPT2, training=RECIPE, work_tokens=10**9,
+                      request=GPURequest(num_gpus=2, gpu_type="a100"))
+    result = simulate([job], _cluster(("a100", 8, 1)), "fifo-requested", progress=False)
+    rate = planned_tokens_per_s(GPT2, RECIPE, "a100-80gb", 2)
+    assert result.jobs[0].tokens_per_s == rate
+    assert result.jobs[0].finish_time_s == pytest.approx(10**9 / rate)

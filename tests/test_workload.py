@@ -1,4 +1,4 @@
-"""Trace-to-LLM-job mapping (with a stub throughput), TrainingJob validation, and the synthetic generator."""
+"""Trace-to-LLM-job mapping (stub throughput), TrainingJob validation, and the synthetic generator."""
 
 from __future__ import annotations
 
@@ -20,15 +20,9 @@ from frenzy_core import (
     UnknownNameError,
 )
 from frenzy_core.scheduling.jobs import GPURequest, TrainingJob
+from frenzy_core.scheduling.synthetic import LogNormalWork, MixEntry, synthetic_jobs
 from frenzy_core.scheduling.traces import TraceFormat, TraceJob
-from frenzy_core.scheduling.workload import (
-    DEFAULT_SIZE_BUCKETS,
-    LogNormalWork,
-    MixEntry,
-    SizeBucket,
-    jobs_from_trace,
-    synthetic_jobs,
-)
+from frenzy_core.scheduling.workload import DEFAULT_SIZE_BUCKETS, SizeBucket, jobs_from_trace
 
 
 class StubThroughput:
@@ -240,3 +234,27 @@ def test_synthetic_rejects_bad_input() -> None:
         MixEntry(model="gpt2", gpu_type="a100")
     jobs = synthetic_jobs(3, arrival_rate_per_s=1.0, model_mix={"gpt2": 1}, work_distribution=work)
     assert [j.work_tokens for j in jobs] == [1_000_000] * 3  # sigma 0: every job the median
+
+
+# ---------------------------------------------------------------- the default throughput (the planner)
+
+def test_homogeneous_cluster_holds_the_request_on_typical_nodes() -> None:
+    from frenzy_core.scheduling.throughput import homogeneous_cluster
+
+    cluster = homogeneous_cluster("v100", 12)
+    assert [(n.gpu, n.gpus_per_node, n.count) for n in cluster.nodes] == [("v100-32gb", 8, 2)]
+
+
+def test_default_throughput_uses_the_planner() -> None:
+    from frenzy_core.scheduling.recipe import default_training
+    from frenzy_core.scheduling.throughput import planned_tokens_per_s
+
+    gpt2, big = ModelConfig.preset("gpt2"), ModelConfig.preset("llama-2-70b")
+    one = planned_tokens_per_s(gpt2, default_training(gpt2), "a100", 1)
+    two = planned_tokens_per_s(gpt2, default_training(gpt2), "a100", 2)
+    assert 0 < one < two <= 2 * one  # data parallelism helps, never superlinearly
+    with pytest.raises(InfeasiblePlanError):
+        planned_tokens_per_s(big, default_training(big), "a100", 1)  # 70B of Adam state on one 80 GB GPU
+    (job,) = jobs_from_trace([_trace_job("a", 1, duration_s=10.0)], reference_gpu="a100",
+                             buckets=[SizeBucket(max_gpus=None, presets=["gpt2"])])
+    assert job.work_tokens == round(10.0 * one)

@@ -1,56 +1,161 @@
-"""Shared CLI plumbing: reading a model argument and turning library errors into one-line exits."""
+"""Shared CLI plumbing: reading model and cluster arguments, parsing option values, one-line error exits."""
 
 from __future__ import annotations
 
 import functools
 import json
+import math
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import typer
+from rich import box
 from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
 
 from frenzy_core.config.model import ModelConfig
-from frenzy_core.errors import ConfigError, FrenzyError, InfeasiblePlanError
+from frenzy_core.errors import ConfigError, FrenzyError, InfeasiblePlanError, UnknownNameError
+from frenzy_core.hardware.cluster import DEFAULT_PRESET, Cluster, cluster_preset_info
 
-__all__ = ["EXIT_BAD_INPUT", "EXIT_INFEASIBLE", "console", "err_console", "load_model_arg", "handle_errors",
-           "print_json", "gib"]
+__all__ = [
+    "EXIT_BAD_INPUT", "EXIT_INFEASIBLE", "ClusterArg", "console", "err_console", "gib", "handle_errors",
+    "load_cluster_arg", "load_model_arg", "new_table", "parse_count", "parse_names", "print_json",
+]
 
 EXIT_INFEASIBLE = 1
 """Exit code for a request no layout can satisfy."""
 EXIT_BAD_INPUT = 2
-"""Exit code for invalid input (unknown names, bad values)."""
+"""Exit code for invalid input (unknown names, bad values); click's own usage errors use it too."""
 
 console = Console()
+"""Human-readable output (stdout); rich picks the stream at print time, so test runners capture it."""
 err_console = Console(stderr=True)
+"""Errors, notes and progress that must not mix into ``--json`` output."""
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _looks_like_path(value: str, suffixes: tuple[str, ...]) -> bool:
+    path = Path(value)
+    return path.suffix.lower() in suffixes or "/" in value or "\\" in value or path.exists()
+
+
 def load_model_arg(model: str) -> ModelConfig:
-    """A preset name, or a path to a Hugging Face ``config.json`` (or its folder)."""
-    path = Path(model)
-    if path.suffix == ".json" or path.is_dir() or path.exists():
+    """A preset name, or a path to a Hugging Face ``config.json`` (or the folder holding one)."""
+    if _looks_like_path(model, (".json",)):
+        path = Path(model)
         if not path.exists():
             raise ConfigError(f"model file {model!r} does not exist", field="MODEL", value=model,
                               hint="give a preset name (frenzy models) or a path to a config.json")
         return ModelConfig.from_hf_config(path)
-    return ModelConfig.preset(model)
+    try:
+        return ModelConfig.preset(model)
+    except UnknownNameError as exc:
+        raise ConfigError(str(exc), field="MODEL", value=model,
+                          hint="or give a path to a Hugging Face config.json (list presets: frenzy models)") from None
+
+
+class ClusterArg:
+    """A cluster read from a ``--cluster`` value, with the words that say where it came from."""
+
+    def __init__(self, cluster: Cluster, label: str, preset: str | None):
+        self.cluster = cluster
+        self.label = label
+        self.preset = preset
+
+    def describe(self) -> str:
+        """One line: where the cluster comes from and what it holds."""
+        counts: dict[str, int] = {}
+        for node in self.cluster.nodes:
+            counts[node.gpu] = counts.get(node.gpu, 0) + node.gpus_per_node * node.count
+        types = ", ".join(f"{n} x {gpu}" for gpu, n in counts.items())
+        free = self.cluster.free_gpus
+        free_note = "" if free == self.cluster.total_gpus else f", {free} free"
+        return (f"{self.label}: {self.cluster.total_gpus} GPUs on {self.cluster.num_nodes} nodes{free_note} "
+                f"({types})")
+
+    def to_json(self) -> dict[str, Any]:
+        """Name, origin and size, for ``--json`` output."""
+        return {"name": self.cluster.name or self.label, "preset": self.preset, "total_gpus": self.cluster.total_gpus,
+                "free_gpus": self.cluster.free_gpus, "nodes": self.cluster.num_nodes,
+                "gpu_types": self.cluster.gpu_types}
+
+
+def load_cluster_arg(value: str | None, scale: int | None = None) -> ClusterArg:
+    """A cluster preset name (None: the default preset) or a path to a cluster YAML file."""
+    if value is None or value.strip().lower() == "default":
+        info = cluster_preset_info(DEFAULT_PRESET)
+        cluster = info.cluster if scale is None else info.cluster.scaled(scale)
+        return ClusterArg(cluster, f"cluster '{info.name}' (the default preset; choose another with --cluster)",
+                          info.name)
+    if _looks_like_path(value, (".yaml", ".yml")):
+        path = Path(value)
+        if not path.is_file():
+            raise ConfigError(f"cluster file {value!r} does not exist", field="--cluster", value=value,
+                              hint="give a preset name (frenzy clusters) or a path to a cluster YAML file")
+        try:
+            cluster = Cluster.from_yaml(path)
+        except ConfigError as exc:
+            raise ConfigError(f"cluster file {value!r}: {exc}", field="--cluster", value=value,
+                              hint="expected 'nodes: [{gpu: a100-80gb, gpus_per_node: 8, count: 2}]'") from None
+        cluster = cluster if scale is None else cluster.scaled(scale)
+        return ClusterArg(cluster, f"cluster file {value}", None)
+    try:
+        info = cluster_preset_info(value)
+    except UnknownNameError as exc:
+        raise ConfigError(str(exc), field="--cluster", value=value,
+                          hint="or give a path to a cluster YAML file (list presets: frenzy clusters)") from None
+    cluster = info.cluster if scale is None else info.cluster.scaled(scale)
+    return ClusterArg(cluster, f"cluster '{info.name}'", info.name)
+
+
+def parse_names(value: str | None, option: str) -> list[str] | None:
+    """A comma-separated list (``a100-80gb,h100``) as a list of stripped names; None stays None."""
+    if value is None:
+        return None
+    names = [part.strip() for part in value.split(",") if part.strip()]
+    if not names:
+        raise ConfigError(f"{option} got {value!r}, an empty list", field=option, value=value,
+                          hint="give comma-separated names, e.g. a100-80gb,h100-sxm")
+    return names
+
+
+_SUFFIXES = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
+"""Decimal multipliers accepted after a count: 300M tokens, 2T tokens (G and B both mean 1e9)."""
+
+
+def parse_count(value: str | None, option: str) -> int | None:
+    """A positive count written as ``1000000``, ``1e9``, ``300M``, ``10B`` or ``2T``; None stays None."""
+    if value is None:
+        return None
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKmMbBgGtT]?)\s*", value)
+    number = float(match.group(1)) * _SUFFIXES[match.group(2).lower()] if match else math.nan
+    if not (math.isfinite(number) and number >= 1):
+        raise ConfigError(f"{option} got {value!r}, not a positive count", field=option, value=value,
+                          hint="write it as 1000000000, 1e9 or 1B (suffixes K, M, B, T)")
+    return round(number)
 
 
 def handle_errors(func: F) -> F:
-    """Run a command; print library errors as one line and exit 2 (bad input) or 1 (infeasible)."""
+    """Run a command; print library errors as one line on stderr and exit 2 (bad input) or 1 (infeasible)."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
         except InfeasiblePlanError as exc:
-            err_console.print(f"[bold red]infeasible:[/] {exc}", highlight=False, soft_wrap=True)
+            err_console.print(f"[bold red]infeasible:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_INFEASIBLE) from None
-        except (ConfigError, FrenzyError) as exc:
-            err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        except FrenzyError as exc:
+            err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+            raise typer.Exit(EXIT_BAD_INPUT) from None
+        except OSError as exc:  # unreadable files, a plot path in a missing folder
+            where = f" {exc.filename!r}" if exc.filename else ""
+            err_console.print(f"[bold red]error:[/] cannot use{escape(where)}: {escape(exc.strerror or str(exc))}",
+                              highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_BAD_INPUT) from None
 
     return wrapper  # type: ignore[return-value]
@@ -58,9 +163,19 @@ def handle_errors(func: F) -> F:
 
 def print_json(data: Any) -> None:
     """Machine-readable output on stdout, nothing else."""
-    typer.echo(json.dumps(data, indent=2, sort_keys=False))
+    typer.echo(json.dumps(data, indent=2))
+
+
+def new_table(title: str | None, columns: list[str], *, left: tuple[str, ...] = (), show_header: bool = True
+              ) -> Table:
+    """The house table: title on the left, light rules, numbers right-aligned except the ``left`` columns."""
+    table = Table(title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False,
+                  show_header=show_header)
+    for i, col in enumerate(columns):
+        table.add_column(col, justify="left" if i == 0 or col in left else "right")
+    return table
 
 
 def gib(n_bytes: float) -> str:
-    """Bytes as GiB with two decimals."""
+    """Bytes as GiB (2**30) with two decimals."""
     return f"{n_bytes / 2**30:.2f}"

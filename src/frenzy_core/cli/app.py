@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import typer
 
-from frenzy_core.cli import catalogues, memory_cmd
+from frenzy_core.cli import catalogues, memory_cmd, plan_cmd, simulate_cmd
 
 app = typer.Typer(
     name="frenzy",
-    help="How much memory each GPU of an LLM training job needs, and which GPUs and layout it should get.",
+    help=("How much memory each GPU of an LLM training job needs, and which GPUs and layout it should get.\n\n"
+          "Start with: frenzy plan llama-3.1-8b"),
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-app.command("models")(catalogues.models)
+app.command("plan")(plan_cmd.plan)
 app.command("memory")(memory_cmd.memory)
+app.command("simulate")(simulate_cmd.simulate)
+app.command("models")(catalogues.models)
+app.command("gpus")(catalogues.gpus)
+app.command("clusters")(catalogues.clusters)
 
 
 def main() -> None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 from rich.table import Table
 
 from frenzy_core.cli._common import console, gib, handle_errors, load_model_arg, print_json
+from frenzy_core.cli.memory_view import stage_memory_table
 from frenzy_core.config import (
     Attention,
     Framework,
@@ -17,18 +20,44 @@ from frenzy_core.config import (
     Recompute,
     TrainingConfig,
 )
-from frenzy_core.memory.result import MEMORY_CATEGORIES, MemoryEstimate
+from frenzy_core.memory.result import MemoryEstimate
+from frenzy_core.planning.request import DEFAULT_HEADROOM
 
-__all__ = ["memory"]
+__all__ = ["gpu_fits", "memory"]
 
 
-def _fitting_gpus(estimate: MemoryEstimate) -> list[dict[str, object]]:
+def gpu_fits(estimate: MemoryEstimate, precision: Precision, headroom: float) -> list[dict[str, Any]]:
+    """Every catalogue GPU type, smallest first: its memory less ``headroom``, and whether the estimate fits.
+
+    ``runs_recipe`` is False where the GPU lists no peak for the precision's matmul dtype (bf16 on a V100):
+    the memory may fit, but the planner will not choose that type for this recipe.
+    """
     from frenzy_core.hardware import load_gpu_specs
+    from frenzy_core.timing.estimator import peak_dtype
 
+    dtype = peak_dtype(precision)
     out = []
-    for spec in sorted(load_gpu_specs().values(), key=lambda s: s.memory_bytes):
-        out.append({"gpu": spec.id, "memory_bytes": spec.memory_bytes, "fits": estimate.fits(spec.memory_bytes)})
+    for spec in sorted(load_gpu_specs().values(), key=lambda s: (s.memory_bytes, s.id)):
+        out.append({"gpu": spec.id, "memory_bytes": spec.memory_bytes,
+                    "usable_bytes": int(spec.memory_bytes * (1.0 - headroom)),
+                    "fits": estimate.fits(spec.memory_bytes, headroom), "runs_recipe": dtype in spec.peak_tflops})
     return out
+
+
+def _fits_table(rows: list[dict[str, Any]], needed_bytes: int, headroom: float, dtype: str) -> Table:
+    table = Table(title=f"GPU types (needs {gib(needed_bytes)} GiB per GPU; {headroom:.0%} headroom kept free)",
+                  title_justify="left")
+    for col, just in (("GPU type", "left"), ("memory GiB", "right"), ("usable GiB", "right"), ("fits", "left")):
+        table.add_column(col, justify=just)  # type: ignore[arg-type]
+    for r in rows:
+        if r["fits"] and r["runs_recipe"]:
+            verdict = "[green]yes[/]"
+        elif r["fits"]:
+            verdict = f"[yellow]memory only[/] (no {dtype} support)"
+        else:
+            verdict = f"[red]no[/] (short {gib(needed_bytes - r['usable_bytes'])} GiB)"
+        table.add_row(r["gpu"], gib(r["memory_bytes"]), gib(r["usable_bytes"]), verdict)
+    return table
 
 
 @handle_errors
@@ -36,7 +65,7 @@ def memory(
     model: str = typer.Argument(..., help="Preset name (see 'frenzy models') or path to a Hugging Face config.json."),
     seq_len: int = typer.Option(2048, help="Tokens per sample."),
     micro_batch: int = typer.Option(1, help="Samples per rank per forward pass."),
-    global_batch: int = typer.Option(None, help="Samples per optimizer step (default: micro-batch x dp)."),
+    global_batch: int | None = typer.Option(None, help="Samples per optimizer step (default: micro-batch x dp)."),
     precision: Precision = typer.Option(Precision.BF16_MIXED.value, help="Dtype recipe."),
     optimizer: Optimizer = typer.Option(Optimizer.ADAMW.value, help="Optimizer."),
     optimizer_impl: OptimizerImpl = typer.Option(OptimizerImpl.FOREACH.value, help="torch optimizer implementation."),
@@ -52,14 +81,20 @@ def memory(
     vpp: int = typer.Option(1, help="Virtual stages per pipeline rank (interleaved schedule)."),
     cp: int = typer.Option(1, help="Context-parallel degree."),
     ep: int = typer.Option(1, help="Expert-parallel degree."),
-    schedule: PipelineSchedule = typer.Option(None, help="Pipeline schedule (default: 1f1b, interleaved if vpp>1)."),
-    json_out: bool = typer.Option(False, "--json", help="Print the estimate as JSON."),
+    schedule: PipelineSchedule | None = typer.Option(None, help="Pipeline schedule (default: 1f1b, interleaved if vpp>1)."),
+    headroom: float = typer.Option(DEFAULT_HEADROOM, min=0.0, max=0.99,
+                                   help="Fraction of each GPU's memory kept free when judging fit."),
+    json_out: bool = typer.Option(False, "--json", help="Print the estimate as JSON (nothing else on stdout)."),
 ) -> None:
-    """Estimate per-GPU training memory for MODEL under one layout.
+    """Estimate per-GPU training memory for MODEL under one layout, and which GPU types it fits.
 
     Examples:
+
+      frenzy memory llama-3.1-8b
+
       frenzy memory llama-3.1-8b --seq-len 4096 --tp 2 --pp 2 --dp 2 --recompute selective
-      frenzy memory ./config.json --precision amp-bf16 --json
+
+      frenzy memory ./config.json --precision amp-bf16 --zero 3 --dp 8 --json
     """
     from frenzy_core.memory import estimate_memory
 
@@ -70,31 +105,26 @@ def memory(
         distributed_optimizer=distributed_optimizer, recompute=recompute, attention=attention,
         sequence_parallel=sequence_parallel, framework=framework,
     )
-    par = dict(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep)
+    par: dict[str, Any] = dict(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep)
     if schedule is not None:
-        par["schedule"] = schedule  # type: ignore[assignment]
+        par["schedule"] = schedule
     parallel = ParallelConfig(**par)
     estimate = estimate_memory(cfg, training, parallel)
-    fitting = _fitting_gpus(estimate)
+    fitting = gpu_fits(estimate, precision, headroom)
     if json_out:
-        print_json({"model": cfg.name, "estimate": estimate.model_dump(mode="json"), "gpus": fitting})
+        print_json({"model": cfg.name, "training": training.model_dump(mode="json"),
+                    "parallel": parallel.model_dump(mode="json"), "headroom": headroom,
+                    "estimate": estimate.model_dump(mode="json"), "gpus": fitting})
         return
-    title = (f"{cfg.name or 'model'}: {cfg.num_params() / 1e9:.2f}B params, seq {seq_len}, micro-batch {micro_batch},"
-             f" {precision.value}, dp{dp} tp{tp} pp{pp} (GiB per GPU)")
-    table = Table(title=title)
-    table.add_column("stage", justify="right")
-    table.add_column("layers", justify="right")
-    used = [c for c in MEMORY_CATEGORIES if any(s.breakdown.get(c, 0) for s in estimate.stages)]
-    for c in used:
-        table.add_column(c.replace("_", " "), justify="right")
-    table.add_column("peak", justify="right", style="bold")
-    table.add_column("overhead", justify="right")
-    table.add_column("device", justify="right", style="bold")
-    for s in estimate.stages:
-        table.add_row(str(s.stage), str(s.num_layers), *[gib(s.breakdown.get(c, 0)) for c in used],
-                      gib(s.peak_bytes), gib(sum(s.overhead.values())), gib(s.device_bytes))
-    console.print(table)
-    console.print(f"Busiest stage {estimate.busiest_stage}: peak {gib(estimate.peak_bytes)} GiB of live tensors "
-                  f"({estimate.peak_phase}), {gib(estimate.device_bytes)} GiB on the device with runtime overhead.")
-    fits = [g["gpu"] for g in fitting if g["fits"]]
-    console.print("Fits on: " + (", ".join(str(f) for f in fits) if fits else "no GPU type in the catalogue"))
+    layout = " ".join(f"{k}={v}" for k, v in par.items() if k != "schedule" and (v != 1 or k in ("dp", "tp", "pp")))
+    title = (f"{cfg.name or 'model'} ({cfg.num_params() / 1e9:.2f}B params): seq {seq_len}, micro-batch "
+             f"{micro_batch}, {precision.value}, {layout}, recompute {recompute.value}, zero {zero}")
+    console.print(stage_memory_table(estimate, title))
+    console.print(f"Busiest GPU (stage {estimate.busiest_stage}): {gib(estimate.device_bytes)} GiB on the device, "
+                  f"of which {gib(estimate.peak_bytes)} GiB live tensors at the {estimate.peak_phase} peak.\n")
+    from frenzy_core.timing.estimator import peak_dtype
+
+    console.print(_fits_table(fitting, estimate.device_bytes, headroom, peak_dtype(precision)))
+    fits = [str(g["gpu"]) for g in fitting if g["fits"] and g["runs_recipe"]]
+    console.print("Fits on: " + (", ".join(fits) if fits else "no GPU type in the catalogue; try --recompute full, "
+                                 "--zero 3 with more --dp, or more --tp/--pp"))

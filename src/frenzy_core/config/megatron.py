@@ -428,6 +428,10 @@ def _virtual_stages(r: _Reader, pp: int) -> int:
         vpp = stages
     elif per_stage is not None:
         num_layers = r.required("--num-layers")
+        # validate_args counts the embedding and the loss as layers with --account-for-*-in-pipeline-split
+        # (peeked, not read: the flags themselves stay unsupported).
+        for flag in ("--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"):
+            num_layers += r.raw.get(flag, False) not in _OFF
         if num_layers % pp != 0 or (num_layers // pp) % per_stage != 0:
             raise ConfigError(
                 f"--num-layers={num_layers} / --pipeline-model-parallel-size={pp} is not a multiple of "
@@ -788,7 +792,10 @@ def to_megatron_args(model: ModelConfig, training: TrainingConfig, parallel: Par
     """A Megatron-LM command line that :func:`from_megatron_args` reads back to the same three configs.
 
     The vocabulary is written as ``--vocab-size`` (already padded) with ``--make-vocab-size-divisible-by 1``;
-    tokenizer and data flags are left to the caller. ``model.name`` is not written.
+    tokenizer and data flags are left to the caller. ``model.name`` is not written. ``zero_stage=1`` is
+    written as ``--use-distributed-optimizer`` (read back as ``distributed_optimizer=True``) and
+    ``Optimizer.ADAM`` as Megatron's adam (read back as ADAMW); ``framework`` and ``optimizer_impl`` describe
+    Megatron's runtime and are not written.
     """
     _check_expressible(model, training, parallel)
     out: list[str] = []
@@ -866,7 +873,7 @@ def to_megatron_args(model: ModelConfig, training: TrainingConfig, parallel: Par
         add("--optimizer", "sgd")
         if training.optimizer is Optimizer.SGD:
             add("--sgd-momentum", 0.0)
-    if training.distributed_optimizer:
+    if training.effective_zero_stage == 1:  # Megatron's distributed optimizer is ZeRO-1
         add("--use-distributed-optimizer")
     if training.zero_stage == 3:
         add("--use-torch-fsdp2")
@@ -927,9 +934,9 @@ def _check_expressible(model: ModelConfig, training: TrainingConfig, parallel: P
         (
             "training.zero_stage",
             training.zero_stage,
-            "Megatron shards with the distributed optimizer or FSDP2",
+            "Megatron shards with the distributed optimizer (ZeRO-1) or FSDP2 (ZeRO-3)",
         )
-        if training.zero_stage in (1, 2)
+        if training.zero_stage == 2
         else None,
         ("training.attention", training.attention.value, "Megatron's backends are flash/fused or unfused")
         if training.attention is Attention.SDPA

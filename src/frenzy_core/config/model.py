@@ -161,6 +161,11 @@ class ModelConfig(FrozenModel):
                 f"hidden_size={self.hidden_size} is not divisible by num_attention_heads="
                 f"{self.num_attention_heads}; set head_dim explicitly"
             )
+        if self.ffn_hidden_size == 0:
+            raise ValueError(
+                f"the default ffn_hidden_size for hidden_size={self.hidden_size} and mlp={self.mlp.value!r} "
+                "rounds down to 0; set ffn_hidden_size explicitly"
+            )
         if self.num_attention_heads % self.num_kv_heads != 0:
             divisors = [d for d in range(1, self.num_attention_heads + 1) if self.num_attention_heads % d == 0]
             raise ValueError(

@@ -4,5 +4,13 @@ from frenzy_core.memory.batch import BATCH_FIELDS, BatchEstimate, estimate_memor
 from frenzy_core.memory.estimator import estimate_memory
 from frenzy_core.memory.result import MEMORY_CATEGORIES, OVERHEAD_CATEGORIES, MemoryEstimate, StageMemory
 
-__all__ = ["BATCH_FIELDS", "BatchEstimate", "MEMORY_CATEGORIES", "OVERHEAD_CATEGORIES", "MemoryEstimate",
-           "StageMemory", "estimate_memory", "estimate_memory_batch"]
+__all__ = [
+           "BATCH_FIELDS",
+           "MEMORY_CATEGORIES",
+           "OVERHEAD_CATEGORIES",
+           "BatchEstimate",
+           "MemoryEstimate",
+           "StageMemory",
+           "estimate_memory",
+           "estimate_memory_batch",
+]

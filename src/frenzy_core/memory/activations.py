@@ -14,8 +14,14 @@ import numpy.typing as npt
 from frenzy_core.config.model import ArchKind, MLPKind, ModelConfig, NormKind, PositionEmbedding
 from frenzy_core.config.training import Attention, Framework, Precision, TrainingConfig
 
-__all__ = ["LayerActivations", "layer_activations", "EdgeActivations", "edge_activations", "LogitBytes",
-           "logit_bytes"]
+__all__ = [
+    "EdgeActivations",
+    "LayerActivations",
+    "LogitBytes",
+    "edge_activations",
+    "layer_activations",
+    "logit_bytes",
+]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -79,14 +85,14 @@ def _torch_layer(model: ModelConfig, training: TrainingConfig, tp: FloatArray, s
         return saved + (2 * h * consumers if amp else bs * h)
 
     separate_qkv = style == "llama"
-    attn = norm(3 if separate_qkv else 1)
+    attn: FloatArray = np.asarray(norm(3 if separate_qkv else 1), dtype=np.float64)
     eager = training.attention is Attention.EAGER
     if style == "llama":
         # RoPE returns new q, k tensors (the projections' outputs are freed); v is saved as is.
         k_width = q if (eager and model.num_kv_heads != a) else kv  # eager repeat_kv copies k, v to all heads
-        attn += bm * (q + 2 * k_width) / tp
+        attn = attn + bm * (q + 2 * k_width) / tp
     else:
-        attn += bm * (q + 2 * kv) / tp  # one fused QKV output, its split views saved by attention
+        attn = attn + bm * (q + 2 * kv) / tp  # one fused QKV output, its split views saved by attention
     if eager:
         if style == "llama":
             probs = FP32 + (bm if bm != FP32 else 0)  # softmax(dtype=fp32) saved, then .to(dtype) copy
@@ -203,7 +209,7 @@ def edge_activations(model: ModelConfig, training: TrainingConfig, *, tp: npt.Ar
     if training.framework is Framework.MEGATRON:
         rep = np.where(np.asarray(sp, dtype=bool), 1.0 / tp_a, 1.0)
         ln = bm * h + (2 * FP32 if model.norm is NormKind.LAYERNORM else FP32)
-        head = (ln + bm * h) * rep if model.final_norm else bm * h * rep
+        head: FloatArray = (ln + bm * h) * rep if model.final_norm else bm * h * rep
         if model.arch is ArchKind.ENCODER:
             head = head + 3 * bm * h * rep + 2 * FP32  # LM-head dense input, GeLU input, norm input
         return EdgeActivations(embedding=tokens * (mask * rep + ids), head=tokens * head)
@@ -211,11 +217,11 @@ def edge_activations(model: ModelConfig, training: TrainingConfig, *, tp: npt.Ar
         norm = (FP32 * h + bs * h + FP32) if bs == 4 else (FP32 * h + 2 * h + FP32)
     else:
         norm = bs * h + 2 * FP32
-    head_in = 2 * h if training.precision.is_amp else bs * h
-    head = (norm if model.final_norm else 0) + head_in
-    if model.arch is ArchKind.ENCODER:
-        head = head + bm * h + 2 * bm * h + bs * h + 2 * FP32  # transform dense in, gelu in/out, norm
-    return EdgeActivations(embedding=tokens * (mask + ids) + 0 * tp_a, head=tokens * head + 0 * tp_a)
+    head_in = (2 * h if training.precision.is_amp else bs * h) if model.lm_head else 0
+    head_t = (norm if model.final_norm else 0) + head_in
+    if model.arch is ArchKind.ENCODER and model.lm_head:
+        head_t += bm * h + 2 * bm * h + bs * h + 2 * FP32  # transform dense in, gelu in/out, norm
+    return EdgeActivations(embedding=tokens * (mask + ids) + 0 * tp_a, head=tokens * head_t + 0 * tp_a)
 
 
 @dataclass(frozen=True)
@@ -236,7 +242,7 @@ def logit_bytes(model: ModelConfig, training: TrainingConfig, *, tp: npt.ArrayLi
     tp_a = np.asarray(tp, dtype=np.float64)
     tokens = np.asarray(seq_len, dtype=np.float64) / np.asarray(cp) * np.asarray(micro_batch_size)
     _, bm, _ = _bytes(training)
-    v = model.vocab_size / tp_a * tokens
+    v = model.vocab_size / tp_a * tokens * (1 if model.lm_head else 0)  # a bare backbone has no logits
     if training.framework is Framework.MEGATRON:
         # vocab_parallel_cross_entropy: logits.float() then exp/normalise in place; the fp32 softmax is saved and
         # turned into the gradient in place; the head's input gradient is cast back to the activation dtype.

@@ -135,7 +135,7 @@ def _candidate_stages(model: ModelConfig, pp: IntArray) -> list[IntArray]:
 
 
 def estimate_memory_batch(model: ModelConfig, configs: Mapping[str, npt.ArrayLike],
-                          training: TrainingConfig = TrainingConfig()) -> BatchEstimate:
+                          training: TrainingConfig = TrainingConfig()) -> BatchEstimate:  # noqa: B008 (frozen)
     """Busiest-stage peak and device bytes of every configuration in ``configs`` (see :data:`BATCH_FIELDS`).
 
     ``training`` fixes what the arrays do not vary (precision, optimizer, framework, attention, recompute method)

@@ -12,7 +12,7 @@ from frenzy_core.memory.kernel import PHASES, RECOMPUTE_CODES, SCHEDULE_CODES, C
 from frenzy_core.memory.overhead import overhead_bytes
 from frenzy_core.memory.result import MEMORY_CATEGORIES, MemoryEstimate, StageMemory
 
-__all__ = ["estimate_memory", "config_arrays"]
+__all__ = ["config_arrays", "estimate_memory"]
 
 
 def config_arrays(training: TrainingConfig, parallel: ParallelConfig) -> ConfigArrays:
@@ -32,7 +32,7 @@ def config_arrays(training: TrainingConfig, parallel: ParallelConfig) -> ConfigA
 
 
 def estimate_memory(model: ModelConfig, training: TrainingConfig,
-                    parallel: ParallelConfig = ParallelConfig()) -> MemoryEstimate:
+                    parallel: ParallelConfig = ParallelConfig()) -> MemoryEstimate:  # noqa: B008 (frozen)
     """Peak live-tensor bytes and device bytes of the busiest rank of every pipeline stage.
 
     The peak is the largest total over the phases of an iteration (end of the last forward, start of backward,
@@ -48,9 +48,10 @@ def estimate_memory(model: ModelConfig, training: TrainingConfig,
         overhead = {k: int(v[i]) for k, v in over.items()}
         peak = int(arrays.peak_bytes[i])
         stages.append(StageMemory(
-            stage=i, num_layers=int(arrays.num_layers[i]), num_params=int(round(float(arrays.num_params[i]))),
+            stage=i, num_layers=int(arrays.num_layers[i]), num_params=round(float(arrays.num_params[i])),
             inflight_microbatches=float(arrays.inflight[i]), breakdown=breakdown, peak_bytes=peak,
             peak_phase=PHASES[int(arrays.phase[i])], overhead=overhead,
+            model_state_bytes=int(arrays.model_state_bytes[i]), activation_bytes=int(arrays.activation_bytes[i]),
             device_bytes=peak + sum(overhead.values())))
     busiest = max(stages, key=lambda st: (st.device_bytes, -st.stage))
     return MemoryEstimate(stages=stages, busiest_stage=busiest.stage, peak_bytes=busiest.peak_bytes,

@@ -57,6 +57,8 @@ class HFTrainingSetup:
     optimizer_factory: Callable[[Any], torch.optim.Optimizer]
     autocast_dtype: torch.dtype | None
     loss_fn: Callable[[Any], torch.Tensor] | None = None
+    backbone: str | None = None
+    """Submodule before the language-model head (None: no head)."""
     runtime: Callable[[], AbstractContextManager[None]] = field(default=contextlib.nullcontext)
     """Context the probe runs in (patches the fake-tensor run needs)."""
     notes: tuple[str, ...] = field(default=())
@@ -180,7 +182,8 @@ def hf_training_setup(model: ModelConfig, training: TrainingConfig) -> HFTrainin
         notes.append("no language-model head: the loss is the sum of the last hidden state (saves nothing)")
     return HFTrainingSetup(module_factory=module_factory, batch_factory=batch_factory,
                            optimizer_factory=_optimizer_factory(training, torch), autocast_dtype=autocast_dtype,
-                           loss_fn=loss_fn, runtime=runtime, notes=tuple(notes))
+                           loss_fn=loss_fn, backbone=model_class.base_model_prefix if model.lm_head else None,
+                           runtime=runtime, notes=tuple(notes))
 
 
 @contextlib.contextmanager

@@ -15,7 +15,7 @@ from frenzy_core.memory.recipe import state_bytes
 from frenzy_core.memory.result import MEMORY_CATEGORIES
 from frenzy_core.memory.shards import layer_constants, stage_params, stage_shape
 
-__all__ = ["ConfigArrays", "StageArrays", "stage_arrays", "PHASES", "SCHEDULE_CODES", "RECOMPUTE_CODES"]
+__all__ = ["PHASES", "RECOMPUTE_CODES", "SCHEDULE_CODES", "ConfigArrays", "StageArrays", "stage_arrays"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -59,6 +59,10 @@ class StageArrays:
     num_params: FloatArray
     inflight: FloatArray
     communicators: IntArray
+    model_state_bytes: IntArray
+    """Parameters, gradients, master weights and optimizer states as held at the optimizer step."""
+    activation_bytes: IntArray
+    """Largest activations (saved tensors plus the backward working set) at any moment of the passes."""
 
 
 def _inflight(stage: IntArray, c: ConfigArrays) -> FloatArray:
@@ -115,7 +119,8 @@ def stage_arrays(model: ModelConfig, training: TrainingConfig, c: ConfigArrays, 
                        comm_fb)
 
     # Activations.
-    kw = dict(tp=c.tp, sp=c.sequence_parallel, cp=c.cp, seq_len=c.seq_len, micro_batch_size=c.micro_batch_size)
+    kw = {"tp": c.tp, "sp": c.sequence_parallel, "cp": c.cp, "seq_len": c.seq_len,
+          "micro_batch_size": c.micro_batch_size}
     la = layer_activations(model, training, **kw)
     ea = edge_activations(model, training, **kw)
     lb = logit_bytes(model, training, tp=c.tp, cp=c.cp, seq_len=c.seq_len, micro_batch_size=c.micro_batch_size)
@@ -189,7 +194,11 @@ def stage_arrays(model: ModelConfig, training: TrainingConfig, c: ConfigArrays, 
     phase = np.argmax(totals, axis=0)
     breakdown = {cat: np.choose(phase, [ph[cat] for ph in rounded]) for cat in MEMORY_CATEGORIES}
     communicators = sum((np.asarray(x) > 1).astype(np.int64) for x in (c.dp * c.cp, c.tp, c.pp, c.cp, c.ep))
+    states_total = np.sum([rounded[2][cat] for cat in ("parameters", "gradients", "master_weights",
+                                                       "optimizer_states")], axis=0)
+    act_peak = np.broadcast_to(np.rint(np.maximum(acts_fwd, acts + work)).astype(np.int64), shape_all)
     return StageArrays(breakdown=breakdown, peak_bytes=np.max(totals, axis=0), phase=phase,
+                       model_state_bytes=states_total, activation_bytes=act_peak,
                        num_layers=np.broadcast_to(shape.num_layers, shape_all),
                        num_params=np.broadcast_to(n_params, shape_all), inflight=np.broadcast_to(inflight, shape_all),
                        communicators=np.broadcast_to(communicators, shape_all))

@@ -13,7 +13,7 @@ from frenzy_core._base import FrozenModel
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.training import Framework, TrainingConfig
 
-__all__ = ["OverheadModel", "overhead_model", "overhead_bytes", "workspace_bytes"]
+__all__ = ["OverheadModel", "overhead_bytes", "overhead_model", "workspace_bytes"]
 
 
 class OverheadModel(FrozenModel):

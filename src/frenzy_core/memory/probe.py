@@ -15,7 +15,9 @@ layer_norm, ... run in fp32 on CUDA), the caching allocator may hand out a whole
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -41,7 +43,8 @@ PHASES: tuple[str, ...] = ("forward", "backward", "optimizer")
 
 # MemTracker categories (``_MemRefType`` values) -> the estimator's categories (MEMORY_CATEGORIES).
 # Buffers (rotary tables, position ids) are counted with the parameters; backward temporaries
-# (activation gradients, recomputed tensors) and the input batch with the activations.
+# (activation gradients, recomputed tensors) and the input batch with the activations, except the
+# tensors of the head and loss (see ``backbone``), which go to logits_loss.
 _CATEGORY_OF_TRACKER = {
     "Parameter": "parameters",
     "Buffer": "parameters",
@@ -61,6 +64,7 @@ class PhasePeak(FrozenModel):
     phase: str = Field(description="forward, backward or optimizer.")
     peak_bytes: int = Field(ge=0, description="Largest sum of live (block-rounded) tensor bytes in the phase.")
     tracker_breakdown: dict[str, int] = Field(description="MemTracker's categories at that peak.")
+    logits_loss_bytes: int = Field(default=0, ge=0, description="Bytes at that peak made by the head and loss.")
     end_bytes: int = Field(ge=0, description="Live bytes when the phase ended.")
 
 
@@ -184,10 +188,66 @@ def _snapshot_total(snap: Mapping[Any, Mapping[Any, int]]) -> tuple[int, dict[st
     return total, cats
 
 
+@functools.lru_cache(maxsize=1)
+def _head_tracker_class() -> type:
+    """MemTracker that also counts the bytes of storages created while ``tagging`` (the head and loss)."""
+    from torch.distributed._tools.common_utils import get_untyped_storages
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    from torch.distributed._tools.mem_tracker import _MemRefType
+
+    activation_types = (_MemRefType.ACT, _MemRefType.TEMP)
+
+    class HeadTracker(MemTracker):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.tagging = False
+            self.head_bytes_at_peak = 0
+            self._head: dict[int, tuple[weakref.ref[Any], Any]] = {}
+
+        @property
+        def head_bytes(self) -> int:
+            """Live activation bytes of tagged storages (a head weight's gradient is not counted)."""
+            return sum(w.mem_consumed for _, w in self._head.values() if w.reftype in activation_types)
+
+        def _track(self, reftype: Any, t: Any) -> None:
+            new = [st for st in get_untyped_storages(t) if st not in self._WINFO] if self.tagging else []
+            super()._track(reftype, t)
+            for st in new:
+                winfo, _ = self._WINFO.get(st, (None, None))
+                if winfo is not None:
+                    ref = weakref.ref(st, lambda r: self._head.pop(id(r), None))
+                    self._head[id(ref)] = (ref, winfo)
+
+        def _update_peak_stats(self, peak_state: Any) -> None:
+            before = dict(self._peak_mem)
+            super()._update_peak_stats(peak_state)
+            if self._peak_mem != before:
+                self.head_bytes_at_peak = self.head_bytes
+
+    return HeadTracker
+
+
+def _tag_head(tracker: Any, backbone: Any) -> Any:
+    """Tag storages made after ``backbone``'s forward and before backward reaches its output."""
+
+    def stop_tagging(grad: Any) -> None:
+        tracker.tagging = False
+
+    def after_forward(module: Any, args: Any, output: Any) -> None:
+        tracker.tagging = True
+        first = output[0] if isinstance(output, (tuple, list)) else next(iter(output.values()), None) \
+            if hasattr(output, "values") else output
+        if getattr(first, "requires_grad", False):
+            first.register_hook(stop_tagging)
+
+    return backbone.register_forward_hook(after_forward)
+
+
 class _PhaseRecorder:
     """Reads MemTracker's running peak per phase by resetting it at each phase start."""
 
-    def __init__(self, tracker: MemTracker) -> None:
+    def __init__(self, tracker: Any) -> None:
         self.tracker = tracker
         self.records: list[PhasePeak] = []
 
@@ -197,14 +257,16 @@ class _PhaseRecorder:
         snap = self.tracker.get_tracker_snapshot("current")
         self.tracker._peak_mem_snap = snap
         self.tracker._peak_mem = {dev: dev_snap["Total"] for dev, dev_snap in snap.items()}
+        self.tracker.head_bytes_at_peak = self.tracker.head_bytes
 
     def stop(self, step: int, microbatch: int, phase: str) -> None:
         peak, cats = _snapshot_total(self.tracker.get_tracker_snapshot("peak"))
         end, end_cats = _snapshot_total(self.tracker.get_tracker_snapshot("current"))
+        head = self.tracker.head_bytes_at_peak
         if end > peak:  # the phase ended above anything seen during it (e.g. no op ran)
-            peak, cats = end, end_cats
+            peak, cats, head = end, end_cats, self.tracker.head_bytes
         self.records.append(PhasePeak(step=step, microbatch=microbatch, phase=phase, peak_bytes=peak,
-                                      tracker_breakdown=cats, end_bytes=end))
+                                      tracker_breakdown=cats, logits_loss_bytes=head, end_bytes=end))
 
 
 def _module_activations(tracker: MemTracker) -> dict[str, int]:
@@ -227,12 +289,19 @@ def _state(name: str) -> Any:
     return getattr(_ModState, name)
 
 
-def _breakdown(tracker_cats: Mapping[str, int], optimizer_state_bytes: int) -> dict[str, int]:
-    """Map MemTracker's categories onto MEMORY_CATEGORIES; optimizer bytes beyond the states are temporaries."""
+def _breakdown(tracker_cats: Mapping[str, int], optimizer_state_bytes: int, logits_loss_bytes: int) -> dict[str, int]:
+    """Map MemTracker's categories onto MEMORY_CATEGORIES.
+
+    Head-and-loss tensors move from activations to logits_loss; optimizer bytes beyond the final states
+    are temporaries.
+    """
     out: dict[str, int] = {}
     for name, value in tracker_cats.items():
         key = _CATEGORY_OF_TRACKER.get(name, "activations")
         out[key] = out.get(key, 0) + value
+    logits_loss = min(logits_loss_bytes, out.get("activations", 0))
+    out["logits_loss"] = logits_loss
+    out["activations"] = out.get("activations", 0) - logits_loss
     opt = out.pop("optimizer_states", 0)
     states = min(opt, optimizer_state_bytes)
     out["optimizer_states"] = states
@@ -259,6 +328,7 @@ def measure_training_step(
     *,
     optimizer_factory: Callable[[Any], torch.optim.Optimizer] | None = None,
     loss_fn: Callable[[Any], torch.Tensor] | None = None,
+    backbone: str | None = None,
     autocast_dtype: torch.dtype | None = None,
     steps: int = 2,
     microbatches: int = 1,
@@ -269,7 +339,9 @@ def measure_training_step(
     ``module_factory`` and ``batch_factory`` are called under fake-tensor mode (so parameters and inputs
     have no storage); the batch is a mapping (keyword arguments) or a tuple (positional ones);
     ``loss_fn`` turns the module's output into the scalar loss (default: ``output.loss``, as Hugging
-    Face models return it when given labels); ``optimizer_factory`` gets the parameters (default:
+    Face models return it when given labels); ``backbone`` names the submodule before the head (e.g.
+    ``"model"``): tensors made after its forward and before backward reaches its output are reported as
+    ``logits_loss``; ``optimizer_factory`` gets the parameters (default:
     ``torch.optim.AdamW(params, foreach=True)``); ``autocast_dtype`` runs forward and loss under
     ``torch.autocast("cpu", dtype=...)``. Gradients are set to None after each step. Two steps are the
     default because optimizer states are created during the first one. Dropout and attention dropout run
@@ -282,7 +354,6 @@ def measure_training_step(
         raise ConfigError(f"block_bytes must be >= 1, got {block_bytes}", field="block_bytes", value=block_bytes)
     torch = _import_torch()
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.distributed._tools.mem_tracker import MemTracker
 
     def default_loss(output: Any) -> torch.Tensor:
         return output.loss
@@ -299,14 +370,16 @@ def measure_training_step(
         module = module_factory()
         module.train()
         optimizer = make_optimizer(module.parameters())
-        tracker = MemTracker()
+        tracker = _head_tracker_class()()
         recorder = _PhaseRecorder(tracker)
+        hook = _tag_head(tracker, module.get_submodule(backbone)) if backbone else None
         with tracker:
             tracker.track_external(module, optimizer)
             for step in range(steps):
                 for mb in range(microbatches):
                     tracker.reset_mod_stats()  # MemTracker refuses a second root forward otherwise
                     batch = batch_factory()
+                    tracker.tagging = False
                     recorder.start()
                     with autocast:
                         output = module(**batch) if isinstance(batch, Mapping) else module(*batch)
@@ -322,13 +395,15 @@ def measure_training_step(
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
                 recorder.stop(step, 0, "optimizer")
+        if hook is not None:
+            hook.remove()
         state_bytes = _optimizer_state_bytes(optimizer, block_bytes)
     best = max(recorder.records, key=lambda r: r.peak_bytes)
     return ProbeResult(
         peak_bytes=best.peak_bytes,
         peak_phase=best.phase,
         peak_step=best.step,
-        breakdown=_breakdown(best.tracker_breakdown, state_bytes),
+        breakdown=_breakdown(best.tracker_breakdown, state_bytes, best.logits_loss_bytes),
         tracker_breakdown=best.tracker_breakdown,
         phases=recorder.records,
         module_activation_bytes=module_acts,
@@ -354,6 +429,7 @@ def probe_memory(model: ModelConfig, training: TrainingConfig, *, steps: int = 2
             setup.batch_factory,
             optimizer_factory=setup.optimizer_factory,
             loss_fn=setup.loss_fn,
+            backbone=setup.backbone,
             autocast_dtype=setup.autocast_dtype,
             steps=steps,
             microbatches=num_microbatches(training, ParallelConfig()),

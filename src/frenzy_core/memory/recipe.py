@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from frenzy_core.config.training import Framework, Optimizer, OptimizerImpl, Precision, TrainingConfig
 
-__all__ = ["StateBytes", "state_bytes", "ADAM_8BIT_BLOCK_SIZE"]
+__all__ = ["ADAM_8BIT_BLOCK_SIZE", "StateBytes", "state_bytes"]
 
 ADAM_8BIT_BLOCK_SIZE = 2048
 """bitsandbytes block-wise quantisation: one fp32 absmax per 2,048 elements of each 8-bit state

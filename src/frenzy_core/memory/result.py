@@ -6,7 +6,7 @@ from pydantic import Field, model_validator
 
 from frenzy_core._base import FrozenModel
 
-__all__ = ["MEMORY_CATEGORIES", "OVERHEAD_CATEGORIES", "StageMemory", "MemoryEstimate"]
+__all__ = ["MEMORY_CATEGORIES", "OVERHEAD_CATEGORIES", "MemoryEstimate", "StageMemory"]
 
 MEMORY_CATEGORIES: tuple[str, ...] = (
     "parameters",
@@ -38,6 +38,10 @@ class StageMemory(FrozenModel):
     peak_phase: str = Field(description="Phase in which the peak occurs: forward, backward or optimizer.")
     overhead: dict[str, int] = Field(description="Runtime overhead bytes by category.")
     device_bytes: int = Field(ge=0, description="peak_bytes + overhead: what must fit on the card.")
+    model_state_bytes: int = Field(
+        default=0, ge=0, description="Parameters + gradients + master weights + optimizer states at the optimizer step.")
+    activation_bytes: int = Field(
+        default=0, ge=0, description="Largest activations (saved tensors and recompute working set) over the passes.")
 
     @model_validator(mode="after")
     def _sums(self) -> StageMemory:

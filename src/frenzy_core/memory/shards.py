@@ -10,7 +10,7 @@ import numpy.typing as npt
 from frenzy_core.config.model import ArchKind, ModelConfig, PositionEmbedding
 from frenzy_core.config.params import layer_parameters, mlp_parameters, norm_parameters
 
-__all__ = ["LayerConstants", "layer_constants", "StageShape", "stage_shape", "StageParams", "stage_params"]
+__all__ = ["LayerConstants", "StageParams", "StageShape", "layer_constants", "stage_params", "stage_shape"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]

@@ -19,7 +19,7 @@ class LayoutEstimator(Protocol):
     """Memory and time of many layouts at once (vectorised), and full records for the chosen one."""
 
     def device_bytes(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutBatch) -> np.ndarray:
-        """Bytes the busiest rank of each layout needs on its GPU (int64)."""
+        """Bytes the busiest rank of each layout needs on its GPU (int64); negative: an invalid layout."""
 
     def iteration_s(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutBatch, gpu: GPUSpec,
                     cluster: Any) -> np.ndarray:
@@ -37,16 +37,15 @@ class AnalyticEstimator:
     """``frenzy_core.memory`` and ``frenzy_core.timing``: the library's own analytic models."""
 
     def device_bytes(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutBatch) -> np.ndarray:
-        from frenzy_core import memory
+        from frenzy_core.memory import estimate_memory_batch
 
-        batch = getattr(memory, "estimate_memory_batch", None)
-        if batch is not None:
-            result = batch(model, training, **_columns(layouts))
-            return np.asarray(getattr(result, "device_bytes", result), dtype=np.int64)
-        out = np.empty(len(layouts), dtype=np.int64)  # scalar path until the batch estimator lands
-        for i in range(len(layouts)):
-            out[i] = memory.estimate_memory(model, layouts.training(i, training), layouts.parallel(i)).device_bytes
-        return out
+        configs = {
+            "dp": layouts.dp, "tp": layouts.tp, "pp": layouts.pp, "vpp": layouts.vpp, "cp": layouts.cp,
+            "ep": layouts.ep, "micro_batch_size": layouts.micro_batch_size, "recompute": layouts.recompute,
+            "zero_stage": np.maximum(layouts.zero_stage, layouts.distributed_optimizer),
+            "sequence_parallel": layouts.sequence_parallel,
+        }
+        return np.asarray(estimate_memory_batch(model, configs, training).device_bytes, dtype=np.int64)
 
     def iteration_s(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutBatch, gpu: GPUSpec,
                     cluster: Any) -> np.ndarray:
@@ -69,13 +68,3 @@ class AnalyticEstimator:
         from frenzy_core.timing import estimate_iteration_time
 
         return estimate_iteration_time(model, training, parallel, gpu, cluster=cluster)
-
-
-def _columns(layouts: LayoutBatch) -> dict[str, np.ndarray]:
-    """Keyword arrays for the batch estimators (names as in ParallelConfig and TrainingConfig)."""
-    return {
-        "dp": layouts.dp, "tp": layouts.tp, "pp": layouts.pp, "vpp": layouts.vpp, "cp": layouts.cp,
-        "ep": layouts.ep, "micro_batch_size": layouts.micro_batch_size, "recompute": layouts.recompute,
-        "zero_stage": layouts.zero_stage, "distributed_optimizer": layouts.distributed_optimizer,
-        "sequence_parallel": layouts.sequence_parallel.astype(bool),
-    }

@@ -5,6 +5,7 @@ from frenzy_core.scheduling.policies import POLICIES, get_policy
 from frenzy_core.scheduling.policy import Placement, Policy
 from frenzy_core.scheduling.simulator import JobRecord, JobStatus, SimulationError, SimulationResult, simulate
 from frenzy_core.scheduling.state import ClusterState
+from frenzy_core.scheduling.synthetic import LogNormalWork, MixEntry, synthetic_jobs
 from frenzy_core.scheduling.traces import (
     OnError,
     SkippedRow,
@@ -15,15 +16,7 @@ from frenzy_core.scheduling.traces import (
     load_trace,
     read_trace,
 )
-from frenzy_core.scheduling.workload import (
-    DEFAULT_SIZE_BUCKETS,
-    LogNormalWork,
-    MixEntry,
-    SizeBucket,
-    ThroughputFn,
-    jobs_from_trace,
-    synthetic_jobs,
-)
+from frenzy_core.scheduling.workload import DEFAULT_SIZE_BUCKETS, SizeBucket, ThroughputFn, jobs_from_trace
 
 __all__ = [
     "DEFAULT_SIZE_BUCKETS", "POLICIES", "ClusterState", "GPURequest", "JobRecord", "JobStatus",

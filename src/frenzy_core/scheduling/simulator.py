@@ -96,10 +96,11 @@ def _check_jobs(jobs: Sequence[TrainingJob]) -> None:
 
 
 def _progress(enabled: bool, total: int) -> tuple[Progress, TaskID]:
-    """A transient progress bar over completions (disabled: draws nothing)."""
+    """A transient progress bar over completions, on stderr (disabled: draws nothing)."""
+    from rich.console import Console
     from rich.progress import Progress
 
-    progress = Progress(disable=not enabled, transient=True)
+    progress = Progress(console=Console(stderr=True), disable=not enabled, transient=True)
     return progress, progress.add_task("simulating", total=total)
 
 

@@ -1,4 +1,4 @@
-"""From cluster-trace jobs to LLM training jobs (``jobs_from_trace``), and synthetic workloads for tests.
+"""From cluster-trace jobs to LLM training jobs: ``jobs_from_trace``.
 
 The mapping (documented in ``docs/traces.md``): the GPUs a trace job asked for choose a model-size bucket,
 a preset is drawn from the bucket with a per-job seeded generator, the job gets the default recipe, and its
@@ -11,8 +11,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Mapping, Sequence
 
-import numpy as np
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from frenzy_core._base import FrozenModel
 from frenzy_core.config.model import ModelConfig
@@ -24,17 +23,8 @@ from frenzy_core.scheduling.jobs import GPURequest, TrainingJob
 from frenzy_core.scheduling.recipe import default_training
 from frenzy_core.scheduling.traces.records import TraceFormat, TraceJob
 
-__all__ = [
-    "DEFAULT_SIZE_BUCKETS",
-    "HIGH_PRIORITY_JOB_TYPES",
-    "REFERENCE_GPUS",
-    "LogNormalWork",
-    "MixEntry",
-    "SizeBucket",
-    "ThroughputFn",
-    "jobs_from_trace",
-    "synthetic_jobs",
-]
+__all__ = ["DEFAULT_SIZE_BUCKETS", "HIGH_PRIORITY_JOB_TYPES", "REFERENCE_GPUS", "SizeBucket", "ThroughputFn",
+           "default_throughput", "jobs_from_trace"]
 
 ThroughputFn = Callable[[ModelConfig, TrainingConfig, str, int], float]
 """(model, training, GPU type id, GPU count) -> tokens per second of the fastest layout that fits;
@@ -128,6 +118,48 @@ def default_throughput(model: ModelConfig, training: TrainingConfig, gpu_type: s
     return planned_tokens_per_s(model, training, gpu_type, num_gpus)
 
 
+class _Rates:
+    """Presets, recipes and throughputs, each computed once per key (a trace has few distinct ones)."""
+
+    def __init__(self, throughput: ThroughputFn):
+        self.throughput = throughput
+        self.models: dict[str, ModelConfig] = {}
+        self.recipes: dict[tuple[str, str], TrainingConfig] = {}
+        self.rates: dict[tuple[str, str, int], float | None] = {}
+
+    def recipe(self, name: str, gpu_id: str) -> TrainingConfig:
+        """The default recipe of preset ``name`` on GPU type ``gpu_id``."""
+        if (name, gpu_id) not in self.recipes:
+            model = self.models.setdefault(name, ModelConfig.preset(name))
+            self.recipes[name, gpu_id] = default_training(model, get_gpu_spec(gpu_id))
+        return self.recipes[name, gpu_id]
+
+    def tokens_per_s(self, name: str, gpu_id: str, num_gpus: int) -> float | None:
+        """Throughput of the preset on ``num_gpus`` GPUs of ``gpu_id``; None when no layout fits."""
+        key = (name, gpu_id, num_gpus)
+        if key not in self.rates:
+            training = self.recipe(name, gpu_id)
+            try:
+                self.rates[key] = self.throughput(self.models[name], training, gpu_id, num_gpus)
+            except InfeasiblePlanError:
+                self.rates[key] = None
+        return self.rates[key]
+
+
+def _choose_model(job: TraceJob, gpu_id: str, buckets: Sequence[SizeBucket], rates: _Rates,
+                  seed: int) -> tuple[str, float]:
+    """(preset, tokens/s): a seeded shuffle of the job's bucket, then of each smaller one; the first that fits."""
+    rng = _job_rng(seed, job.id)
+    for b in _bucket_order(buckets, job.num_gpus):
+        for name in rng.sample(buckets[b].presets, len(buckets[b].presets)):
+            tps = rates.tokens_per_s(name, gpu_id, job.num_gpus)
+            if tps is not None:
+                return name, tps
+    raise InfeasiblePlanError(f"trace job {job.id!r}: no bucket model fits {job.num_gpus} x {gpu_id}",
+                              suggestions=["add a smaller preset to the first bucket",
+                                           "pass a GPU with more memory as reference_gpu"])
+
+
 def jobs_from_trace(trace_jobs: Sequence[TraceJob], *, seed: int = 0, cluster: Cluster | None = None,
                     throughput: ThroughputFn | None = None,
                     buckets: Sequence[SizeBucket] = DEFAULT_SIZE_BUCKETS, reference_gpu: str | None = None,
@@ -143,28 +175,8 @@ def jobs_from_trace(trace_jobs: Sequence[TraceJob], *, seed: int = 0, cluster: C
     if default_duration_s is not None and not default_duration_s > 0:
         raise ConfigError(f"default_duration_s={default_duration_s} must be > 0", field="default_duration_s",
                           value=default_duration_s)
-    rate = throughput or default_throughput
+    rates = _Rates(throughput or default_throughput)
     present = None if cluster is None else set(cluster.gpu_types)
-    cache: dict[tuple[str, str, int], float | None] = {}
-    models: dict[str, ModelConfig] = {}
-    recipes: dict[tuple[str, str], TrainingConfig] = {}
-
-    def recipe(name: str, gpu_id: str) -> TrainingConfig:
-        if (name, gpu_id) not in recipes:
-            model = models.setdefault(name, ModelConfig.preset(name))
-            recipes[name, gpu_id] = default_training(model, get_gpu_spec(gpu_id))
-        return recipes[name, gpu_id]
-
-    def tokens_per_s(name: str, gpu_id: str, num_gpus: int) -> float | None:
-        key = (name, gpu_id, num_gpus)
-        if key not in cache:
-            training = recipe(name, gpu_id)
-            try:
-                cache[key] = rate(models[name], training, gpu_id, num_gpus)
-            except InfeasiblePlanError:
-                cache[key] = None
-        return cache[key]
-
     out: list[TrainingJob] = []
     for job in trace_jobs:
         duration_s = job.duration_s if job.duration_s is not None else default_duration_s
@@ -173,88 +185,12 @@ def jobs_from_trace(trace_jobs: Sequence[TraceJob], *, seed: int = 0, cluster: C
                               field="duration_s", value=None,
                               hint="pass default_duration_s to give such jobs a run time")
         gpu_id, named = _reference_gpu(job, reference_gpu)
-        rng = _job_rng(seed, job.id)
-        chosen: tuple[str, float] | None = None
-        for b in _bucket_order(buckets, job.num_gpus):
-            for name in rng.sample(buckets[b].presets, len(buckets[b].presets)):  # a seeded shuffle
-                tps = tokens_per_s(name, gpu_id, job.num_gpus)
-                if tps is not None:
-                    chosen = (name, tps)
-                    break
-            if chosen is not None:
-                break
-        if chosen is None:
-            raise InfeasiblePlanError(
-                f"trace job {job.id!r}: no bucket model fits {job.num_gpus} x {gpu_id}",
-                suggestions=["add a smaller preset to the first bucket", ("pass a GPU with more memory as "
-                             "reference_gpu")])
-        name, tps = chosen
-        model = models[name]
-        priority = 1 if job.job_type is not None and job.job_type.lower() in HIGH_PRIORITY_JOB_TYPES else 0
+        name, tps = _choose_model(job, gpu_id, buckets, rates, seed)
+        requested_type = gpu_id if named and (present is None or gpu_id in present) else None
+        high = job.job_type is not None and job.job_type.lower() in HIGH_PRIORITY_JOB_TYPES
         out.append(TrainingJob(
-            id=job.id, submit_time_s=job.submit_time_s, model=model,
-            training=recipe(name, gpu_id),
-            work_tokens=max(1, round(tps * duration_s)),
-            request=GPURequest(num_gpus=job.num_gpus,
-                               gpu_type=gpu_id if named and (present is None or gpu_id in present) else None),
-            priority=priority,
+            id=job.id, submit_time_s=job.submit_time_s, model=rates.models[name],
+            training=rates.recipe(name, gpu_id), work_tokens=max(1, round(tps * duration_s)),
+            request=GPURequest(num_gpus=job.num_gpus, gpu_type=requested_type), priority=1 if high else 0,
         ))
-    return out
-
-
-class MixEntry(FrozenModel):
-    """One model of a synthetic mix: its weight and, optionally, the allocation its jobs ask for."""
-
-    model: str = Field(description="Model preset name.")
-    weight: float = Field(default=1.0, gt=0, description="Relative frequency.")
-    num_gpus: int | None = Field(default=None, gt=0, description="GPUs its jobs ask for; None: no request.")
-    gpu_type: str | None = Field(default=None, description="GPU type they ask for; None: any.")
-
-    @model_validator(mode="after")
-    def _check(self) -> MixEntry:
-        if self.gpu_type is not None and self.num_gpus is None:
-            raise ValueError(f"gpu_type={self.gpu_type!r} needs num_gpus (a request is a count of that type)")
-        return self
-
-
-class LogNormalWork(FrozenModel):
-    """Work in tokens, log-normally distributed (job sizes in GPU clusters are heavy-tailed: Jeon et al.,
-    ATC'19, Fig. 2; Hu et al., SC'21)."""
-
-    median_tokens: float = Field(gt=0, description="Median work (exp of the underlying normal's mean).")
-    sigma: float = Field(ge=0, description="Standard deviation of log(work).")
-
-
-def synthetic_jobs(n: int, *, arrival_rate_per_s: float, model_mix: Sequence[MixEntry] | Mapping[str, float],
-                   work_distribution: LogNormalWork, seed: int = 0) -> list[TrainingJob]:
-    """``n`` jobs with Poisson arrivals (exponential gaps, first arrival after one gap), models drawn from
-    ``model_mix`` (entries, or preset name -> weight), log-normal work and the default recipe."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise ConfigError(f"n={n!r} must be an int >= 0", field="n", value=n)
-    if not arrival_rate_per_s > 0:
-        raise ConfigError(f"arrival_rate_per_s={arrival_rate_per_s} must be > 0", field="arrival_rate_per_s",
-                          value=arrival_rate_per_s)
-    entries = [MixEntry(model=k, weight=w) for k, w in model_mix.items()] if isinstance(model_mix, Mapping) \
-        else list(model_mix)
-    if not entries:
-        raise ConfigError("model_mix is empty; give at least one model", field="model_mix", value=model_mix)
-    models = {e.model: ModelConfig.preset(e.model) for e in entries}
-    for e in entries:
-        if e.gpu_type is not None:
-            get_gpu_spec(e.gpu_type)  # an unknown type fails here, with suggestions
-    weights = np.array([e.weight for e in entries])
-    rng = np.random.default_rng(seed)
-    arrivals_s = np.cumsum(rng.exponential(1.0 / arrival_rate_per_s, size=n))
-    picks = rng.choice(len(entries), size=n, p=weights / weights.sum())
-    work = rng.lognormal(np.log(work_distribution.median_tokens), work_distribution.sigma, size=n)
-    out = []
-    for i in range(n):
-        e = entries[int(picks[i])]
-        model = models[e.model]
-        gpu = None if e.gpu_type is None else get_gpu_spec(e.gpu_type)
-        request = None if e.num_gpus is None else GPURequest(
-            num_gpus=e.num_gpus, gpu_type=None if gpu is None else gpu.id)
-        out.append(TrainingJob(id=f"job-{i}", submit_time_s=float(arrivals_s[i]), model=model,
-                               training=default_training(model, gpu),
-                               work_tokens=max(1, round(float(work[i]))), request=request))
     return out

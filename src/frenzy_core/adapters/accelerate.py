@@ -1,0 +1,101 @@
+"""``accelerate``: a Hugging Face Accelerate config (DDP or FSDP) for data-parallel plans."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from frenzy_core.adapters.base import Adapter, AdapterOptions, OutputFormat, node_slots, uniform_gpus_per_node
+from frenzy_core.adapters.torchrun import DEFAULT_RDZV_PORT
+from frenzy_core.config.training import Precision, Recompute
+from frenzy_core.errors import ConfigError
+from frenzy_core.planning.plan import Plan
+
+__all__ = ["ACCELERATE", "FSDP_SHARDING", "AccelerateOptions"]
+
+FSDP_SHARDING: dict[int, str] = {
+    1: "SHARD_GRAD_OP",  # FSDP has no optimizer-state-only mode; SHARD_GRAD_OP shards more, so it still fits
+    2: "SHARD_GRAD_OP",  # gradients + optimizer states (ZeRO-2)
+    3: "FULL_SHARD",  # + parameters (ZeRO-3)
+}
+"""FSDP ``sharding_strategy`` for each ZeRO stage (torch.distributed.fsdp.ShardingStrategy)."""
+
+_MIXED_PRECISION: dict[Precision, str] = {
+    Precision.FP32: "no",
+    Precision.AMP_BF16: "bf16",
+    Precision.AMP_FP16: "fp16",
+    Precision.BF16_MIXED: "bf16",
+    Precision.FP16_MIXED: "fp16",
+    Precision.FP8_MIXED: "fp8",
+}
+"""Accelerate's ``mixed_precision`` per recipe (pure bf16/fp16 casts the model itself: not expressible here)."""
+
+
+class AccelerateOptions(AdapterOptions):
+    """Options of the accelerate adapter."""
+
+    main_process_ip: str | None = Field(default=None, description=(
+        "Address of machine rank 0 (default: the plan's first node name; not written for one machine)."))
+    main_process_port: int = Field(default=DEFAULT_RDZV_PORT, gt=0, lt=65536)
+    machine_rank: int = Field(default=0, ge=0, description="Rank of the machine this copy of the file is for.")
+
+
+def _check_expressible(plan: Plan) -> None:
+    p, t = plan.parallel, plan.training
+    degrees = {"tp": p.tp, "pp": p.pp, "cp": p.cp, "ep": p.ep}
+    split = {k: v for k, v in degrees.items() if v > 1}
+    if split:
+        raise ConfigError(
+            "Accelerate's config runs data parallelism (DDP or FSDP) only; the plan also splits the model: "
+            + ", ".join(f"{k}={v}" for k, v in split.items()), field="plan.parallel", value=split,
+            hint="use the megatron or deepspeed adapter, or plan with constraints tp=1, pp=1")
+    if t.precision not in _MIXED_PRECISION:
+        raise ConfigError(f"Accelerate has no mixed_precision for {t.precision.value!r}",
+                          field="training.precision", value=t.precision.value,
+                          hint="plan with amp-bf16, bf16-mixed, fp16-mixed, fp8-mixed or fp32")
+
+
+def build_accelerate(plan: Plan, options: AccelerateOptions) -> dict[str, Any]:
+    """The ``accelerate launch --config_file`` mapping; FSDP when the plan shards (ZeRO stage >= 1)."""
+    _check_expressible(plan)
+    t = plan.training
+    slots = node_slots(plan)
+    per_node = uniform_gpus_per_node(plan, "accelerate")
+    if options.machine_rank >= len(slots):
+        raise ConfigError(f"machine_rank={options.machine_rank} but the plan has {len(slots)} machine(s)",
+                          field="machine_rank", value=options.machine_rank, hint=f"use 0..{len(slots) - 1}")
+    stage = t.effective_zero_stage
+    distributed = "FSDP" if stage > 0 else ("MULTI_GPU" if plan.num_gpus > 1 else "NO")
+    config: dict[str, Any] = {
+        "compute_environment": "LOCAL_MACHINE",
+        "distributed_type": distributed,
+        "num_machines": len(slots),
+        "num_processes": plan.num_gpus,
+        "machine_rank": options.machine_rank,
+        "gpu_ids": ",".join(map(str, slots[options.machine_rank].gpus)),
+        "mixed_precision": _MIXED_PRECISION[t.precision],
+        "main_training_function": "main",
+        "use_cpu": False,
+    }
+    if len(slots) > 1:
+        config |= {"main_process_ip": options.main_process_ip or slots[0].name,
+                   "main_process_port": options.main_process_port, "rdzv_backend": "static", "same_network": True}
+    if distributed == "FSDP":
+        config["fsdp_config"] = {
+            "fsdp_sharding_strategy": FSDP_SHARDING[stage],
+            "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+            "fsdp_backward_prefetch": "BACKWARD_PRE",
+            "fsdp_state_dict_type": "SHARDED_STATE_DICT",
+            "fsdp_offload_params": False,
+            "fsdp_activation_checkpointing": t.recompute is Recompute.FULL,
+            "fsdp_use_orig_params": True,
+            "fsdp_sync_module_states": True,
+        }
+    assert per_node * len(slots) == plan.num_gpus
+    return config
+
+
+ACCELERATE: Adapter[AccelerateOptions] = Adapter(
+    name="accelerate", summary="Accelerate config YAML (DDP or FSDP; data-parallel plans only)",
+    output=OutputFormat.YAML, options=AccelerateOptions, build=build_accelerate)

@@ -1,0 +1,185 @@
+"""The small base every launcher adapter builds on: its options model, its output kind, and what a plan says.
+
+An adapter is a pure function ``(Plan, options) -> str | dict``: it reads the plan and writes what one launcher
+needs to run it. It never talks to the launcher.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Generic, TypeVar
+
+import yaml
+
+from frenzy_core._base import FrozenModel
+from frenzy_core.config.layout import global_batch_size, num_microbatches
+from frenzy_core.errors import ConfigError
+from frenzy_core.hardware.gpus import get_gpu_spec
+from frenzy_core.planning.plan import Plan
+
+__all__ = [
+    "RECIPE_ENV",
+    "Adapter",
+    "AdapterOptions",
+    "NodeSlot",
+    "OutputFormat",
+    "gpu_vendor",
+    "launcher_gpu_name",
+    "node_slots",
+    "recipe_env",
+    "uniform_gpus_per_node",
+]
+
+
+class OutputFormat(str, enum.Enum):
+    """How :meth:`Adapter.emit` writes an adapter's result as text."""
+
+    YAML = "yaml"
+    """A mapping written as YAML (safe dumper)."""
+    JSON = "json"
+    """A mapping written as indented JSON."""
+    TEXT = "text"
+    """The adapter renders its own text (shell script, Python snippet, command lines)."""
+
+
+class AdapterOptions(FrozenModel):
+    """Options of one adapter; unknown option names raise ConfigError naming them."""
+
+
+OptionsT = TypeVar("OptionsT", bound=AdapterOptions)
+
+
+@dataclass(frozen=True)
+class Adapter(Generic[OptionsT]):
+    """One launcher: ``build`` turns a plan into its config; ``render`` (TEXT adapters) into text."""
+
+    name: str
+    summary: str
+    output: OutputFormat
+    options: type[OptionsT]
+    build: Callable[[Plan, OptionsT], dict[str, Any]]
+    render: Callable[[dict[str, Any]], str] | None = None
+
+    def __call__(self, plan: Plan, **options: Any) -> dict[str, Any]:
+        """The launcher's config for ``plan`` as plain data (``options`` are this adapter's keyword options)."""
+        if not isinstance(plan, Plan):
+            raise ConfigError(f"{self.name}: expected a Plan, got {type(plan).__name__}", field="plan",
+                              hint="pass the result of plan_job(...)")
+        return self.build(plan, self.options.model_validate(options))
+
+    def emit(self, plan: Plan, **options: Any) -> str:
+        """The launcher's config for ``plan`` as the text the launcher reads."""
+        data = self(plan, **options)
+        if self.output is OutputFormat.YAML:
+            return str(yaml.safe_dump(data, sort_keys=False))
+        if self.output is OutputFormat.JSON:
+            return json.dumps(data, indent=2) + "\n"
+        assert self.render is not None, f"TEXT adapter {self.name} has no render"
+        return self.render(data)
+
+
+# ---- what a plan says, in the shapes launchers want ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NodeSlot:
+    """One node of a plan: its name, rank among the plan's nodes, and the GPU indices the job takes on it."""
+
+    name: str
+    rank: int
+    gpus: tuple[int, ...]
+
+
+def node_slots(plan: Plan) -> list[NodeSlot]:
+    """The plan's nodes in placement order (node rank 0 hosts the rendezvous)."""
+    return [NodeSlot(name=name, rank=i, gpus=tuple(gpus)) for i, (name, gpus) in enumerate(plan.placement.items())]
+
+
+def uniform_gpus_per_node(plan: Plan, launcher: str) -> int:
+    """GPUs per node when every node of the plan gets the same number; ConfigError for launchers that need it."""
+    counts = {slot.name: len(slot.gpus) for slot in node_slots(plan)}
+    sizes = set(counts.values())
+    if len(sizes) != 1:
+        raise ConfigError(
+            f"{launcher} starts the same number of processes on every node, but the plan's placement is uneven: "
+            + ", ".join(f"{n}: {c}" for n, c in counts.items()),
+            field="plan.placement", value=counts,
+            hint="use the torchrun or ray adapter, or plan with num_gpus a multiple of the node size")
+    return sizes.pop()
+
+
+def gpu_vendor(plan: Plan) -> str:
+    """``nvidia`` or ``amd``: decides device-visibility variables and Kubernetes resource names."""
+    return get_gpu_spec(plan.gpu_type).vendor
+
+
+RECIPE_ENV: dict[str, str] = {
+    "FRENZY_GPU_TYPE": "GPU type id of the plan",
+    "FRENZY_WORLD_SIZE": "GPUs (ranks) of the job",
+    "FRENZY_DP": "data-parallel degree",
+    "FRENZY_TP": "tensor-parallel degree",
+    "FRENZY_PP": "pipeline-parallel degree",
+    "FRENZY_VPP": "virtual pipeline chunks per rank",
+    "FRENZY_CP": "context-parallel degree",
+    "FRENZY_EP": "expert-parallel degree",
+    "FRENZY_SEQ_LEN": "tokens per sample",
+    "FRENZY_MICRO_BATCH_SIZE": "samples per rank per forward pass",
+    "FRENZY_GRAD_ACCUM_STEPS": "micro-batches per rank per optimizer step",
+    "FRENZY_GLOBAL_BATCH_SIZE": "samples per optimizer step, all ranks",
+    "FRENZY_ZERO_STAGE": "ZeRO stage / FSDP sharding (Megatron's distributed optimizer counts as 1)",
+    "FRENZY_RECOMPUTE": "activation recomputation: none, selective or full",
+    "FRENZY_PRECISION": "dtype recipe (TrainingConfig.precision)",
+}
+"""Environment variables the launching adapters set on every rank, so a training script can read the plan's
+recipe without parsing it (torchrun itself sets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)."""
+
+
+def recipe_env(plan: Plan) -> dict[str, str]:
+    """The values of :data:`RECIPE_ENV` for ``plan``, as strings."""
+    t, p = plan.training, plan.parallel
+    values: dict[str, object] = {
+        "FRENZY_GPU_TYPE": plan.gpu_type, "FRENZY_WORLD_SIZE": plan.num_gpus, "FRENZY_DP": p.dp,
+        "FRENZY_TP": p.tp, "FRENZY_PP": p.pp, "FRENZY_VPP": p.vpp, "FRENZY_CP": p.cp, "FRENZY_EP": p.ep,
+        "FRENZY_SEQ_LEN": t.seq_len, "FRENZY_MICRO_BATCH_SIZE": t.micro_batch_size,
+        "FRENZY_GRAD_ACCUM_STEPS": num_microbatches(t, p), "FRENZY_GLOBAL_BATCH_SIZE": global_batch_size(t, p),
+        "FRENZY_ZERO_STAGE": t.effective_zero_stage, "FRENZY_RECOMPUTE": t.recompute.value,
+        "FRENZY_PRECISION": t.precision.value,
+    }
+    assert list(values) == list(RECIPE_ENV), "recipe_env and RECIPE_ENV disagree"
+    return {k: str(v) for k, v in values.items()}
+
+
+class _LauncherNames(FrozenModel):
+    """``data/launcher_gpu_names.yaml``."""
+
+    sources: dict[str, str]
+    gpus: dict[str, dict[str, str | None]]
+
+
+@functools.lru_cache(maxsize=1)
+def _launcher_names() -> _LauncherNames:
+    text = (resources.files("frenzy_core") / "data" / "launcher_gpu_names.yaml").read_text(encoding="utf-8")
+    names: _LauncherNames = _LauncherNames.model_validate(yaml.safe_load(text))
+    return names
+
+
+def launcher_gpu_name(plan: Plan, launcher: str, option: str, override: str | None) -> str:
+    """What ``launcher`` calls the plan's GPU type: ``override`` if given, else the table's name.
+
+    Raises ConfigError naming ``option`` when the launcher has no name for the type (the adapter would otherwise
+    lose the GPU-type constraint the plan's memory estimate depends on).
+    """
+    if override is not None:
+        return override
+    table = _launcher_names()
+    name = table.gpus.get(plan.gpu_type, {}).get(launcher)
+    if name is None:
+        raise ConfigError(
+            f"{launcher} has no known name for GPU type {plan.gpu_type!r}", field=option, value=None,
+            hint=f"pass {option}=... with the name your {launcher} setup uses")
+    return name

@@ -1,0 +1,64 @@
+"""``deepspeed``: the DeepSpeed JSON config of a plan (batch sizes, ZeRO stage, precision, checkpointing)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from frenzy_core.adapters.base import Adapter, AdapterOptions, OutputFormat
+from frenzy_core.config.layout import global_batch_size, num_microbatches
+from frenzy_core.config.training import Precision, Recompute
+from frenzy_core.errors import ConfigError
+from frenzy_core.planning.plan import Plan
+
+__all__ = ["DEEPSPEED", "DeepSpeedOptions"]
+
+
+class DeepSpeedOptions(AdapterOptions):
+    """Options of the deepspeed adapter."""
+
+    gradient_clipping: float | None = Field(default=None, gt=0, description="Max gradient norm (None: off).")
+    steps_per_print: int | None = Field(default=None, gt=0, description="DeepSpeed's logging interval.")
+
+
+def _precision_blocks(precision: Precision) -> dict[str, Any]:
+    """DeepSpeed's ``bf16``/``fp16`` blocks: both keep fp32 master weights, i.e. our *-mixed recipes."""
+    if precision is Precision.BF16_MIXED:
+        return {"bf16": {"enabled": True}}
+    if precision is Precision.FP16_MIXED:
+        # loss_scale 0 selects dynamic loss scaling (DeepSpeed config docs, "fp16" section)
+        return {"fp16": {"enabled": True, "loss_scale": 0}}
+    if precision is Precision.FP32:
+        return {}
+    raise ConfigError(
+        f"DeepSpeed has no config for precision {precision.value!r}", field="training.precision",
+        value=precision.value, hint="plan with precision bf16-mixed, fp16-mixed or fp32")
+
+
+def build_deepspeed(plan: Plan, options: DeepSpeedOptions) -> dict[str, Any]:
+    """The config dict; DeepSpeed checks train_batch_size = micro x accumulation x data-parallel size."""
+    t, p = plan.training, plan.parallel
+    config: dict[str, Any] = {
+        "train_batch_size": global_batch_size(t, p),
+        "train_micro_batch_size_per_gpu": t.micro_batch_size,
+        "gradient_accumulation_steps": num_microbatches(t, p),
+        "zero_optimization": {"stage": t.effective_zero_stage},
+        **_precision_blocks(t.precision),
+    }
+    if t.recompute is not Recompute.NONE:
+        # DeepSpeed's checkpointing (deepspeed.checkpointing) recomputes whole layers; partitioning the saved
+        # inputs across tensor-parallel ranks matches Megatron's, which the memory model assumes when tp > 1.
+        config["activation_checkpointing"] = {
+            "partition_activations": p.tp > 1, "contiguous_memory_optimization": False,
+            "cpu_checkpointing": False}
+    if options.gradient_clipping is not None:
+        config["gradient_clipping"] = options.gradient_clipping
+    if options.steps_per_print is not None:
+        config["steps_per_print"] = options.steps_per_print
+    return config
+
+
+DEEPSPEED: Adapter[DeepSpeedOptions] = Adapter(
+    name="deepspeed", summary="DeepSpeed JSON config (batch sizes, ZeRO stage, bf16/fp16, activation checkpointing)",
+    output=OutputFormat.JSON, options=DeepSpeedOptions, build=build_deepspeed)

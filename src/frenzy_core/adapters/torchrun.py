@@ -1,0 +1,109 @@
+"""``torchrun``: one command line and environment per node of the plan."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from frenzy_core.adapters.base import (
+    Adapter,
+    AdapterOptions,
+    OutputFormat,
+    gpu_vendor,
+    node_slots,
+    recipe_env,
+)
+from frenzy_core.planning.plan import Plan
+
+__all__ = ["DEFAULT_RDZV_PORT", "TORCHRUN", "LaunchOptions", "TorchrunOptions", "torchrun_flags"]
+
+DEFAULT_RDZV_PORT = 29500
+"""torchrun's default ``--master-port`` (torch.distributed.run), used for the rendezvous endpoint too."""
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+"""A POSIX shell variable name (the environment is written as shell assignments)."""
+
+
+class LaunchOptions(AdapterOptions):
+    """What every adapter that starts the training script needs."""
+
+    script: str = Field(default="train.py", description="Training script each rank runs.")
+    script_args: list[str] = Field(default_factory=list, description="Arguments passed to the script.")
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment for every rank.")
+    torchrun: list[str] = Field(default_factory=lambda: ["torchrun"], min_length=1, description=(
+        "How to start torchrun, e.g. ['python', '-m', 'torch.distributed.run']."))
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, env: dict[str, str]) -> dict[str, str]:
+        bad = [k for k in env if not _ENV_NAME.match(k)]
+        if bad:
+            raise ValueError(f"not shell variable names: {bad}; use letters, digits and _")
+        return env
+
+
+class TorchrunOptions(LaunchOptions):
+    """Options of the torchrun adapter."""
+
+    rdzv_host: str | None = Field(default=None, description=(
+        "Rendezvous host (default: 127.0.0.1 on one node, else the host of the plan's first node)."))
+    rdzv_port: int = Field(default=DEFAULT_RDZV_PORT, gt=0, lt=65536, description="Rendezvous port.")
+    rdzv_backend: Literal["c10d", "static", "etcd", "etcd-v2"] = Field(default="c10d",
+                                                                       description="torchrun --rdzv-backend.")
+    rdzv_id: str = Field(default="frenzy", min_length=1, description="Job id shared by every node's agent.")
+    hosts: dict[str, str] = Field(default_factory=dict, description=(
+        "Plan node name -> hostname or IP (nodes not listed keep their plan name)."))
+
+
+def torchrun_flags(*, nnodes: int | str, nproc_per_node: int | str, rdzv_backend: str, rdzv_endpoint: str,
+                   rdzv_id: str, node_rank: int | str | None = None) -> list[str]:
+    """torchrun's flags as ``--flag=value`` tokens; values may be shell expressions in script templates."""
+    flags = [f"--nnodes={nnodes}", f"--nproc-per-node={nproc_per_node}"]
+    if node_rank is not None:
+        flags.append(f"--node-rank={node_rank}")
+    flags += [f"--rdzv-backend={rdzv_backend}", f"--rdzv-endpoint={rdzv_endpoint}", f"--rdzv-id={rdzv_id}"]
+    return flags
+
+
+def visible_devices_var(plan: Plan) -> str:
+    """The variable that restricts a process to some GPUs: CUDA_VISIBLE_DEVICES, or HIP_VISIBLE_DEVICES on ROCm."""
+    return "HIP_VISIBLE_DEVICES" if gpu_vendor(plan) == "amd" else "CUDA_VISIBLE_DEVICES"
+
+
+def build_torchrun(plan: Plan, options: TorchrunOptions) -> dict[str, Any]:
+    """Per node: node rank, host, GPUs, environment, argv and the shell command line."""
+    slots = node_slots(plan)
+    hosts = {slot.name: options.hosts.get(slot.name, slot.name) for slot in slots}
+    rdzv_host = options.rdzv_host or ("127.0.0.1" if len(slots) == 1 else hosts[slots[0].name])
+    endpoint = f"{rdzv_host}:{options.rdzv_port}"
+    devices = visible_devices_var(plan)
+    nodes = []
+    for slot in slots:
+        env = {devices: ",".join(map(str, slot.gpus)), **recipe_env(plan), **options.env}
+        argv = [*options.torchrun, *torchrun_flags(
+            nnodes=len(slots), nproc_per_node=len(slot.gpus), node_rank=slot.rank,
+            rdzv_backend=options.rdzv_backend, rdzv_endpoint=endpoint, rdzv_id=options.rdzv_id),
+            options.script, *options.script_args]
+        command = " ".join([*(f"{k}={shlex.quote(v)}" for k, v in env.items()), shlex.join(argv)])
+        nodes.append({"node": slot.name, "host": hosts[slot.name], "node_rank": slot.rank,
+                      "nproc_per_node": len(slot.gpus), "gpus": list(slot.gpus), "env": env, "argv": argv,
+                      "command": command})
+    return {"nnodes": len(slots), "world_size": plan.num_gpus, "rdzv_endpoint": endpoint,
+            "rdzv_backend": options.rdzv_backend, "rdzv_id": options.rdzv_id, "nodes": nodes}
+
+
+def render_torchrun(data: dict[str, Any]) -> str:
+    """One commented command line per node, to run on that node."""
+    lines = [f"# torchrun: {data['nnodes']} node(s), {data['world_size']} processes; run each line on its node"]
+    for node in data["nodes"]:
+        lines.append(f"# node_rank {node['node_rank']}: {node['node']} ({node['host']}), GPUs {node['gpus']}")
+        lines.append(node["command"])
+    return "\n".join(lines) + "\n"
+
+
+TORCHRUN: Adapter[TorchrunOptions] = Adapter(
+    name="torchrun", summary="torchrun command line and environment per node", output=OutputFormat.TEXT,
+    options=TorchrunOptions, build=build_torchrun, render=render_torchrun)

@@ -1,0 +1,54 @@
+"""``--emit``: a plan written as the config one launcher reads, through the adapter registry."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from frenzy_core.errors import ConfigError
+from frenzy_core.planning.plan import Plan
+
+__all__ = ["LaunchOutput", "emit_launcher", "parse_emit_options"]
+
+
+@dataclass(frozen=True)
+class LaunchOutput:
+    """What one adapter made of a plan: its config as data and as the text the launcher reads."""
+
+    launcher: str
+    summary: str
+    data: dict[str, Any]
+    text: str
+
+    def to_json(self) -> dict[str, Any]:
+        """For ``--json``: the launcher, its config as data, and the text."""
+        return {"launcher": self.launcher, "summary": self.summary, "config": self.data, "text": self.text}
+
+
+def parse_emit_options(pairs: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` strings as options; each value is read as YAML (``8``, ``[a, b]``, ``{K: v}``), so lists and
+    mappings can be given, and falls back to the plain string where that fails."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key:
+            raise ConfigError(f"--emit-option {pair!r} is not KEY=VALUE", field="--emit-option", value=pair,
+                              hint="e.g. -o script=train.py or -o script_args='[--lr, 3e-4]'")
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            value = raw
+        out[key] = raw if value is None else value
+    return out
+
+
+def emit_launcher(plan: Plan, launcher: str, options: dict[str, Any]) -> LaunchOutput:
+    """Run the named adapter on ``plan``; unknown launchers and bad options raise ConfigError."""
+    from frenzy_core.adapters import get_adapter
+
+    adapter = get_adapter(launcher)
+    data = adapter(plan, **options)
+    return LaunchOutput(launcher=adapter.name, summary=adapter.summary, data=data, text=adapter.emit(plan, **options))

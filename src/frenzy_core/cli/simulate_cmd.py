@@ -1,0 +1,155 @@
+"""``frenzy simulate TRACE``: replay a public cluster trace as LLM training jobs under scheduling policies."""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from frenzy_core.cli._common import (
+    console,
+    err_console,
+    handle_errors,
+    load_cluster_arg,
+    parse_names,
+    print_json,
+)
+from frenzy_core.config.model import ModelConfig
+from frenzy_core.config.training import TrainingConfig
+from frenzy_core.errors import ConfigError, InfeasiblePlanError, OptionalDependencyError
+from frenzy_core.scheduling import TraceFormat
+
+__all__ = ["simulate"]
+
+
+class _CachedThroughput:
+    """The planner's tokens/s, computed once per (model, recipe, GPU type, count) for the trace mapping and
+    every policy (each call runs the planner, which dominates a simulation's run time)."""
+
+    def __init__(self) -> None:
+        from frenzy_core.scheduling.workload import default_throughput
+
+        self._inner = default_throughput
+        self._cache: dict[tuple[str, str, str, int], float | InfeasiblePlanError] = {}
+
+    def __call__(self, model: ModelConfig, training: TrainingConfig, gpu_type: str, num_gpus: int) -> float:
+        key = (model.model_dump_json(), training.model_dump_json(), gpu_type, num_gpus)
+        if key not in self._cache:
+            try:
+                self._cache[key] = self._inner(model, training, gpu_type, num_gpus)
+            except InfeasiblePlanError as exc:  # an infeasible size is an answer too: replay it to every caller
+                self._cache[key] = exc
+        value = self._cache[key]
+        if isinstance(value, InfeasiblePlanError):
+            raise value
+        return value
+
+
+def _jct_plot(results: list[Any], path: Path) -> None:
+    """CDF of job completion times, one line per policy, saved to ``path``."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise OptionalDependencyError("matplotlib", "plot", "frenzy simulate --plot") from None
+    import numpy as np
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for res in results:
+        jct_h = np.sort([r.jct_s / 3600 for r in res.jobs if r.jct_s is not None])
+        if jct_h.size:
+            ax.step(jct_h, np.arange(1, jct_h.size + 1) / jct_h.size, where="post", label=res.policy)
+    ax.set_xlabel("job completion time (h)")
+    ax.set_ylabel("fraction of finished jobs")
+    ax.set_xscale("log")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _hours(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds / 3600:,.2f}"
+
+
+@handle_errors
+def simulate(
+    trace: Path = typer.Argument(..., help="Trace file (CSV, optionally .gz)."),
+    format: TraceFormat = typer.Option(TraceFormat.PHILLY.value, "--format", "-f", help="Trace format."),
+    cluster: str | None = typer.Option(None, "--cluster", "-c", help=(
+        "Cluster preset name or cluster YAML file; default: the 'default' preset.")),
+    scale: int | None = typer.Option(None, min=1, help="Scale the cluster's node counts to about this many GPUs."),
+    policies: str | None = typer.Option(None, help="Comma-separated policies (default: every built-in one)."),
+    limit: int | None = typer.Option(None, min=1, help="Replay only the first N jobs (in arrival order)."),
+    seed: int = typer.Option(0, help="Seed of the trace-to-model mapping and of the policies."),
+    default_duration: float | None = typer.Option(None, help=(
+        "Run time in seconds for jobs whose trace records none (Sia traces).")),
+    plot: Path | None = typer.Option(None, help="Save a CDF of job completion times per policy to this PNG."),
+    json_out: bool = typer.Option(False, "--json", help="Print the results as JSON (nothing else on stdout)."),
+) -> None:
+    """Simulate scheduling policies on a trace: each trace job becomes an LLM training job of the same size.
+
+    Rows the reader cannot parse are skipped, and their count is printed on stderr.
+
+    Examples:
+
+      frenzy simulate philly.csv --limit 200
+
+      frenzy simulate sia_philly_workload_1.csv --format sia --default-duration 3600 --cluster philly-like
+
+      frenzy simulate philly.csv --limit 100 --plot jct.png --json
+    """
+    from frenzy_core.scheduling import POLICIES, jobs_from_trace, read_trace
+    from frenzy_core.scheduling import simulate as run_simulation
+
+    names = parse_names(policies, "--policies") or list(POLICIES)
+    unknown = [n for n in names if n not in POLICIES]
+    if unknown:
+        raise ConfigError(f"unknown policies {unknown}", field="--policies", value=unknown,
+                          hint="use some of " + ", ".join(POLICIES))
+    if plot is not None and plot.suffix.lower() not in (".png", ".pdf", ".svg"):
+        raise ConfigError(f"--plot {str(plot)!r} must end in .png, .pdf or .svg", field="--plot", value=str(plot))
+    if not trace.is_file():
+        raise ConfigError(f"trace file {str(trace)!r} does not exist", field="TRACE", value=str(trace))
+    where = load_cluster_arg(cluster, scale)
+    loaded = read_trace(trace, format, on_error="skip")
+    trace_jobs = loaded.jobs[:limit] if limit is not None else loaded.jobs
+    if loaded.skipped:
+        first = loaded.skipped[0].describe(trace.name)
+        err_console.print(f"note: skipped {len(loaded.skipped)} malformed rows (first: {first})", highlight=False,
+                          soft_wrap=True, markup=False)
+    if not trace_jobs:
+        raise ConfigError(f"{trace.name} has no jobs to replay as {format.value}", field="TRACE",
+                          hint="check --format (philly, sia, helios, alibaba-spot)")
+    throughput = _CachedThroughput()
+    if not json_out:
+        console.print(f"Replaying {len(trace_jobs)} of {len(loaded.jobs)} jobs from {trace.name} on "
+                      f"{where.describe()}", highlight=False, soft_wrap=True)
+    spinner = err_console.status("mapping trace jobs to LLM training jobs") if not json_out else nullcontext()
+    with spinner:
+        jobs = jobs_from_trace(trace_jobs, seed=seed, cluster=where.cluster, throughput=throughput,
+                               default_duration_s=default_duration)
+    results = [run_simulation(jobs, where.cluster, name, seed=seed, progress=not json_out, throughput=throughput)
+               for name in names]
+    if plot is not None:
+        _jct_plot(results, plot)
+    if json_out:
+        print_json({"trace": str(trace), "format": format.value, "cluster": where.to_json(), "jobs": len(jobs),
+                    "skipped_rows": len(loaded.skipped), "plot": None if plot is None else str(plot),
+                    "results": [r.model_dump(mode="json") for r in results]})
+        return
+    table = Table(title=f"{len(jobs)} jobs, times in hours", title_justify="left")
+    for col in ("policy", "finished", "OOM", "unschedulable", "avg JCT", "p99 JCT", "makespan"):
+        table.add_column(col, justify="left" if col == "policy" else "right")
+    for r in results:
+        table.add_row(r.policy, str(r.finished), str(r.oom_placements), str(len(r.unschedulable)),
+                      _hours(r.avg_jct_s), _hours(r.p99_jct_s), _hours(r.makespan_s))
+    console.print(table)
+    if plot is not None:
+        console.print(f"Saved the JCT CDF to {plot}", highlight=False)

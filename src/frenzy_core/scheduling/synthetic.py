@@ -1,0 +1,75 @@
+"""Synthetic workloads: Poisson arrivals, a model mix and log-normal work, with the default recipe."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from pydantic import Field, model_validator
+
+from frenzy_core._base import FrozenModel
+from frenzy_core.config.model import ModelConfig
+from frenzy_core.errors import ConfigError
+from frenzy_core.hardware.gpus import get_gpu_spec
+from frenzy_core.scheduling.jobs import GPURequest, TrainingJob
+from frenzy_core.scheduling.recipe import default_training
+
+__all__ = ["LogNormalWork", "MixEntry", "synthetic_jobs"]
+
+
+class MixEntry(FrozenModel):
+    """One model of a synthetic mix: its weight and, optionally, the allocation its jobs ask for."""
+
+    model: str = Field(description="Model preset name.")
+    weight: float = Field(default=1.0, gt=0, description="Relative frequency.")
+    num_gpus: int | None = Field(default=None, gt=0, description="GPUs its jobs ask for; None: no request.")
+    gpu_type: str | None = Field(default=None, description="GPU type they ask for; None: any.")
+
+    @model_validator(mode="after")
+    def _check(self) -> MixEntry:
+        if self.gpu_type is not None and self.num_gpus is None:
+            raise ValueError(f"gpu_type={self.gpu_type!r} needs num_gpus (a request is a count of that type)")
+        return self
+
+
+class LogNormalWork(FrozenModel):
+    """Work in tokens, log-normally distributed (job sizes in GPU clusters are heavy-tailed: Jeon et al.,
+    ATC'19, Fig. 2; Hu et al., SC'21)."""
+
+    median_tokens: float = Field(gt=0, description="Median work (exp of the underlying normal's mean).")
+    sigma: float = Field(ge=0, description="Standard deviation of log(work).")
+
+
+def synthetic_jobs(n: int, *, arrival_rate_per_s: float, model_mix: Sequence[MixEntry] | Mapping[str, float],
+                   work_distribution: LogNormalWork, seed: int = 0) -> list[TrainingJob]:
+    """``n`` jobs with Poisson arrivals (exponential gaps, first arrival after one gap), models drawn from
+    ``model_mix`` (entries, or preset name -> weight), log-normal work and the default recipe."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ConfigError(f"n={n!r} must be an int >= 0", field="n", value=n)
+    if not arrival_rate_per_s > 0:
+        raise ConfigError(f"arrival_rate_per_s={arrival_rate_per_s} must be > 0", field="arrival_rate_per_s",
+                          value=arrival_rate_per_s)
+    entries = [MixEntry(model=k, weight=w) for k, w in model_mix.items()] if isinstance(model_mix, Mapping) \
+        else list(model_mix)
+    if not entries:
+        raise ConfigError("model_mix is empty; give at least one model", field="model_mix", value=model_mix)
+    models = {e.model: ModelConfig.preset(e.model) for e in entries}
+    for e in entries:
+        if e.gpu_type is not None:
+            get_gpu_spec(e.gpu_type)  # an unknown type fails here, with suggestions
+    weights = np.array([e.weight for e in entries])
+    rng = np.random.default_rng(seed)
+    arrivals_s = np.cumsum(rng.exponential(1.0 / arrival_rate_per_s, size=n))
+    picks = rng.choice(len(entries), size=n, p=weights / weights.sum())
+    work = rng.lognormal(np.log(work_distribution.median_tokens), work_distribution.sigma, size=n)
+    out = []
+    for i in range(n):
+        e = entries[int(picks[i])]
+        model = models[e.model]
+        gpu = None if e.gpu_type is None else get_gpu_spec(e.gpu_type)
+        request = None if e.num_gpus is None else GPURequest(
+            num_gpus=e.num_gpus, gpu_type=None if gpu is None else gpu.id)
+        out.append(TrainingJob(id=f"job-{i}", submit_time_s=float(arrivals_s[i]), model=model,
+                               training=default_training(model, gpu),
+                               work_tokens=max(1, round(float(work[i]))), request=request))
+    return out

@@ -1,0 +1,57 @@
+"""Plans the adapter tests share, built directly (not by the planner) so the tests fix the layout themselves."""
+
+from __future__ import annotations
+
+from frenzy_core.config import ModelConfig, ParallelConfig, TrainingConfig
+from frenzy_core.hardware.gpus import get_gpu_spec
+from frenzy_core.memory.estimator import estimate_memory
+from frenzy_core.planning import Objective, Plan
+from frenzy_core.timing import estimate_iteration_time
+
+
+def make_plan(model: ModelConfig, gpu_type: str, placement: dict[str, list[int]], parallel: ParallelConfig,
+              training: TrainingConfig) -> Plan:
+    """A Plan with real memory and time estimates for a layout chosen by the test."""
+    time = estimate_iteration_time(model, training, parallel, gpu_type)
+    return Plan(
+        gpu_type=gpu_type, num_gpus=parallel.world_size, placement=placement, parallel=parallel,
+        training=training, memory=estimate_memory(model, training, parallel), time=time,
+        usable_bytes=get_gpu_spec(gpu_type).memory_bytes, price_per_hour_usd=None,
+        objective=Objective.THROUGHPUT, objective_value=time.tokens_per_s, stranded_gpus=0, optimal=True,
+        solver="exhaustive", solve_time_s=0.0)
+
+
+GPT2 = ModelConfig.preset("gpt2")
+LLAMA = ModelConfig.preset("llama-2-7b")
+
+
+def single_gpu() -> Plan:
+    """One A100-80GB; micro-batch 4, 4 accumulation steps."""
+    return make_plan(GPT2, "a100-80gb", {"node:0": [3]}, ParallelConfig(),
+                     TrainingConfig(seq_len=1024, micro_batch_size=4, global_batch_size=16))
+
+
+def multi_node_dp() -> Plan:
+    """Two nodes of 8 A100-80GB, pure data parallelism with ZeRO-3 and full recompute."""
+    return make_plan(GPT2, "a100-80gb", {"node:0": list(range(8)), "node:1": list(range(8))},
+                     ParallelConfig(dp=16),
+                     TrainingConfig(seq_len=1024, micro_batch_size=2, global_batch_size=128, zero_stage=3,
+                                    recompute="full"))
+
+
+def tp_pp_nodes() -> Plan:
+    """Two nodes of 8 H100 SXM: tp=4 inside a node, pp=2 (interleaved, vpp=2) across nodes, dp=2; Megatron."""
+    return make_plan(LLAMA, "h100-sxm", {"node:2": list(range(8)), "node:5": list(range(8))},
+                     ParallelConfig(tp=4, pp=2, vpp=2, dp=2),
+                     TrainingConfig(seq_len=4096, micro_batch_size=1, global_batch_size=32, framework="megatron",
+                                    distributed_optimizer=True, sequence_parallel=True, recompute="selective"))
+
+
+def cpu_dp2() -> Plan:
+    """Two ranks on one node (run on CPU by the integration test): micro-batch 2, 3 accumulation steps."""
+    return make_plan(GPT2, "a100-80gb", {"node:0": [0, 1]}, ParallelConfig(dp=2),
+                     TrainingConfig(seq_len=128, micro_batch_size=2, global_batch_size=12))
+
+
+THREE_PLANS = {"single_gpu": single_gpu, "multi_node_dp": multi_node_dp, "tp_pp_nodes": tp_pp_nodes}
+"""The three shapes every adapter is tested on."""

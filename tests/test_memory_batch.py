@@ -1,0 +1,98 @@
+"""estimate_memory_batch equals estimate_memory per configuration and flags the ones it would refuse."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from frenzy_core.config import ModelConfig, MoEConfig, ParallelConfig, TrainingConfig
+from frenzy_core.errors import ConfigError
+from frenzy_core.memory import estimate_memory, estimate_memory_batch
+from frenzy_core.memory.kernel import RECOMPUTE_CODES, SCHEDULE_CODES
+
+DENSE = ModelConfig(num_layers=12, hidden_size=512, num_attention_heads=8, num_kv_heads=4, vocab_size=32000,
+                    mlp="swiglu", norm="rmsnorm", position_embedding="rotary", tied_embeddings=False)
+MOE = ModelConfig(num_layers=9, hidden_size=512, num_attention_heads=8, vocab_size=32000, mlp="swiglu",
+                  norm="rmsnorm", position_embedding="rotary",
+                  moe=MoEConfig(num_experts=8, top_k=2, expert_ffn_hidden_size=256, first_dense_layers=1,
+                                layer_interval=2))
+BERT = ModelConfig(arch="encoder", num_layers=6, hidden_size=256, num_attention_heads=4, vocab_size=8000,
+                   type_vocab_size=2, embedding_norm=True, final_norm=False, hidden_dropout=0.1,
+                   attention_dropout=0.1, max_position_embeddings=512, qkv_bias=True, linear_bias=True)
+
+
+def _random(n: int, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {
+        "dp": rng.choice([1, 2, 4, 8], n), "tp": rng.choice([1, 2, 3, 4], n), "pp": rng.choice([1, 2, 3, 4], n),
+        "vpp": rng.choice([1, 1, 2], n), "cp": rng.choice([1, 1, 2], n), "ep": rng.choice([1, 1, 2], n),
+        "micro_batch_size": rng.choice([1, 2, 4], n), "seq_len": rng.choice([256, 512, 1024], n),
+        "num_microbatches": rng.choice([1, 2, 4, 8], n), "zero_stage": rng.integers(0, 4, n),
+        "recompute": rng.integers(0, 3, n), "recompute_num_layers": rng.choice([0, 0, 1, 2], n),
+        "sequence_parallel": rng.integers(0, 2, n), "schedule": rng.choice([0, 0, 1, 2], n),
+    }
+
+
+def _scalar(model: ModelConfig, training: TrainingConfig, cfg: dict[str, np.ndarray], i: int) -> object:
+    recompute = {v: k for k, v in RECOMPUTE_CODES.items()}[int(cfg["recompute"][i])]
+    schedule = {v: k for k, v in SCHEDULE_CODES.items()}[int(cfg["schedule"][i])]
+    mbs, dp = int(cfg["micro_batch_size"][i]), int(cfg["dp"][i])
+    t = training.replace(micro_batch_size=mbs, seq_len=int(cfg["seq_len"][i]),
+                         global_batch_size=mbs * dp * int(cfg["num_microbatches"][i]),
+                         zero_stage=int(cfg["zero_stage"][i]), recompute=recompute,
+                         recompute_num_layers=int(cfg["recompute_num_layers"][i]) or None,
+                         sequence_parallel=bool(cfg["sequence_parallel"][i]))
+    p = ParallelConfig(dp=dp, tp=int(cfg["tp"][i]), pp=int(cfg["pp"][i]), vpp=int(cfg["vpp"][i]),
+                       cp=int(cfg["cp"][i]), ep=int(cfg["ep"][i]), schedule=schedule)
+    return estimate_memory(model, t, p)
+
+
+@pytest.mark.parametrize("model", [DENSE, MOE, BERT], ids=["dense", "moe", "bert"])
+@pytest.mark.parametrize("framework,precision", [("torch", "bf16"), ("torch", "amp-bf16"),
+                                                 ("megatron", "bf16-mixed"), ("megatron", "fp8-mixed")])
+def test_batch_equals_scalar(model: ModelConfig, framework: str, precision: str) -> None:
+    training = TrainingConfig(framework=framework, precision=precision, attention="eager", seq_len=512)
+    cfg = _random(80, seed=hash((framework, precision, model.num_layers)) % 2**32)
+    out = estimate_memory_batch(model, cfg, training)
+    checked = 0
+    for i in range(80):
+        try:
+            est = _scalar(model, training, cfg, i)
+        except ConfigError:
+            assert not out.valid[i], f"row {i} accepted by the batch but refused by estimate_memory"
+            assert out.peak_bytes[i] == -1
+            continue
+        assert out.valid[i], f"row {i} refused by the batch but accepted by estimate_memory"
+        assert out.peak_bytes[i] == est.peak_bytes
+        assert out.device_bytes[i] == est.device_bytes
+        assert out.busiest_stage[i] == est.busiest_stage
+        assert {k: int(v[i]) for k, v in out.breakdown.items()} == est.breakdown
+        checked += 1
+    assert checked >= 10
+
+
+def test_defaults_come_from_training() -> None:
+    training = TrainingConfig(seq_len=1024, micro_batch_size=2, recompute="full")
+    out = estimate_memory_batch(DENSE, {"tp": [1, 2]}, training)
+    assert out.peak_bytes[0] == estimate_memory(DENSE, training).peak_bytes
+    assert out.peak_bytes[1] == estimate_memory(DENSE, training, ParallelConfig(tp=2)).peak_bytes
+
+
+def test_names_are_accepted_for_codes() -> None:
+    names = estimate_memory_batch(DENSE, {"recompute": ["none", "full"], "schedule": ["gpipe", "1f1b"], "pp": 2,
+                                          "num_microbatches": 4})
+    codes = estimate_memory_batch(DENSE, {"recompute": [RECOMPUTE_CODES["none"], RECOMPUTE_CODES["full"]],
+                                          "schedule": [SCHEDULE_CODES["gpipe"], SCHEDULE_CODES["1f1b"]], "pp": 2,
+                                          "num_microbatches": 4})
+    assert names.valid.all() and (names.peak_bytes == codes.peak_bytes).all()
+
+
+def test_bad_input_raises_config_error() -> None:
+    with pytest.raises(ConfigError, match="unknown configs keys"):
+        estimate_memory_batch(DENSE, {"tensor_parallel": [1]})
+    with pytest.raises(ConfigError, match="unknown values"):
+        estimate_memory_batch(DENSE, {"recompute": ["sometimes"]})
+    with pytest.raises(ConfigError, match="broadcast"):
+        estimate_memory_batch(DENSE, {"tp": [1, 2], "pp": [1, 2, 4]})
+    with pytest.raises(ConfigError, match="not both"):
+        estimate_memory_batch(DENSE, {"num_microbatches": 2, "global_batch_size": 8})

@@ -162,7 +162,7 @@ def test_round_trips(layers: int, heads_pow: int, kv_div: int, head_dim: int, ml
     kv = max(1, heads // 2**kv_div)
     m = ModelConfig(
         num_layers=layers, hidden_size=heads * head_dim, num_attention_heads=heads, num_kv_heads=kv, mlp=mlp,
-        vocab_size=97, tied_embeddings=tied,
+        ffn_hidden_size=4 * heads * head_dim, vocab_size=97, tied_embeddings=tied,
         moe=dict(num_experts=4, top_k=2, expert_ffn_hidden_size=32) if moe else None,
     )
     assert ModelConfig.model_validate_json(m.model_dump_json()) == m

@@ -41,10 +41,10 @@ def _plan(**kwargs: object) -> Plan:
     return plan_job(**args)
 
 
-def _assert_valid(plan: Plan, cluster: Cluster) -> None:
+def _assert_valid(plan: Plan, cluster: Cluster, model: ModelConfig | None = None) -> None:
     """Fits by the memory estimator, uses free GPUs only, whole TP groups on each node."""
     spec = get_gpu_spec(plan.gpu_type)
-    again = estimate_memory(_model(), plan.training, plan.parallel)
+    again = estimate_memory(model or _model(), plan.training, plan.parallel)
     assert again.device_bytes == plan.memory.device_bytes
     assert plan.memory.device_bytes <= plan.usable_bytes <= spec.memory_bytes
     free = {}
@@ -198,6 +198,44 @@ def test_infeasible_request_says_what_blocked_it_and_what_would_help() -> None:
     plan_job(model, cluster, training, constraints=constraints.replace(recompute=["full"]))
     with pytest.raises(InfeasiblePlanError):
         plan_job(model, cluster, training.replace(seq_len=limit + 256), constraints=constraints)
+
+
+def test_megatron_search_covers_moe_and_long_context() -> None:
+    moe = _model(num_layers=4, hidden_size=1024, num_attention_heads=8, num_kv_heads=8,
+                 moe={"num_experts": 8, "top_k": 2, "expert_ffn_hidden_size": 2048})
+    training = TrainingConfig(seq_len=32768, global_batch_size=8, framework="megatron")
+    cluster = _cluster()
+    plan = plan_job(moe, cluster, training, constraints=PlanConstraints(micro_batch_sizes=[1]))
+    _assert_valid(plan, cluster, moe)
+    assert training.seq_len % (2 * plan.parallel.cp) == 0
+    assert moe.moe is not None and moe.moe.num_experts % plan.parallel.ep == 0
+    layouts = {(a.parallel.cp, a.parallel.ep, a.parallel.vpp) for a in plan.alternatives}
+    layouts.add((plan.parallel.cp, plan.parallel.ep, plan.parallel.vpp))
+    assert any(cp > 1 for cp, _, _ in layouts) and any(ep > 1 for _, ep, _ in layouts)
+
+
+def test_price_and_deadline_limits_explain_the_smallest_change() -> None:
+    budget = FAST.replace(token_budget=10**9)
+    with pytest.raises(InfeasiblePlanError) as info:
+        _plan(constraints=budget.replace(max_price_per_hour_usd=0.01))
+    suggestion = [s for s in info.value.suggestions if s.startswith("max_price_per_hour_usd >= ")]
+    assert suggestion and "cheapest" in str(info.value)
+    price = float(suggestion[0].rsplit(" ", 1)[1])
+    assert _plan(constraints=budget.replace(max_price_per_hour_usd=price + 0.01)).price_per_hour_usd <= price + 0.01
+    with pytest.raises(InfeasiblePlanError) as info:
+        _plan(constraints=budget.replace(deadline_s=1.0))
+    suggestion = [s for s in info.value.suggestions if s.startswith("deadline_s >= ")]
+    assert suggestion and "within deadline_s" in str(info.value)
+    deadline = float(suggestion[0].rsplit(" ", 1)[1].replace(",", ""))
+    plan = _plan(constraints=budget.replace(deadline_s=deadline + 1))
+    assert 10**9 / plan.time.tokens_per_s <= deadline + 1
+
+
+def test_cost_objective_explains_more_expensive_types() -> None:
+    plan = _plan(objective="cost", constraints=FAST.replace(token_budget=10**10))
+    outranked = [r for r in plan.rejected if r.reason is RejectReason.OUTRANKED]
+    assert outranked and all("more expensive by" in r.message for r in outranked)
+    assert all(r.best_value is not None and r.best_value >= plan.objective_value for r in outranked)
 
 
 @pytest.mark.parametrize("kwargs, error, match", [

@@ -132,6 +132,10 @@ def test_header_must_have_the_format_columns(tmp_path: Path) -> None:
         load_trace(_write(tmp_path, SIA), "philly")
     with pytest.raises(ConfigError, match="the file is empty"):
         load_trace(_write(tmp_path, "", "empty.csv"), "philly")
+    with pytest.raises(ConfigError, match="no such trace file") as err:
+        load_trace(tmp_path / "absent.csv", "philly")
+    assert err.value.field == "path"
+    assert read_trace(_write(tmp_path, PHILLY.splitlines()[0] + "\n", "header.csv"), "philly").jobs == []
 
 
 def test_extra_columns_any_order_blank_lines_and_gzip(tmp_path: Path) -> None:

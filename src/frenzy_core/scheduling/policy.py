@@ -38,6 +38,12 @@ class Policy(abc.ABC):
 
     name: str
     """Registry name, e.g. ``fifo-requested``."""
+    state: ClusterState
+    """The cluster's free GPUs (set by :meth:`start`; the simulator updates it)."""
+    throughput: ThroughputFn
+    """Tokens per second of a model on an allocation (set by :meth:`start`)."""
+    seed: int
+    """Seed for randomised policies (set by :meth:`start`)."""
 
     def __init__(self) -> None:
         self.rejected: dict[str, str] = {}

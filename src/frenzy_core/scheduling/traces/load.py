@@ -173,6 +173,9 @@ def read_trace(path: str | Path, format: TraceFormat | str = TraceFormat.PHILLY,
         raise ConfigError(f"arrival_scale={arrival_scale!r} must be a finite number > 0 (2.0 doubles the "
                           "arrival rate)", field="arrival_scale", value=arrival_scale)
     file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"no such trace file {str(file)!r}", field="path", value=str(file),
+                          hint="public traces are not shipped with frenzy_core; download them (see docs/traces.md)")
     parsed, skipped, excluded, rows_read = _parse_file(file, READERS[fmt], mode)
 
     parsed.sort(key=lambda r: r.submit_abs_s)

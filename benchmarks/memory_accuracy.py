@@ -17,6 +17,7 @@ import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from frenzy_core.config import ModelConfig, ParallelConfig, TrainingConfig
 
@@ -79,7 +80,7 @@ class Row:
         return (self.estimate_bytes - self.probe_bytes) / self.probe_bytes
 
 
-def measure(case: Case, cache: dict[str, dict[str, object]]) -> dict[str, object]:
+def measure(case: Case, cache: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The probe's peak, phase and run time for ``case`` (from ``cache`` when there)."""
     from frenzy_core.memory.probe import probe_memory
 
@@ -92,7 +93,7 @@ def measure(case: Case, cache: dict[str, dict[str, object]]) -> dict[str, object
     return cache[key]
 
 
-def run_case(case: Case, cache: dict[str, dict[str, object]]) -> Row:
+def run_case(case: Case, cache: dict[str, dict[str, Any]]) -> Row:
     """Probe and estimate one case; an estimator failure is reported, not raised."""
     from frenzy_core.memory import estimate_memory
 
@@ -141,7 +142,7 @@ def main() -> None:
     parser.add_argument("--probe-cache", type=Path, help="JSON file of saved probe measurements to reuse and extend")
     args = parser.parse_args()
     cases = CASES[:3] if args.quick else CASES
-    cache: dict[str, dict[str, object]] = {}
+    cache: dict[str, dict[str, Any]] = {}
     if args.probe_cache is not None and args.probe_cache.exists():
         cache = json.loads(args.probe_cache.read_text(encoding="utf-8"))
     rows = []

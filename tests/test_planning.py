@@ -3,6 +3,10 @@ parallel groups inside a node, are deterministic, honour objectives and constrai
 
 from __future__ import annotations
 
+import re
+import runpy
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -226,9 +230,24 @@ def test_price_and_deadline_limits_explain_the_smallest_change() -> None:
         _plan(constraints=budget.replace(deadline_s=1.0))
     suggestion = [s for s in info.value.suggestions if s.startswith("deadline_s >= ")]
     assert suggestion and "within deadline_s" in str(info.value)
-    deadline = float(suggestion[0].rsplit(" ", 1)[1].replace(",", ""))
+    deadline = float(suggestion[0].rsplit(" ", 1)[1])
     plan = _plan(constraints=budget.replace(deadline_s=deadline + 1))
     assert 10**9 / plan.time.tokens_per_s <= deadline + 1
+
+
+def test_impossible_gpu_count_suggests_the_nearest_possible_one() -> None:
+    # dp x tp x pp = 6 would need dp = 3 or 6 (not dividing 32) or tp = 3, 6 (not dividing 16 heads)
+    with pytest.raises(InfeasiblePlanError) as info:
+        _plan(constraints=FAST.replace(num_gpus=6, pp=1))
+    assert "no layout uses exactly num_gpus=6" in str(info.value)
+    nearest = [s for s in info.value.suggestions if s.startswith("num_gpus=")]
+    assert nearest in (["num_gpus=4"], ["num_gpus=8"])
+
+
+def test_tiny_time_limit_still_returns_a_valid_plan() -> None:
+    plan = _plan(time_limit_s=1e-6)
+    _assert_valid(plan, _cluster())
+    assert plan.solver in ("cp-sat", "greedy")
 
 
 def test_cost_objective_explains_more_expensive_types() -> None:
@@ -276,3 +295,17 @@ def test_empty_and_unknown_clusters_are_rejected() -> None:
 def test_no_free_gpus_is_infeasible_with_a_reason() -> None:
     with pytest.raises(InfeasiblePlanError, match="only 0 free"):
         _plan(cluster=_cluster(h100_free=0, a100_free=0, l4_free=0))
+
+
+def test_docs_example_runs(tmp_path: Path) -> None:
+    """The first Python block of docs/planner.md runs as written."""
+    doc = Path(__file__).resolve().parents[1] / "docs" / "planner.md"
+    if not doc.exists():
+        pytest.skip("docs/planner.md is not in this checkout")
+    block = re.search(r"```python\n(.*?)```", doc.read_text(encoding="utf-8"), re.DOTALL)
+    assert block is not None
+    script = tmp_path / "example.py"
+    script.write_text(block.group(1), encoding="utf-8")
+    result = runpy.run_path(str(script))
+    assert isinstance(result["plan"], Plan)
+    assert result["plan"].gpu_type in result["plan"].explain()

@@ -173,6 +173,21 @@ def test_flash_and_selective_are_probed_as_sdpa_and_say_so() -> None:
     assert any("selective" in n for n in flash_selective.notes)
 
 
+def test_logits_and_loss_are_reported_apart_from_activations() -> None:
+    result = probe_memory(_TINY, _TRAIN)
+    logits_bytes = _TRAIN.micro_batch_size * _TRAIN.seq_len * _TINY.vocab_size * 4
+    backward = [p for p in result.phases if p.phase == "backward"]
+    # At the start of backward the fp32 logits and cross-entropy's saved log-softmax are both alive.
+    assert all(p.logits_loss_bytes >= 2 * logits_bytes for p in backward)
+    assert all(p.logits_loss_bytes == 0 for p in result.phases if p.phase == "optimizer")
+
+
+def test_a_bare_backbone_has_no_logits_and_says_how_it_was_trained() -> None:
+    result = probe_memory(_TINY.replace(lm_head=False), _TRAIN)
+    assert all(p.logits_loss_bytes == 0 for p in result.phases)
+    assert any("last hidden state" in n for n in result.notes)
+
+
 @pytest.mark.parametrize("changes, field", [
     ({"precision": "bf16-mixed"}, "precision"),
     ({"optimizer": "adam-8bit"}, "optimizer"),
@@ -197,6 +212,6 @@ def test_package_imports_without_torch_and_the_probe_says_what_to_install() -> N
         except OptionalDependencyError as exc:
             print("OK", exc)
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("OK") and "frenzy_core[torch]" in out.stdout

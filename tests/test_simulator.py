@@ -81,10 +81,18 @@ def test_impossible_requests_are_rejected_without_blocking_others() -> None:
     result = _run(jobs, _cluster(("a100", 8, 1)))
     assert result.unschedulable == ["too-big", "wrong-type", "no-request"]
     reasons = {r.id: r.reason for r in result.jobs}
-    assert reasons["too-big"] == "asks for 16 GPUs; the cluster has 8"
+    assert reasons["too-big"] == "asks for 16 GPUs of one type; the cluster has 8"
     assert reasons["wrong-type"] == "asks for h100-sxm, which the cluster lacks (it has a100-80gb)"
     assert "no GPU request" in str(reasons["no-request"])
     assert result.jobs[3].finish_time_s == 6.0
+
+
+def test_an_untyped_request_must_fit_one_type() -> None:
+    cluster = _cluster(("v100-32gb", 4, 1), ("a100", 8, 1))
+    result = _run([_job("ten", 0, 10, 1), _job("eight", 0, 8, 1)], cluster)
+    assert result.unschedulable == ["ten"]
+    assert result.jobs[0].reason == "asks for 10 GPUs of one type; the cluster has 8"
+    assert (result.jobs[1].gpu_type, result.jobs[1].finish_time_s) == ("a100-80gb", 1.0)
 
 
 def test_typed_requests_and_first_type_that_fits() -> None:
@@ -149,6 +157,8 @@ def test_conservation_capacity_and_fifo_order(specs: list[tuple[int, int, int, s
     # every job is counted exactly once, in submission order
     assert [r.id for r in result.jobs] == [j.id for j in jobs]
     assert result.finished + result.oom_placements + len(result.unschedulable) == len(jobs)
+    # fifo-requested rejects impossible requests on arrival, so nothing is left waiting at the end
+    assert all(r.reason != "still waiting when no event was left" for r in result.jobs)
     placed = [(float(r.start_time_s), float(r.finish_time_s or 0.0), str(r.gpu_type), int(r.num_gpus or 0), r)
               for r in result.jobs if r.start_time_s is not None]
     assert all(start >= r.submit_time_s for start, _, _, _, r in placed)

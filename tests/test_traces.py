@@ -242,3 +242,15 @@ def test_real_sia_workload() -> None:
     assert len(jobs) == 160
     assert (jobs[0].id, jobs[0].num_gpus, jobs[0].batch_size) == ("cifar10-0", 6, 2048)
     assert jobs[-1].submit_time_s == 27695 - 107
+
+
+def test_docs_example_runs() -> None:
+    """The first example of docs/traces.md, on the shared copy of the Philly trace."""
+    path = _shared_trace("philly_2017_sep_nov.csv")
+    docs = Path(__file__).resolve().parents[1] / "docs" / "traces.md"
+    example = docs.read_text(encoding="utf-8").split("```python\n")[1].split("```")[0]
+    assert '"philly_2017_sep_nov.csv"' in example
+    namespace: dict[str, object] = {}
+    exec(example.replace('"philly_2017_sep_nov.csv"', repr(str(path))), namespace)  # noqa: S102
+    trace, jobs = namespace["trace"], namespace["jobs"]
+    assert isinstance(trace, list) and isinstance(jobs, list) and len(jobs) == len(trace) > 0

@@ -86,6 +86,13 @@ def test_recipe_follows_reference_gpu() -> None:
     assert stub.calls[-1][3] == jobs[0].training  # work was converted with the recipe the job carries
 
 
+@pytest.mark.parametrize("num_gpus, global_batch", [(1, 1536), (8, 1536), (12, 1536), (5, 1540), (94, 1598),
+                                                     (2048, 2048)])
+def test_global_batch_is_a_multiple_of_the_request(num_gpus: int, global_batch: int) -> None:
+    (job,) = jobs_from_trace([_trace_job("a", num_gpus)], throughput=StubThroughput())
+    assert job.training.global_batch_size == global_batch
+
+
 def test_learned_positions_cap_sequence_length() -> None:
     buckets = [SizeBucket(max_gpus=None, presets=["gpt2"])]
     (job,) = jobs_from_trace([_trace_job("a", 1)], throughput=StubThroughput(), buckets=buckets)

@@ -36,7 +36,7 @@ class AccelerateOptions(AdapterOptions):
     """Options of the accelerate adapter."""
 
     main_process_ip: str | None = Field(default=None, description=(
-        "Address of machine rank 0 (default: the plan's first node name; not written for one machine)."))
+        "Address of machine rank 0 (default: the plan's first node as a hostname; unused on one machine)."))
     main_process_port: int = Field(default=DEFAULT_RDZV_PORT, gt=0, lt=65536)
     machine_rank: int = Field(default=0, ge=0, description="Rank of the machine this copy of the file is for.")
 
@@ -79,7 +79,7 @@ def build_accelerate(plan: Plan, options: AccelerateOptions) -> dict[str, Any]:
         "use_cpu": False,
     }
     if len(slots) > 1:
-        config |= {"main_process_ip": options.main_process_ip or slots[0].name,
+        config |= {"main_process_ip": options.main_process_ip or slots[0].host,
                    "main_process_port": options.main_process_port, "rdzv_backend": "static", "same_network": True}
     if distributed == "FSDP":
         config["fsdp_config"] = {

@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 import functools
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
@@ -76,11 +77,23 @@ class Adapter(Generic[OptionsT]):
         """The launcher's config for ``plan`` as the text the launcher reads."""
         data = self(plan, **options)
         if self.output is OutputFormat.YAML:
-            return str(yaml.safe_dump(data, sort_keys=False))
+            return str(yaml.dump(data, Dumper=_BlockDumper, sort_keys=False))
         if self.output is OutputFormat.JSON:
             return json.dumps(data, indent=2) + "\n"
         assert self.render is not None, f"TEXT adapter {self.name} has no render"
         return self.render(data)
+
+
+class _BlockDumper(yaml.SafeDumper):
+    """The safe dumper, writing multi-line strings (scripts) as ``|`` blocks so they read as written."""
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_BlockDumper.add_representer(str, _represent_str)
 
 
 # ---- what a plan says, in the shapes launchers want ----------------------------------------------------------
@@ -93,6 +106,11 @@ class NodeSlot:
     name: str
     rank: int
     gpus: tuple[int, ...]
+
+    @property
+    def host(self) -> str:
+        """The name as a hostname (``node:3`` -> ``node-3``): a placeholder where no real host is given."""
+        return re.sub(r"[^A-Za-z0-9.-]", "-", self.name)
 
 
 def node_slots(plan: Plan) -> list[NodeSlot]:

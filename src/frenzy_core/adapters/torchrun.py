@@ -55,7 +55,7 @@ class TorchrunOptions(LaunchOptions):
                                                                        description="torchrun --rdzv-backend.")
     rdzv_id: str = Field(default="frenzy", min_length=1, description="Job id shared by every node's agent.")
     hosts: dict[str, str] = Field(default_factory=dict, description=(
-        "Plan node name -> hostname or IP (nodes not listed keep their plan name)."))
+        "Plan node name -> hostname or IP (default: the plan name, ':' written as '-')."))
 
 
 def torchrun_flags(*, nnodes: int | str, nproc_per_node: int | str, rdzv_backend: str, rdzv_endpoint: str,
@@ -76,7 +76,7 @@ def visible_devices_var(plan: Plan) -> str:
 def build_torchrun(plan: Plan, options: TorchrunOptions) -> dict[str, Any]:
     """Per node: node rank, host, GPUs, environment, argv and the shell command line."""
     slots = node_slots(plan)
-    hosts = {slot.name: options.hosts.get(slot.name, slot.name) for slot in slots}
+    hosts = {slot.name: options.hosts.get(slot.name, slot.host) for slot in slots}
     rdzv_host = options.rdzv_host or ("127.0.0.1" if len(slots) == 1 else hosts[slots[0].name])
     endpoint = f"{rdzv_host}:{options.rdzv_port}"
     devices = visible_devices_var(plan)

@@ -21,8 +21,19 @@ from frenzy_core.errors import ConfigError, FrenzyError, InfeasiblePlanError, Un
 from frenzy_core.hardware.cluster import DEFAULT_PRESET, Cluster, cluster_preset_info
 
 __all__ = [
-    "EXIT_BAD_INPUT", "EXIT_INFEASIBLE", "ClusterArg", "console", "err_console", "gib", "handle_errors",
-    "load_cluster_arg", "load_model_arg", "new_table", "parse_count", "parse_names", "print_json",
+    "EXIT_BAD_INPUT",
+    "EXIT_INFEASIBLE",
+    "ClusterArg",
+    "console",
+    "err_console",
+    "gib",
+    "handle_errors",
+    "load_cluster_arg",
+    "load_model_arg",
+    "new_table",
+    "parse_count",
+    "parse_names",
+    "print_json",
 ]
 
 EXIT_INFEASIBLE = 1
@@ -48,14 +59,22 @@ def load_model_arg(model: str) -> ModelConfig:
     if _looks_like_path(model, (".json",)):
         path = Path(model)
         if not path.exists():
-            raise ConfigError(f"model file {model!r} does not exist", field="MODEL", value=model,
-                              hint="give a preset name (frenzy models) or a path to a config.json")
+            raise ConfigError(
+                f"model file {model!r} does not exist",
+                field="MODEL",
+                value=model,
+                hint="give a preset name (frenzy models) or a path to a config.json",
+            )
         return ModelConfig.from_hf_config(path)
     try:
         return ModelConfig.preset(model)
     except UnknownNameError as exc:
-        raise ConfigError(str(exc), field="MODEL", value=model,
-                          hint="or give a path to a Hugging Face config.json (list presets: frenzy models)") from None
+        raise ConfigError(
+            str(exc),
+            field="MODEL",
+            value=model,
+            hint="or give a path to a Hugging Face config.json (list presets: frenzy models)",
+        ) from None
 
 
 class ClusterArg:
@@ -74,14 +93,21 @@ class ClusterArg:
         types = ", ".join(f"{n} x {gpu}" for gpu, n in counts.items())
         free = self.cluster.free_gpus
         free_note = "" if free == self.cluster.total_gpus else f", {free} free"
-        return (f"{self.label}: {self.cluster.total_gpus} GPUs on {self.cluster.num_nodes} nodes{free_note} "
-                f"({types})")
+        return (
+            f"{self.label}: {self.cluster.total_gpus} GPUs on {self.cluster.num_nodes} nodes{free_note} "
+            f"({types})"
+        )
 
     def to_json(self) -> dict[str, Any]:
         """Name, origin and size, for ``--json`` output."""
-        return {"name": self.cluster.name or self.label, "preset": self.preset, "total_gpus": self.cluster.total_gpus,
-                "free_gpus": self.cluster.free_gpus, "nodes": self.cluster.num_nodes,
-                "gpu_types": self.cluster.gpu_types}
+        return {
+            "name": self.cluster.name or self.label,
+            "preset": self.preset,
+            "total_gpus": self.cluster.total_gpus,
+            "free_gpus": self.cluster.free_gpus,
+            "nodes": self.cluster.num_nodes,
+            "gpu_types": self.cluster.gpu_types,
+        }
 
 
 def load_cluster_arg(value: str | None, scale: int | None = None) -> ClusterArg:
@@ -89,25 +115,38 @@ def load_cluster_arg(value: str | None, scale: int | None = None) -> ClusterArg:
     if value is None or value.strip().lower() == "default":
         info = cluster_preset_info(DEFAULT_PRESET)
         cluster = info.cluster if scale is None else info.cluster.scaled(scale)
-        return ClusterArg(cluster, f"cluster '{info.name}' (the default preset; choose another with --cluster)",
-                          info.name)
+        return ClusterArg(
+            cluster, f"cluster '{info.name}' (the default preset; choose another with --cluster)", info.name
+        )
     if _looks_like_path(value, (".yaml", ".yml")):
         path = Path(value)
         if not path.is_file():
-            raise ConfigError(f"cluster file {value!r} does not exist", field="--cluster", value=value,
-                              hint="give a preset name (frenzy clusters) or a path to a cluster YAML file")
+            raise ConfigError(
+                f"cluster file {value!r} does not exist",
+                field="--cluster",
+                value=value,
+                hint="give a preset name (frenzy clusters) or a path to a cluster YAML file",
+            )
         try:
             cluster = Cluster.from_yaml(path)
         except ConfigError as exc:
-            raise ConfigError(f"cluster file {value!r}: {exc}", field="--cluster", value=value,
-                              hint="expected 'nodes: [{gpu: a100-80gb, gpus_per_node: 8, count: 2}]'") from None
+            raise ConfigError(
+                f"cluster file {value!r}: {exc}",
+                field="--cluster",
+                value=value,
+                hint="expected 'nodes: [{gpu: a100-80gb, gpus_per_node: 8, count: 2}]'",
+            ) from None
         cluster = cluster if scale is None else cluster.scaled(scale)
         return ClusterArg(cluster, f"cluster file {value}", None)
     try:
         info = cluster_preset_info(value)
     except UnknownNameError as exc:
-        raise ConfigError(str(exc), field="--cluster", value=value,
-                          hint="or give a path to a cluster YAML file (list presets: frenzy clusters)") from None
+        raise ConfigError(
+            str(exc),
+            field="--cluster",
+            value=value,
+            hint="or give a path to a cluster YAML file (list presets: frenzy clusters)",
+        ) from None
     cluster = info.cluster if scale is None else info.cluster.scaled(scale)
     return ClusterArg(cluster, f"cluster '{info.name}'", info.name)
 
@@ -118,8 +157,12 @@ def parse_names(value: str | None, option: str) -> list[str] | None:
         return None
     names = [part.strip() for part in value.split(",") if part.strip()]
     if not names:
-        raise ConfigError(f"{option} got {value!r}, an empty list", field=option, value=value,
-                          hint="give comma-separated names, e.g. a100-80gb,h100-sxm")
+        raise ConfigError(
+            f"{option} got {value!r}, an empty list",
+            field=option,
+            value=value,
+            hint="give comma-separated names, e.g. a100-80gb,h100-sxm",
+        )
     return names
 
 
@@ -134,8 +177,12 @@ def parse_count(value: str | None, option: str) -> int | None:
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKmMbBgGtT]?)\s*", value)
     number = float(match.group(1)) * _SUFFIXES[match.group(2).lower()] if match else math.nan
     if not (math.isfinite(number) and number >= 1):
-        raise ConfigError(f"{option} got {value!r}, not a positive count", field=option, value=value,
-                          hint="write it as 1000000000, 1e9 or 1B (suffixes K, M, B, T)")
+        raise ConfigError(
+            f"{option} got {value!r}, not a positive count",
+            field=option,
+            value=value,
+            hint="write it as 1000000000, 1e9 or 1B (suffixes K, M, B, T)",
+        )
     return round(number)
 
 
@@ -154,8 +201,11 @@ def handle_errors(func: F) -> F:
             raise typer.Exit(EXIT_BAD_INPUT) from None
         except OSError as exc:  # unreadable files, a plot path in a missing folder
             where = f" {exc.filename!r}" if exc.filename else ""
-            err_console.print(f"[bold red]error:[/] cannot use{escape(where)}: {escape(exc.strerror or str(exc))}",
-                              highlight=False, soft_wrap=True)
+            err_console.print(
+                f"[bold red]error:[/] cannot use{escape(where)}: {escape(exc.strerror or str(exc))}",
+                highlight=False,
+                soft_wrap=True,
+            )
             raise typer.Exit(EXIT_BAD_INPUT) from None
 
     return wrapper  # type: ignore[return-value]
@@ -166,13 +216,22 @@ def print_json(data: Any) -> None:
     typer.echo(json.dumps(data, indent=2))
 
 
-def new_table(title: str | None, columns: list[str], *, left: tuple[str, ...] = (), show_header: bool = True
-              ) -> Table:
-    """The house table: title on the left, light rules, numbers right-aligned except the ``left`` columns."""
-    table = Table(title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False,
-                  show_header=show_header)
+def new_table(
+    title: str | None, columns: list[str], *, left: tuple[str, ...] = (), show_header: bool = True
+) -> Table:
+    """The house table: title on the left, light rules, the first column (names) never wrapped, numbers
+    right-aligned except the ``left`` columns."""
+    table = Table(
+        title=title,
+        title_justify="left",
+        title_style="bold",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        show_edge=False,
+        show_header=show_header,
+    )
     for i, col in enumerate(columns):
-        table.add_column(col, justify="left" if i == 0 or col in left else "right")
+        table.add_column(col, justify="left" if i == 0 or col in left else "right", no_wrap=i == 0)
     return table
 
 

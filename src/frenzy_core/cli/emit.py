@@ -7,10 +7,11 @@ from typing import Any
 
 import yaml
 
+from frenzy_core.config.model import ModelConfig
 from frenzy_core.errors import ConfigError
 from frenzy_core.planning.plan import Plan
 
-__all__ = ["LaunchOutput", "emit_launcher", "parse_emit_options"]
+__all__ = ["LaunchOutput", "emit_launcher", "launcher_options", "parse_emit_options"]
 
 
 @dataclass(frozen=True)
@@ -28,15 +29,19 @@ class LaunchOutput:
 
 
 def parse_emit_options(pairs: list[str]) -> dict[str, Any]:
-    """``KEY=VALUE`` strings as options; each value is read as YAML (``8``, ``[a, b]``, ``{K: v}``), so lists and
-    mappings can be given, and falls back to the plain string where that fails."""
+    """``KEY=VALUE`` strings as options; each value is read as YAML (``8``, ``[a, b]``, ``{K: v}``), so lists
+    and mappings can be given, and falls back to the plain string where that fails."""
     out: dict[str, Any] = {}
     for pair in pairs:
         key, sep, raw = pair.partition("=")
         key = key.strip().replace("-", "_")
         if not sep or not key:
-            raise ConfigError(f"--emit-option {pair!r} is not KEY=VALUE", field="--emit-option", value=pair,
-                              hint="e.g. -o script=train.py or -o script_args='[--lr, 3e-4]'")
+            raise ConfigError(
+                f"--emit-option {pair!r} is not KEY=VALUE",
+                field="--emit-option",
+                value=pair,
+                hint="e.g. -o script=train.py or -o script_args='[--lr, 3e-4]'",
+            )
         try:
             value = yaml.safe_load(raw)
         except yaml.YAMLError:
@@ -45,10 +50,25 @@ def parse_emit_options(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
+def launcher_options(launcher: str, options: dict[str, Any], model: ModelConfig) -> dict[str, Any]:
+    """The options for ``launcher``, with ``model`` added where the adapter takes one (Megatron's flags);
+    fails before planning on an unknown launcher or options it does not take (ConfigError)."""
+    from frenzy_core.adapters import get_adapter
+
+    adapter = get_adapter(launcher)
+    if "model" in adapter.options.model_fields and "model" not in options:
+        options = {**options, "model": model}
+    adapter.options.model_validate(options)
+    return options
+
+
 def emit_launcher(plan: Plan, launcher: str, options: dict[str, Any]) -> LaunchOutput:
-    """Run the named adapter on ``plan``; unknown launchers and bad options raise ConfigError."""
+    """Run the named adapter on ``plan`` (options from :func:`launcher_options`); ConfigError when the adapter
+    cannot express the plan (e.g. a GPU type the launcher has no name for)."""
     from frenzy_core.adapters import get_adapter
 
     adapter = get_adapter(launcher)
     data = adapter(plan, **options)
-    return LaunchOutput(launcher=adapter.name, summary=adapter.summary, data=data, text=adapter.emit(plan, **options))
+    return LaunchOutput(
+        launcher=adapter.name, summary=adapter.summary, data=data, text=adapter.emit(plan, **options)
+    )

@@ -1,4 +1,4 @@
-"""The per-stage memory table shared by ``frenzy memory`` and ``frenzy plan``: categories down, stages across."""
+"""The per-stage memory table of ``frenzy memory`` and ``frenzy plan``: categories down, stages across."""
 
 from __future__ import annotations
 
@@ -12,13 +12,18 @@ __all__ = ["stage_groups", "stage_memory_table"]
 
 def _same(a: StageMemory, b: StageMemory) -> bool:
     return (a.num_layers, a.breakdown, a.overhead, a.peak_phase, a.inflight_microbatches) == (
-        b.num_layers, b.breakdown, b.overhead, b.peak_phase, b.inflight_microbatches)
+        b.num_layers,
+        b.breakdown,
+        b.overhead,
+        b.peak_phase,
+        b.inflight_microbatches,
+    )
 
 
 def stage_groups(estimate: MemoryEstimate) -> list[tuple[str, StageMemory]]:
     """Runs of consecutive identical stages as (label, first stage): ``stage 0``, ``stages 1-14``.
 
-    Deep pipelines repeat the same middle stage many times; one column per distinct run keeps the table narrow.
+    Deep pipelines repeat the same middle stage many times; a column per distinct run keeps the table narrow.
     """
     groups: list[list[StageMemory]] = []
     for stage in estimate.stages:

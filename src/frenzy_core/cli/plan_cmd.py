@@ -3,7 +3,7 @@ config for it (``--emit``)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
@@ -16,7 +16,7 @@ from frenzy_core.cli._common import (
     parse_names,
     print_json,
 )
-from frenzy_core.cli.emit import emit_launcher, parse_emit_options
+from frenzy_core.cli.emit import emit_launcher, launcher_options, parse_emit_options
 from frenzy_core.cli.plan_view import plan_renderables
 from frenzy_core.config import Framework, Optimizer, Precision, TrainingConfig
 from frenzy_core.errors import ConfigError
@@ -29,38 +29,85 @@ _NEEDS_TOKENS = (Objective.COST, Objective.TIME_TO_TRAIN)
 
 @handle_errors
 def plan(
-    model: str = typer.Argument(..., help="Preset name (see 'frenzy models') or path to a Hugging Face config.json."),
-    cluster: str | None = typer.Option(None, "--cluster", "-c", help=(
-        "Cluster preset name (see 'frenzy clusters') or path to a cluster YAML file; default: the 'default' "
-        "preset.")),
-    seq_len: int = typer.Option(2048, min=1, help="Tokens per sample."),
-    global_batch: int | None = typer.Option(None, min=1, help=(
-        "Samples per optimizer step, all ranks (default: micro-batch x dp, no gradient accumulation).")),
-    micro_batch: int | None = typer.Option(None, min=1, help="Pin the micro-batch size (default: search 1, 2, 4, 8)."),
-    precision: Precision = typer.Option(Precision.BF16_MIXED.value, help="Dtype recipe."),
-    optimizer: Optimizer = typer.Option(Optimizer.ADAMW.value, help="Optimizer."),
-    framework: Framework = typer.Option(Framework.TORCH.value, help="Training runtime (searches ZeRO for torch; "
-                                        "distributed optimizer and sequence parallelism for megatron)."),
-    objective: Objective = typer.Option(Objective.THROUGHPUT.value, help=(
-        "What to optimise; cost and time_to_train need --tokens.")),
-    tokens: str | None = typer.Option(None, help="Tokens to train, e.g. 1e9, 300M, 2T (cost and time_to_train)."),
-    max_gpus: int | None = typer.Option(None, min=1, help="Most GPUs the job may take."),
-    num_gpus: int | None = typer.Option(None, min=1, help="Exactly this many GPUs."),
-    gpu_types: str | None = typer.Option(None, help="Comma-separated GPU types allowed, e.g. a100-80gb,h100."),
-    max_price_per_hour: float | None = typer.Option(None,
-                                                    help="Most USD per hour for all GPUs of the job."),
-    headroom: float = typer.Option(DEFAULT_HEADROOM, min=0.0, max=0.99,
-                                   help="Fraction of each GPU's memory kept free."),
-    tp: int | None = typer.Option(None, min=1, help="Pin the tensor-parallel degree."),
-    pp: int | None = typer.Option(None, min=1, help="Pin the pipeline-parallel degree."),
-    time_limit: float = typer.Option(10.0, help="Solver time limit in seconds."),
-    runners_up: int = typer.Option(5, min=0, help="How many runners-up to list."),
-    emit: str | None = typer.Option(None, help=(
-        "After the plan, print a launch config for it: torchrun, megatron, deepspeed, accelerate, slurm, "
-        "kubernetes, ray or skypilot (with --json: in the JSON, under 'launch').")),
-    emit_option: list[str] = typer.Option([], "--emit-option", "-o", help=(
-        "KEY=VALUE option of the --emit launcher (repeatable), e.g. -o script=train.py.")),
-    json_out: bool = typer.Option(False, "--json", help="Print the plan as JSON (nothing else on stdout)."),
+    model: Annotated[
+        str, typer.Argument(help="Preset name (see 'frenzy models') or path to a Hugging Face config.json.")
+    ],
+    cluster: Annotated[
+        str | None,
+        typer.Option(
+            "--cluster",
+            "-c",
+            help=(
+                "Cluster preset name (see 'frenzy clusters') or path to a cluster YAML file; default: the "
+                "'default' "
+                "preset."
+            ),
+        ),
+    ] = None,
+    seq_len: Annotated[int, typer.Option(min=1, help="Tokens per sample.")] = 2048,
+    global_batch: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help=(
+                "Samples per optimizer step, all ranks (default: micro-batch x dp, no gradient accumulation)."
+            ),
+        ),
+    ] = None,
+    micro_batch: Annotated[
+        int | None, typer.Option(min=1, help="Pin the micro-batch size (default: search 1, 2, 4, 8).")
+    ] = None,
+    precision: Annotated[Precision, typer.Option(help="Dtype recipe.")] = Precision.BF16_MIXED,
+    optimizer: Annotated[Optimizer, typer.Option(help="Optimizer.")] = Optimizer.ADAMW,
+    framework: Annotated[
+        Framework,
+        typer.Option(
+            help="Training runtime (searches ZeRO for torch; "
+            "distributed optimizer and sequence parallelism for megatron)."
+        ),
+    ] = Framework.TORCH,
+    objective: Annotated[
+        Objective, typer.Option(help=("What to optimise; cost and time_to_train need --tokens."))
+    ] = Objective.THROUGHPUT,
+    tokens: Annotated[
+        str | None, typer.Option(help="Tokens to train, e.g. 1e9, 300M, 2T (cost and time_to_train).")
+    ] = None,
+    max_gpus: Annotated[int | None, typer.Option(min=1, help="Most GPUs the job may take.")] = None,
+    num_gpus: Annotated[int | None, typer.Option(min=1, help="Exactly this many GPUs.")] = None,
+    gpu_types: Annotated[
+        str | None, typer.Option(help="Comma-separated GPU types allowed, e.g. a100-80gb,h100.")
+    ] = None,
+    max_price_per_hour: Annotated[
+        float | None, typer.Option(help="Most USD per hour for all GPUs of the job.")
+    ] = None,
+    headroom: Annotated[
+        float, typer.Option(min=0.0, max=0.99, help="Fraction of each GPU's memory kept free.")
+    ] = DEFAULT_HEADROOM,
+    tp: Annotated[int | None, typer.Option(min=1, help="Pin the tensor-parallel degree.")] = None,
+    pp: Annotated[int | None, typer.Option(min=1, help="Pin the pipeline-parallel degree.")] = None,
+    time_limit: Annotated[float, typer.Option(help="Solver time limit in seconds.")] = 10.0,
+    runners_up: Annotated[int, typer.Option(min=0, help="How many runners-up to list.")] = 5,
+    emit: Annotated[
+        str | None,
+        typer.Option(
+            help=(
+                "After the plan, print a launch config for it: torchrun, megatron, deepspeed, accelerate, "
+                "slurm, "
+                "kubernetes, ray or skypilot (with --json: in the JSON, under 'launch')."
+            )
+        ),
+    ] = None,
+    emit_option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--emit-option",
+            "-o",
+            help=("KEY=VALUE option of the --emit launcher (repeatable), e.g. -o script=train.py."),
+        ),
+    ] = None,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the plan as JSON (nothing else on stdout).")
+    ] = False,
 ) -> None:
     """Choose GPU type, GPU count, nodes and parallel layout for training MODEL, and explain why.
 
@@ -82,34 +129,70 @@ def plan(
     """
     from frenzy_core.planning import plan_job
 
+    if emit_option is None:
+        emit_option = []
     if objective in _NEEDS_TOKENS and tokens is None:
-        raise ConfigError(f"--objective {objective.value} needs --tokens (how many tokens to train)",
-                          field="--tokens", hint="e.g. --tokens 10B")
+        raise ConfigError(
+            f"--objective {objective.value} needs --tokens (how many tokens to train)",
+            field="--tokens",
+            hint="e.g. --tokens 10B",
+        )
     emit_options = parse_emit_options(emit_option)
     if emit_options and emit is None:
-        raise ConfigError("--emit-option needs --emit (which launcher the options are for)", field="--emit-option",
-                          hint="e.g. --emit torchrun -o script=train.py")
+        raise ConfigError(
+            "--emit-option needs --emit (which launcher the options are for)",
+            field="--emit-option",
+            hint="e.g. --emit torchrun -o script=train.py",
+        )
     cfg = load_model_arg(model)
+    if emit is not None:
+        emit_options = launcher_options(emit, emit_options, cfg)
     where = load_cluster_arg(cluster)
-    training = TrainingConfig(seq_len=seq_len, global_batch_size=global_batch, precision=precision,
-                              optimizer=optimizer, framework=framework)
+    training = TrainingConfig(
+        seq_len=seq_len,
+        global_batch_size=global_batch,
+        precision=precision,
+        optimizer=optimizer,
+        framework=framework,
+    )
     constraints = PlanConstraints(
-        headroom=headroom, gpu_types=parse_names(gpu_types, "--gpu-types"), max_gpus=max_gpus, num_gpus=num_gpus,
-        max_price_per_hour_usd=max_price_per_hour, token_budget=parse_count(tokens, "--tokens"), tp=tp, pp=pp,
-        micro_batch_sizes=None if micro_batch is None else [micro_batch])
+        headroom=headroom,
+        gpu_types=parse_names(gpu_types, "--gpu-types"),
+        max_gpus=max_gpus,
+        num_gpus=num_gpus,
+        max_price_per_hour_usd=max_price_per_hour,
+        token_budget=parse_count(tokens, "--tokens"),
+        tp=tp,
+        pp=pp,
+        micro_batch_sizes=None if micro_batch is None else [micro_batch],
+    )
     if not json_out:
-        console.print(f"Planning {cfg.name or model} ({cfg.num_params() / 1e9:.2f}B params) on "
-                      f"{where.describe()}", highlight=False, soft_wrap=True)
-    result = plan_job(cfg, where.cluster, training, objective=objective, constraints=constraints,
-                      time_limit_s=time_limit, top_k=runners_up)
+        console.print(
+            f"Planning {cfg.name or model} ({cfg.num_params() / 1e9:.2f}B params) on {where.describe()}",
+            highlight=False,
+            soft_wrap=True,
+        )
+    result = plan_job(
+        cfg,
+        where.cluster,
+        training,
+        objective=objective,
+        constraints=constraints,
+        time_limit_s=time_limit,
+        top_k=runners_up,
+    )
     launch = None if emit is None else emit_launcher(result, emit, emit_options)
     if json_out:
         out: dict[str, Any] = {
-            "model": cfg.name or model, "cluster": where.to_json(),
-            "request": {"training": training.model_dump(mode="json"),
-                        "constraints": constraints.model_dump(mode="json", exclude_none=True),
-                        "objective": objective.value},
-            "plan": result.model_dump(mode="json"), "explanation": result.explain(),
+            "model": cfg.name or model,
+            "cluster": where.to_json(),
+            "request": {
+                "training": training.model_dump(mode="json"),
+                "constraints": constraints.model_dump(mode="json", exclude_none=True),
+                "objective": objective.value,
+            },
+            "plan": result.model_dump(mode="json"),
+            "explanation": result.explain(),
         }
         if launch is not None:
             out["launch"] = launch.to_json()

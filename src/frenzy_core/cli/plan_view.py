@@ -47,19 +47,42 @@ def _summary(plan: Plan) -> Table:
     status = "proven optimal" if plan.optimal else "best found, not proven optimal"
     rows = [
         ("GPUs", f"{plan.num_gpus} x {plan.gpu_type} on {len(plan.placement)} node(s)"),
-        ("placement", _placement(plan) + (f"; {plan.stranded_gpus} GPU(s) left free on those nodes"
-                                          if plan.stranded_gpus else "")),
+        (
+            "placement",
+            _placement(plan)
+            + (f"; {plan.stranded_gpus} GPU(s) left free on those nodes" if plan.stranded_gpus else ""),
+        ),
         ("layout", layout_text(plan)),
-        ("batch", f"global batch {tm.global_batch_size} = micro-batch {t.micro_batch_size} x "
-                  f"{tm.num_microbatches} accumulation step(s) x dp {plan.parallel.dp}; seq {t.seq_len}"),
-        ("recipe", f"{t.precision.value}, {t.optimizer.value}, recompute {t.recompute.value}, "
-                   f"{_sharding(t.zero_stage, t.distributed_optimizer, t.sequence_parallel)}, {t.framework.value}"),
-        (f"objective ({plan.objective.value})",
-         f"{format_value(plan.objective_value, plan.objective_unit)} ({status} by {plan.solver} in "
-         f"{plan.solve_time_s * 1000:.0f} ms)"),
+        (
+            "batch",
+            (
+                f"global batch {tm.global_batch_size} = micro-batch {t.micro_batch_size} x "
+                f"{tm.num_microbatches} accumulation step(s) x dp {plan.parallel.dp}; seq {t.seq_len}"
+            ),
+        ),
+        (
+            "recipe",
+            (
+                f"{t.precision.value}, {t.optimizer.value}, recompute {t.recompute.value}, "
+                f"{_sharding(t.zero_stage, t.distributed_optimizer, t.sequence_parallel)}, "
+                f"{t.framework.value}"
+            ),
+        ),
+        (
+            f"objective ({plan.objective.value})",
+            (
+                f"{format_value(plan.objective_value, plan.objective_unit)} ({status} by {plan.solver} in "
+                f"{plan.solve_time_s * 1000:.0f} ms)"
+            ),
+        ),
         ("throughput", f"{tm.tokens_per_s:,.0f} tokens/s, {tm.iteration_s:.3f} s per step, MFU {tm.mfu:.1%}"),
-        ("memory", f"{gib(mem.device_bytes)} GiB of {gib(plan.usable_bytes)} GiB usable on the busiest GPU "
-                   f"(stage {mem.busiest_stage}, peak in {mem.peak_phase})"),
+        (
+            "memory",
+            (
+                f"{gib(mem.device_bytes)} GiB of {gib(plan.usable_bytes)} GiB usable on the busiest GPU "
+                f"(stage {mem.busiest_stage}, peak in {mem.peak_phase})"
+            ),
+        ),
     ]
     if plan.price_per_hour_usd is not None:
         rows.append(("price", f"${plan.price_per_hour_usd:,.2f} per hour for all {plan.num_gpus} GPUs"))
@@ -85,24 +108,34 @@ def _time_table(plan: Plan) -> Table:
 def _alternatives_table(plan: Plan) -> Table:
     unit = plan.objective_unit
     extra = [] if unit == "tokens/s" else [plan.objective.value]
-    table = new_table("Runners-up", ["GPUs", "layout", "recipe", "GiB/GPU", "tokens/s", *extra],
-                      left=("layout", "recipe"))
+    table = new_table(
+        "Runners-up", ["GPUs", "layout", "recipe", "GiB/GPU", "tokens/s", *extra], left=("layout", "recipe")
+    )
     for col in table.columns[:2]:
         col.no_wrap = True
     alts: list[Alternative] = plan.alternatives
     for a in alts:
         p = a.parallel
-        recipe = f"mbs {a.micro_batch_size}, " + ("" if a.recompute.value == "none" else f"{a.recompute.value} "
-                                                   "recompute, ")
+        recipe = f"mbs {a.micro_batch_size}, " + (
+            "" if a.recompute.value == "none" else f"{a.recompute.value} recompute, "
+        )
         recipe += _sharding(a.zero_stage, a.distributed_optimizer, a.sequence_parallel)
         value = [] if not extra else [format_value(a.objective_value, unit)]
-        table.add_row(f"{a.num_gpus} x {a.gpu_type}", f"dp={p.dp} tp={p.tp} pp={p.pp}{_extras(p.vpp, p.cp, p.ep)}",
-                      recipe, gib(a.device_bytes), f"{a.tokens_per_s:,.0f}", *value)
+        table.add_row(
+            f"{a.num_gpus} x {a.gpu_type}",
+            f"dp={p.dp} tp={p.tp} pp={p.pp}{_extras(p.vpp, p.cp, p.ep)}",
+            recipe,
+            gib(a.device_bytes),
+            f"{a.tokens_per_s:,.0f}",
+            *value,
+        )
     return table
 
 
 def _rejections_table(plan: Plan) -> Table:
-    table = new_table("Why the other GPU types lost", ["GPU type", "reason", "details"], left=("reason", "details"))
+    table = new_table(
+        "Why the other GPU types lost", ["GPU type", "reason", "details"], left=("reason", "details")
+    )
     table.columns[0].no_wrap = True
     for r in plan.rejected:
         table.add_row(r.gpu_type, r.reason.value.replace("_", " "), r.message)

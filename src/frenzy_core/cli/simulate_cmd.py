@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from frenzy_core.cli._common import (
     console,
     err_console,
     handle_errors,
     load_cluster_arg,
+    new_table,
     parse_names,
     print_json,
 )
@@ -40,7 +40,9 @@ class _CachedThroughput:
         if key not in self._cache:
             try:
                 self._cache[key] = self._inner(model, training, gpu_type, num_gpus)
-            except InfeasiblePlanError as exc:  # an infeasible size is an answer too: replay it to every caller
+            except (
+                InfeasiblePlanError
+            ) as exc:  # an infeasible size is an answer too: replay it to every caller
                 self._cache[key] = exc
         value = self._cache[key]
         if isinstance(value, InfeasiblePlanError):
@@ -80,18 +82,36 @@ def _hours(seconds: float | None) -> str:
 
 @handle_errors
 def simulate(
-    trace: Path = typer.Argument(..., help="Trace file (CSV, optionally .gz)."),
-    format: TraceFormat = typer.Option(TraceFormat.PHILLY.value, "--format", "-f", help="Trace format."),
-    cluster: str | None = typer.Option(None, "--cluster", "-c", help=(
-        "Cluster preset name or cluster YAML file; default: the 'default' preset.")),
-    scale: int | None = typer.Option(None, min=1, help="Scale the cluster's node counts to about this many GPUs."),
-    policies: str | None = typer.Option(None, help="Comma-separated policies (default: every built-in one)."),
-    limit: int | None = typer.Option(None, min=1, help="Replay only the first N jobs (in arrival order)."),
-    seed: int = typer.Option(0, help="Seed of the trace-to-model mapping and of the policies."),
-    default_duration: float | None = typer.Option(None, help=(
-        "Run time in seconds for jobs whose trace records none (Sia traces).")),
-    plot: Path | None = typer.Option(None, help="Save a CDF of job completion times per policy to this PNG."),
-    json_out: bool = typer.Option(False, "--json", help="Print the results as JSON (nothing else on stdout)."),
+    trace: Annotated[Path, typer.Argument(help="Trace file (CSV, optionally .gz).")],
+    format: Annotated[TraceFormat, typer.Option("--format", "-f", help="Trace format.")] = TraceFormat.PHILLY,
+    cluster: Annotated[
+        str | None,
+        typer.Option(
+            "--cluster",
+            "-c",
+            help=("Cluster preset name or cluster YAML file; default: the 'default' preset."),
+        ),
+    ] = None,
+    scale: Annotated[
+        int | None, typer.Option(min=1, help="Scale the cluster's node counts to about this many GPUs.")
+    ] = None,
+    policies: Annotated[
+        str | None, typer.Option(help="Comma-separated policies (default: every built-in one).")
+    ] = None,
+    limit: Annotated[
+        int | None, typer.Option(min=1, help="Replay only the first N jobs (in arrival order).")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the trace-to-model mapping and of the policies.")] = 0,
+    default_duration: Annotated[
+        float | None,
+        typer.Option(help=("Run time in seconds for jobs whose trace records none (Sia traces).")),
+    ] = None,
+    plot: Annotated[
+        Path | None, typer.Option(help="Save a CDF of job completion times per policy to this PNG.")
+    ] = None,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the results as JSON (nothing else on stdout).")
+    ] = False,
 ) -> None:
     """Simulate scheduling policies on a trace: each trace job becomes an LLM training job of the same size.
 
@@ -111,10 +131,16 @@ def simulate(
     names = parse_names(policies, "--policies") or list(POLICIES)
     unknown = [n for n in names if n not in POLICIES]
     if unknown:
-        raise ConfigError(f"unknown policies {unknown}", field="--policies", value=unknown,
-                          hint="use some of " + ", ".join(POLICIES))
+        raise ConfigError(
+            f"unknown policies {unknown}",
+            field="--policies",
+            value=unknown,
+            hint="use some of " + ", ".join(POLICIES),
+        )
     if plot is not None and plot.suffix.lower() not in (".png", ".pdf", ".svg"):
-        raise ConfigError(f"--plot {str(plot)!r} must end in .png, .pdf or .svg", field="--plot", value=str(plot))
+        raise ConfigError(
+            f"--plot {str(plot)!r} must end in .png, .pdf or .svg", field="--plot", value=str(plot)
+        )
     if not trace.is_file():
         raise ConfigError(f"trace file {str(trace)!r} does not exist", field="TRACE", value=str(trace))
     where = load_cluster_arg(cluster, scale)
@@ -122,34 +148,67 @@ def simulate(
     trace_jobs = loaded.jobs[:limit] if limit is not None else loaded.jobs
     if loaded.skipped:
         first = loaded.skipped[0].describe(trace.name)
-        err_console.print(f"note: skipped {len(loaded.skipped)} malformed rows (first: {first})", highlight=False,
-                          soft_wrap=True, markup=False)
+        err_console.print(
+            f"note: skipped {len(loaded.skipped)} malformed rows (first: {first})",
+            highlight=False,
+            soft_wrap=True,
+            markup=False,
+        )
     if not trace_jobs:
-        raise ConfigError(f"{trace.name} has no jobs to replay as {format.value}", field="TRACE",
-                          hint="check --format (philly, sia, helios, alibaba-spot)")
+        raise ConfigError(
+            f"{trace.name} has no jobs to replay as {format.value}",
+            field="TRACE",
+            hint="check --format (philly, sia, helios, alibaba-spot)",
+        )
     throughput = _CachedThroughput()
     if not json_out:
-        console.print(f"Replaying {len(trace_jobs)} of {len(loaded.jobs)} jobs from {trace.name} on "
-                      f"{where.describe()}", highlight=False, soft_wrap=True)
+        console.print(
+            f"Replaying {len(trace_jobs)} of {len(loaded.jobs)} jobs from {trace.name} on {where.describe()}",
+            highlight=False,
+            soft_wrap=True,
+        )
     spinner = err_console.status("mapping trace jobs to LLM training jobs") if not json_out else nullcontext()
     with spinner:
-        jobs = jobs_from_trace(trace_jobs, seed=seed, cluster=where.cluster, throughput=throughput,
-                               default_duration_s=default_duration)
-    results = [run_simulation(jobs, where.cluster, name, seed=seed, progress=not json_out, throughput=throughput)
-               for name in names]
+        jobs = jobs_from_trace(
+            trace_jobs,
+            seed=seed,
+            cluster=where.cluster,
+            throughput=throughput,
+            default_duration_s=default_duration,
+        )
+    results = [
+        run_simulation(jobs, where.cluster, name, seed=seed, progress=not json_out, throughput=throughput)
+        for name in names
+    ]
     if plot is not None:
         _jct_plot(results, plot)
     if json_out:
-        print_json({"trace": str(trace), "format": format.value, "cluster": where.to_json(), "jobs": len(jobs),
-                    "skipped_rows": len(loaded.skipped), "plot": None if plot is None else str(plot),
-                    "results": [r.model_dump(mode="json") for r in results]})
+        print_json(
+            {
+                "trace": str(trace),
+                "format": format.value,
+                "cluster": where.to_json(),
+                "jobs": len(jobs),
+                "skipped_rows": len(loaded.skipped),
+                "plot": None if plot is None else str(plot),
+                "results": [r.model_dump(mode="json") for r in results],
+            }
+        )
         return
-    table = Table(title=f"{len(jobs)} jobs, times in hours", title_justify="left")
-    for col in ("policy", "finished", "OOM", "unschedulable", "avg JCT", "p99 JCT", "makespan"):
-        table.add_column(col, justify="left" if col == "policy" else "right")
+    table = new_table(
+        f"{len(jobs)} jobs; job completion time (JCT) and makespan in hours",
+        ["policy", "finished", "OOM", "unschedulable", "avg JCT", "p99 JCT", "makespan"],
+    )
     for r in results:
-        table.add_row(r.policy, str(r.finished), str(r.oom_placements), str(len(r.unschedulable)),
-                      _hours(r.avg_jct_s), _hours(r.p99_jct_s), _hours(r.makespan_s))
+        table.add_row(
+            r.policy,
+            str(r.finished),
+            str(r.oom_placements),
+            str(len(r.unschedulable)),
+            _hours(r.avg_jct_s),
+            _hours(r.p99_jct_s),
+            _hours(r.makespan_s),
+        )
     console.print(table)
     if plot is not None:
         console.print(f"Saved the JCT CDF to {plot}", highlight=False)

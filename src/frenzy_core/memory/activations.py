@@ -59,7 +59,7 @@ def _hf_style(model: ModelConfig) -> str:
     """Which Hugging Face module family the eager-torch terms follow (see docs/memory-model.md)."""
     if model.arch is ArchKind.ENCODER:
         return "bert"
-    if model.position_embedding is PositionEmbedding.LEARNED:
+    if model.position_embedding is PositionEmbedding.LEARNED and model.mlp is MLPKind.GELU:
         return "gpt2"
     return "llama"
 
@@ -87,7 +87,11 @@ def _torch_layer(model: ModelConfig, training: TrainingConfig, tp: FloatArray, s
     separate_qkv = style == "llama"
     attn: FloatArray = np.asarray(norm(3 if separate_qkv else 1), dtype=np.float64)
     eager = training.attention is Attention.EAGER
-    if style == "llama":
+    if style == "llama" and model.parallel_block and not eager:
+        # GPT-NeoX: one fused QKV projection; SDPA saves v, a view of it, so its whole output stays saved, plus
+        # the rotated q and k copies (eager attention saves contiguous copies instead).
+        attn = attn + bm * (q + 2 * kv) / tp + bm * (q + kv) / tp
+    elif style == "llama":
         # RoPE returns new q, k tensors (the projections' outputs are freed); v is saved as is.
         k_width = q if (eager and model.num_kv_heads != a) else kv  # eager repeat_kv copies k, v to all heads
         attn = attn + bm * (q + 2 * k_width) / tp
@@ -109,6 +113,8 @@ def _torch_layer(model: ModelConfig, training: TrainingConfig, tp: FloatArray, s
         attn = attn + bm * q / tp  # kernel output, viewed as the output projection's input
     attn = attn + (MASK_BYTES * h if p_h else 0)
     mlp_common = norm(2 if model.mlp.gated else 1) + (MASK_BYTES * h if p_h else 0)
+    if model.parallel_block and (model.norm is NormKind.LAYERNORM or bs == FP32):
+        mlp_common -= bs * h  # both norms read (and save) the same layer input
 
     def mlp_body(width: int) -> float:
         if model.mlp.gated:
@@ -234,6 +240,8 @@ class LogitBytes:
     """Live while the loss is computed."""
     backward_peak: FloatArray
     """Live while the loss and the head's gradient are computed."""
+    retained: FloatArray
+    """Still referenced while the layers below run their backward (the model output's logits in torch)."""
 
 
 def logit_bytes(model: ModelConfig, training: TrainingConfig, *, tp: npt.ArrayLike, cp: npt.ArrayLike,
@@ -247,7 +255,8 @@ def logit_bytes(model: ModelConfig, training: TrainingConfig, *, tp: npt.ArrayLi
         # vocab_parallel_cross_entropy: logits.float() then exp/normalise in place; the fp32 softmax is saved and
         # turned into the gradient in place; the head's input gradient is cast back to the activation dtype.
         up = FP32 if bm != FP32 else 0
-        return LogitBytes(saved=FP32 * v, forward_peak=(bm + up) * v, backward_peak=(FP32 + (bm if up else 0)) * v)
+        return LogitBytes(saved=FP32 * v, forward_peak=(bm + up) * v, backward_peak=(FP32 + (bm if up else 0)) * v,
+                          retained=0 * v)
     # HF ForCausalLMLoss: logits.float() (a copy unless already fp32), log_softmax output saved by nll_loss;
     # the model output keeps the logits until the training loop drops it (``out = model(...);
     # out.loss.backward()`` keeps them through backward). Backward adds the nll gradient (dense) and the
@@ -255,7 +264,7 @@ def logit_bytes(model: ModelConfig, training: TrainingConfig, *, tp: npt.ArrayLi
     if _hf_style(model) == "bert" and not training.precision.is_amp:
         # BertForMaskedLM applies CrossEntropyLoss to the logits as they are (no fp32 upcast; autocast would
         # run it in fp32).
-        return LogitBytes(saved=2 * bm * v, forward_peak=2 * bm * v, backward_peak=4 * bm * v)
+        return LogitBytes(saved=2 * bm * v, forward_peak=2 * bm * v, backward_peak=4 * bm * v, retained=bm * v)
     upcast = FP32 if bm != FP32 else 0
     return LogitBytes(saved=(bm + FP32) * v, forward_peak=(bm + upcast + FP32) * v,
-                      backward_peak=(bm + 3 * FP32) * v)
+                      backward_peak=(bm + 3 * FP32) * v, retained=bm * v)

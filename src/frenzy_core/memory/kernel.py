@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from frenzy_core.config.model import ModelConfig
+from frenzy_core.config.model import ModelConfig, PositionEmbedding
 from frenzy_core.config.training import Framework, RecomputeMethod, TrainingConfig
 from frenzy_core.memory.activations import edge_activations, layer_activations, logit_bytes
 from frenzy_core.memory.overhead import workspace_bytes
@@ -20,7 +20,10 @@ __all__ = ["PHASES", "RECOMPUTE_CODES", "SCHEDULE_CODES", "ConfigArrays", "Stage
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
-PHASES: tuple[str, ...] = ("forward", "backward", "optimizer")
+PHASES: tuple[str, ...] = ("forward", "backward", "optimizer", "backward", "backward")
+"""Label of each candidate peak: end of forward (loss), start of backward (loss gradient), optimizer step, late
+backward (torch with one micro-batch: gradients almost all written when the first layer is recomputed), and the
+top layer's backward (head gradient written, recompute working set live)."""
 SCHEDULE_CODES = {"1f1b": 0, "interleaved": 1, "gpipe": 2}
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
 
@@ -169,23 +172,48 @@ def stage_arrays(model: ModelConfig, training: TrainingConfig, c: ConfigArrays, 
     logits_others = last * (logit_inflight - 1) * lb.saved
     logits_fwd = logits_others + last * lb.forward_peak
     logits_bwd = logits_others + last * lb.backward_peak
-    bwd_uses_logits = logits_bwd >= logits_others + work
+    logits_later = logits_others + last * lb.retained
 
     # Gradients present while activations are live: Megatron's grad buffer always; torch's .grad tensors once a
     # backward has run in this step (zero_grad sets them to None): with gradient accumulation (m > 1) the later
     # micro-batches run with them (a stage whose peak precedes its first backward is overestimated by them).
     grads_fb = grads if megatron else np.where(c.num_microbatches > 1, grads, 0.0)
+    # Once the loss gradient is through the head, its weight gradient exists (torch creates it then) while the
+    # top layer runs its backward (and, with recomputation, its working set).
+    head_grad = last * sb.grad * (model.vocab_size * model.hidden_size / tp if model.lm_head else 0.0)
+    grads_top = np.maximum(grads_fb, head_grad)
+
+    # Late backward: the stage's first layer is being recomputed; its own gradients and the embeddings' are not
+    # written yet.
+    emb_grad = model.vocab_size * model.hidden_size / tp * (1.0 - (last if model.tied_embeddings else 0.0))
+    if model.position_embedding is PositionEmbedding.LEARNED:
+        emb_grad = emb_grad + model.max_position_embeddings * model.hidden_size
+    emb_grad = emb_grad + model.type_vocab_size * model.hidden_size
+    k_late = np.minimum(np.where(c.recompute_num_layers > 0, c.recompute_num_layers, 1), n)
+    not_yet = k_late * np.where(shape.num_moe_layers > 0, np.minimum(dense_layer, moe_layer + moe_experts),
+                                dense_layer) + first * emb_grad
+    grads_late = np.maximum(grads_top, grads - sb.grad * np.where(c.zero_stage >= 2, not_yet / dpc, not_yet))
+    # Its micro-batch keeps only that layer's input
+    # and the embedding's saved tensors, the other in-flight micro-batches everything.
+    one_mb = saved_layers + last * ea.head
+    acts_late = acts - one_mb + np.minimum(la.layer_input, saved_layers) + work
+    if megatron:
+        acts_late = 0.0 * acts  # the grad buffer is always there: the start of backward is the larger peak
 
     common = {"parameters": params, "master_weights": master, "optimizer_states": states,
               "workspaces": np.full(np.shape(params), float(workspace_bytes(model, training)))}
+    zero = 0.0 * acts
     phases = [
         {**common, "gradients": grads_fb, "activations": acts_fwd, "logits_loss": logits_fwd,
-         "optimizer_temporaries": 0.0 * acts, "comm_buffers": comm_fb},
-        {**common, "gradients": grads_fb, "activations": np.where(bwd_uses_logits, acts, acts + work),
-         "logits_loss": np.where(bwd_uses_logits, logits_bwd, logits_others), "optimizer_temporaries": 0.0 * acts,
-         "comm_buffers": comm_fb},
-        {**common, "gradients": grads, "activations": 0.0 * acts, "logits_loss": 0.0 * acts,
+         "optimizer_temporaries": zero, "comm_buffers": comm_fb},
+        {**common, "gradients": grads_fb, "activations": acts, "logits_loss": logits_bwd,
+         "optimizer_temporaries": zero, "comm_buffers": comm_fb},
+        {**common, "gradients": grads, "activations": zero, "logits_loss": zero,
          "optimizer_temporaries": temps, "comm_buffers": comm_step},
+        {**common, "gradients": grads_late, "activations": np.maximum(acts_late, 0.0), "logits_loss": logits_later,
+         "optimizer_temporaries": zero, "comm_buffers": comm_fb},
+        {**common, "gradients": grads_top, "activations": acts + work, "logits_loss": logits_later,
+         "optimizer_temporaries": zero, "comm_buffers": comm_fb},
     ]
     shape_all = np.broadcast(stage, c.tp, c.pp, c.dp, c.seq_len, c.micro_batch_size).shape
     rounded = [{k2: np.broadcast_to(np.rint(v).astype(np.int64), shape_all) for k2, v in ph.items()}

@@ -2,14 +2,19 @@
 
 The module is built and run under ``torch._subclasses.fake_tensor.FakeTensorMode`` while
 ``torch.distributed._tools.mem_tracker.MemTracker`` counts every live tensor storage by category
-(parameter, buffer, gradient, activation, backward temporary, optimizer state). Each storage is
-counted rounded up to the CUDA caching allocator's 512-byte block, as ``torch.cuda.max_memory_allocated``
-would count it (see :func:`_block_rounding`). Needs the optional ``torch`` extra.
+(parameter, buffer, gradient, activation, backward temporary, optimizer state). Needs the optional
+``torch`` extra.
 
-Dropout and SDPA-with-dropout are redirected to kernels that save what CUDA's save (bool masks, no
-s x s probabilities). What the CPU cannot show: CUDA autocast casts a few more ops than CPU autocast (exp, pow, softmax,
-layer_norm, ... run in fp32 on CUDA), the caching allocator may hand out a whole unsplit block (up to
-1 MiB more per large tensor), and kernels' workspaces (cuBLAS, flash) are not tensors.
+How the count relates to ``torch.cuda.max_memory_allocated``: every storage is rounded up to the CUDA
+caching allocator's 512-byte block (see :func:`_block_rounding`), as the allocator does by default. The
+allocator may still report more: a large-pool block is handed out whole when the remainder would be under
+1 MiB, and ``roundup_power2_divisions`` rounds further; so the probe is the lower bound of what the GPU
+counter shows. Kernels' workspaces (cuBLAS, flash) are not tensors and are not counted.
+
+How the CPU run is kept close to a CUDA run: dropout and SDPA-with-dropout are redirected to kernels that
+save what the CUDA ones save (see :func:`_cuda_like_kernels`). Not corrected: CUDA autocast runs more ops
+in fp32 than CPU autocast (pow, exp, rsqrt, softmax and layer_norm among them), which matters only where
+a model feeds low-precision tensors to such ops (e.g. GPT-2's ``gelu_new`` under amp).
 """
 
 from __future__ import annotations
@@ -28,11 +33,12 @@ from frenzy_core.errors import ConfigError, OptionalDependencyError
 
 if TYPE_CHECKING:
     import torch
-    from frenzy_core.config.model import ModelConfig
-    from frenzy_core.config.training import TrainingConfig
     from torch.distributed._tools.mem_tracker import MemTracker
 
-__all__ = ["PhasePeak", "ProbeResult", "measure_training_step", "probe_memory", "CUDA_BLOCK_BYTES", "PHASES"]
+    from frenzy_core.config.model import ModelConfig
+    from frenzy_core.config.training import TrainingConfig
+
+__all__ = ["CUDA_BLOCK_BYTES", "PHASES", "PhasePeak", "ProbeResult", "measure_training_step", "probe_memory"]
 
 CUDA_BLOCK_BYTES = 512
 """CUDA caching allocator's rounding (``kMinBlockSize`` in c10/cuda/CUDACachingAllocator.cpp), which
@@ -192,9 +198,7 @@ def _snapshot_total(snap: Mapping[Any, Mapping[Any, int]]) -> tuple[int, dict[st
 def _head_tracker_class() -> type:
     """MemTracker that also counts the bytes of storages created while ``tagging`` (the head and loss)."""
     from torch.distributed._tools.common_utils import get_untyped_storages
-    from torch.distributed._tools.mem_tracker import MemTracker
-
-    from torch.distributed._tools.mem_tracker import _MemRefType
+    from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType
 
     activation_types = (_MemRefType.ACT, _MemRefType.TEMP)
 
@@ -228,6 +232,15 @@ def _head_tracker_class() -> type:
     return HeadTracker
 
 
+def _first_output(output: Any) -> Any:
+    """The first tensor a module returned (a tensor, a tuple, or a Hugging Face ``ModelOutput``)."""
+    if isinstance(output, (tuple, list)):
+        return output[0] if output else None
+    if isinstance(output, Mapping):
+        return next(iter(output.values()), None)
+    return output
+
+
 def _tag_head(tracker: Any, backbone: Any) -> Any:
     """Tag storages made after ``backbone``'s forward and before backward reaches its output."""
 
@@ -236,8 +249,7 @@ def _tag_head(tracker: Any, backbone: Any) -> Any:
 
     def after_forward(module: Any, args: Any, output: Any) -> None:
         tracker.tagging = True
-        first = output[0] if isinstance(output, (tuple, list)) else next(iter(output.values()), None) \
-            if hasattr(output, "values") else output
+        first = _first_output(output)
         if getattr(first, "requires_grad", False):
             first.register_hook(stop_tagging)
 
@@ -355,10 +367,10 @@ def measure_training_step(
     torch = _import_torch()
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    def default_loss(output: Any) -> torch.Tensor:
+    def default_loss(output: Any) -> Any:
         return output.loss
 
-    def default_optimizer(params: Any) -> torch.optim.Optimizer:
+    def default_optimizer(params: Any) -> Any:
         return torch.optim.AdamW(params, foreach=True)
 
     get_loss = loss_fn or default_loss

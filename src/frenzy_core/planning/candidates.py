@@ -6,8 +6,8 @@ The table is shared by every solver, so CP-SAT and the exhaustive reference see 
 
 from __future__ import annotations
 
-import itertools
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +41,14 @@ NO_PRICE_KEY = 1 << 40
 
 
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted(set(small) | {n // d for d in small})
+
+
+def _product(axes: list[list[int]]) -> np.ndarray:
+    """The cartesian product of integer axes, one row per combination (last axis fastest)."""
+    grids = np.meshgrid(*[np.asarray(a, dtype=np.int64) for a in axes], indexing="ij")
+    return np.stack([g.ravel() for g in grids], axis=1)
 
 
 def _powers_of_two(limit: int) -> list[int]:
@@ -77,26 +84,27 @@ def enumerate_layouts(model: ModelConfig, training: TrainingConfig, constraints:
                                                                                            else [0])
     sps = [int(c.sequence_parallel)] if c.sequence_parallel is not None else ([0, 1] if megatron else [0])
 
-    axes = [tps, pps, vpps, cps, eps, dps, mbss, recomputes, zeros, dist_opts, sps]
-    if any(not a for a in axes):
+    structure = [tps, pps, vpps, cps, eps, dps]
+    recipe = [mbss, recomputes, zeros, dist_opts, sps]
+    if any(not a for a in structure + recipe):
         return _empty_batch()
-    grid = np.array(list(itertools.product(*axes)), dtype=np.int64).reshape(-1, len(axes))
-    tp, pp, vpp, cp, ep, dp, mbs, rc, zero, dopt, sp = (grid[:, i] for i in range(len(axes)))
+    # parallel degrees first (few combinations survive), then crossed with the recipe choices
+    grid = _product(structure)
+    tp, pp, vpp, cp, ep, dp = grid.T
     world = dp * tp * pp * cp
-    keep = world <= max_world
-    if c.num_gpus is not None:
-        keep &= world == c.num_gpus
+    keep = (world <= max_world) if c.num_gpus is None else (world == c.num_gpus)
     keep &= (vpp == 1) | ((pp > 1) & (model.num_layers % np.maximum(pp * vpp, 1) == 0))
-    keep &= (sp == 0) | (tp > 1)
-    keep &= (dopt == 0) | (zero <= 1)
     keep &= ((dp * cp) % ep) == 0
+    grid = grid[keep]
+    choices = _product(recipe)
+    grid = np.concatenate([np.repeat(grid, len(choices), axis=0), np.tile(choices, (len(grid), 1))], axis=1)
+    tp, pp, vpp, cp, ep, dp, mbs, rc, zero, dopt, sp = grid.T
+    keep = ((sp == 0) | (tp > 1)) & ((dopt == 0) | (zero <= 1))
     if gbs is not None:
         per_step = mbs * dp
-        keep &= gbs % per_step == 0
         micro = gbs // np.maximum(per_step, 1)
-        keep &= (vpp == 1) | (micro % pp == 0)
-    grid = grid[keep]
-    tp, pp, vpp, cp, ep, dp, mbs, rc, zero, dopt, sp = (grid[:, i] for i in range(len(axes)))
+        keep &= (gbs % per_step == 0) & ((vpp == 1) | (micro % pp == 0))
+    tp, pp, vpp, cp, ep, dp, mbs, rc, zero, dopt, sp = grid[keep].T
     order = np.lexsort((-mbs, sp, dopt, zero, rc, ep, cp, vpp, pp, tp, dp * tp * pp * cp))
     return LayoutBatch(tp=tp[order], pp=pp[order], vpp=vpp[order], cp=cp[order], ep=ep[order], dp=dp[order],
                        micro_batch_size=mbs[order], recompute=rc[order], zero_stage=zero[order],
@@ -200,8 +208,11 @@ def _objective_keys(objective: Objective, world: np.ndarray, tokens_per_s: np.nd
 
 def build_candidates(model: ModelConfig, training: TrainingConfig, pool: NodePool, specs: dict[str, GPUSpec],
                      constraints: PlanConstraints, objective: Objective, estimator: LayoutEstimator,
-                     cluster: Any = None) -> CandidateTable:
-    """Enumerate layouts, estimate memory once and time per GPU type (vectorised), filter and rank."""
+                     links: Mapping[str, Any] | None = None) -> CandidateTable:
+    """Enumerate layouts, estimate memory once and time per GPU type (vectorised), filter and rank.
+
+    ``links`` maps a GPU type to what the time model reads as its ``cluster`` (node size and link speeds).
+    """
     c = constraints
     types = tuple(pool.gpu_types)
     allowed = {t: c.gpu_types is None or t in c.gpu_types for t in types}
@@ -231,7 +242,7 @@ def build_candidates(model: ModelConfig, training: TrainingConfig, pool: NodePoo
         price = spec.price_per_gpu_hour_usd
         unsupported = None
         try:
-            iteration = (estimator.iteration_s(model, training, layouts.take(idx), spec, cluster)
+            iteration = (estimator.iteration_s(model, training, layouts.take(idx), spec, (links or {}).get(name))
                          if idx.size else np.zeros(0))
         except ConfigError as exc:  # e.g. the recipe's dtype has no peak on this GPU
             iteration, unsupported = np.full(idx.size, np.inf), f"cannot run this recipe: {exc}"

@@ -7,7 +7,7 @@ import numpy as np
 from frenzy_core.planning.candidates import CandidateTable, TypeReport
 from frenzy_core.planning.nodes import NodePool
 from frenzy_core.planning.plan import Rejection, RejectReason
-from frenzy_core.planning.request import Objective
+from frenzy_core.planning.request import Objective, PlanConstraints
 
 __all__ = ["best_feasible_per_type", "extra_free_gpus", "type_rejections"]
 
@@ -59,17 +59,22 @@ def _outranked_message(table: CandidateTable, chosen: int, row: int) -> str:
     return f"same GPU count but slower by {gap:.1f}%"
 
 
-def _report_reason(report: TypeReport, cap: int | None) -> tuple[RejectReason, str] | None:
+def _report_reason(report: TypeReport, constraints: PlanConstraints) -> tuple[RejectReason, str] | None:
     """The reason found before placement, or None when the type had candidates."""
+    cap = constraints.num_gpus or constraints.max_gpus
     if not report.allowed:
         return RejectReason.NOT_ALLOWED, "excluded by constraints.gpu_types"
     if report.min_world_fit is None:
-        if report.min_device_bytes is None:
-            return RejectReason.DOES_NOT_FIT, (f"no layout fits in its {report.total_gpus} GPUs (the model's "
-                                               "smallest tensor/pipeline split needs more)")
-        return RejectReason.DOES_NOT_FIT, (
-            f"does not fit even at the largest layout: needs at least {report.min_device_bytes / GIB:.1f} GiB per "
-            f"GPU, has {report.usable_bytes / GIB:.1f} GiB usable (after headroom)")
+        if report.min_device_bytes is not None:
+            return RejectReason.DOES_NOT_FIT, (
+                f"does not fit even at the largest layout: needs at least {report.min_device_bytes / GIB:.1f} GiB "
+                f"per GPU, has {report.usable_bytes / GIB:.1f} GiB usable (after headroom)")
+        if constraints.num_gpus is not None:
+            return RejectReason.DOES_NOT_FIT, (
+                f"no layout uses exactly num_gpus={constraints.num_gpus} GPUs of it (dp x tp x pp x cp must equal "
+                "it, with dp dividing the global batch, tp the heads and pp the layers, within its node size)")
+        return RejectReason.DOES_NOT_FIT, (f"no layout of the model fits in its {report.total_gpus} GPUs (the "
+                                           "searched tensor/pipeline splits need more, or the pins exclude them)")
     if report.n_fit_free == 0:
         limit = report.free_gpus if cap is None else min(report.free_gpus, cap)
         what = "free" if cap is None or report.free_gpus <= cap else f"allowed (max/num_gpus={cap})"
@@ -80,7 +85,7 @@ def _report_reason(report: TypeReport, cap: int | None) -> tuple[RejectReason, s
 
 
 def type_rejections(table: CandidateTable, pool: NodePool, rows: np.ndarray, feasible: np.ndarray,
-                    chosen: int | None, cap: int | None) -> list[Rejection]:
+                    chosen: int | None, constraints: PlanConstraints) -> list[Rejection]:
     """One :class:`Rejection` per GPU type of the cluster other than the chosen one."""
     best = best_feasible_per_type(table, rows, feasible)
     chosen_g = None if chosen is None else int(table.gpu[chosen])
@@ -88,7 +93,7 @@ def type_rejections(table: CandidateTable, pool: NodePool, rows: np.ndarray, fea
     for g, report in enumerate(table.reports):
         if g == chosen_g:
             continue
-        early = _report_reason(report, cap)
+        early = _report_reason(report, constraints)
         if early is not None:
             out.append(Rejection(gpu_type=report.gpu_type, reason=early[0], message=early[1]))
         elif g not in best:

@@ -92,13 +92,20 @@ def _limit_suggestions(search: Search) -> list[str]:
         if found is not None:
             table, row = found
             out.append(f"allow gpu type {table.gpu_types[int(table.gpu[row])]}")
-    for field in ("max_gpus", "num_gpus"):
-        if getattr(c, field) is not None:
-            found = _best_row(replace(search, constraints=c.replace(**{field: None})))
-            if found is not None:
-                table, row = found
-                op = ">=" if field == "max_gpus" else "="
-                out.append(f"{field} {op} {int(table.world[row])}")
+    if c.max_gpus is not None:
+        found = _best_row(replace(search, constraints=c.replace(max_gpus=None)))
+        if found is not None:
+            table, row = found
+            rows, ok = placement_options(table, search.pool)
+            out.append(f"max_gpus >= {int(table.world[rows[ok]].min())}")
+    wanted = c.num_gpus
+    if wanted is not None:
+        found = _best_row(replace(search, constraints=c.replace(num_gpus=None)))
+        if found is not None:
+            table, row = found
+            rows, ok = placement_options(table, search.pool)
+            worlds = sorted({int(w) for w in table.world[rows[ok]]}, key=lambda w: (abs(w - wanted), w))
+            out.append(f"num_gpus={worlds[0]}")
     if c.max_price_per_hour_usd is not None:
         found = _best_row(replace(search, constraints=c.replace(max_price_per_hour_usd=None)))
         if found is not None:
@@ -113,7 +120,7 @@ def _limit_suggestions(search: Search) -> list[str]:
             table, row = found
             rows, ok = placement_options(table, search.pool)
             fastest = float((c.token_budget / table.tokens_per_s[rows[ok]]).min())
-            out.append(f"deadline_s >= {fastest:,.0f}")
+            out.append(f"deadline_s >= {fastest:.0f}")
     return out
 
 
@@ -143,8 +150,7 @@ def _seq_len_suggestion(search: Search) -> list[str]:
 def infeasible_error(search: Search, table: CandidateTable) -> InfeasiblePlanError:
     """An :class:`InfeasiblePlanError` naming what blocked each GPU type and the smallest changes that help."""
     rows, ok = placement_options(table, search.pool)
-    cap = search.constraints.num_gpus or search.constraints.max_gpus
-    reasons = [f"{r.gpu_type}: {r.message}" for r in type_rejections(table, search.pool, rows, ok, None, cap)]
+    reasons = [f"{r.gpu_type}: {r.message}" for r in type_rejections(table, search.pool, rows, ok, None, search.constraints)]
     suggestions = (_free_gpu_suggestions(search) + _pin_suggestions(search) + _limit_suggestions(search)
                    + _seq_len_suggestion(search))
     model = search.model.name or "the model"

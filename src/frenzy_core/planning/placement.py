@@ -6,17 +6,18 @@ Sets
     K  placement options: (GPU type g, tensor-parallel size t, world size w) of the ranked candidates, each
        represented by its best candidate (lowest rank, then canonical order); B_k = w / t groups to place.
     J_g  node classes of type g: nodes with the same free count f_j and size; m_j nodes per class.
-         Classes keep the model small: a 16,384-GPU cluster of 8-GPU nodes has at most 8 classes per type.
+         Classes keep the model small: a 16,384-GPU cluster of 8-GPU nodes has at most 8 classes per type
+         (free counts 1..8; nodes with nothing free are left out).
 Data
     cap_{k,j} = floor(f_j / t_k)  whole TP groups one node of class j can hold (a TP group never spans nodes).
     rank_k, order_k  objective rank of option k's candidate (integer-scaled key, 0 best) and canonical position.
-    cost_j = f_j * (N_g + 1) + 1  with N_g the nodes of type g: touching a node of class j strands its f_j free
-           GPUs minus what the job takes, so sum_j z_j f_j - w is the free capacity left behind on touched nodes
-           (fragmentation); the "+ 1" breaks remaining ties towards fewer nodes.
+    cost_j = f_j * (N_g + 1) + 1  with N_g the nodes of type g that have free GPUs: the job leaves
+           sum_j z_j f_j - w free GPUs behind on the nodes it touches (fragmentation), and the "+ 1" breaks the
+           remaining ties towards fewer nodes.
 Variables
     y_k in {0, 1}  option k is chosen.
     z_{k,j} in [0, m_j]  nodes of class j the job uses.
-    x_{k,j} in [0, m_j cap_{k,j}]  TP groups placed on class j (x_{c,n} of the issue, aggregated per class).
+    x_{k,j} in [0, m_j cap_{k,j}]  TP groups placed on class j (per-node counts x_{c,n}, aggregated per class).
 Constraints
     sum_k y_k = 1;  sum_j x_{k,j} = B_k y_k;  x_{k,j} <= cap_{k,j} z_{k,j};  z_{k,j} <= x_{k,j};
     z_{k,j} <= m_j y_k.  (t x_{k,j} <= f_j z_{k,j} follows from the cap.)

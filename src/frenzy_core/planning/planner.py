@@ -24,7 +24,7 @@ from frenzy_core.planning.placement import Solution, placement_options, solve_cp
 from frenzy_core.planning.plan import Alternative, Plan
 from frenzy_core.planning.request import Objective, PlanConstraints
 
-__all__ = ["SOLVERS", "Search", "TypeLinks", "plan_job"]
+__all__ = ["SOLVERS", "Search", "TypeLinks", "build_plan", "make_search", "plan_job", "solve"]
 
 SOLVERS = ("cp-sat", "exhaustive")
 """Solver names ``plan_job`` accepts."""
@@ -69,33 +69,12 @@ class Search:
 
     def table(self) -> CandidateTable:
         return build_candidates(self.model, self.training, self.pool, self.specs, self.constraints, self.objective,
-                                _LinkedEstimator(self.estimator, self.links), cluster=None)
+                                self.estimator, links=self.links)
 
     def feasible(self) -> bool:
         """Whether any candidate can be placed (no solver needed: the count check is exact)."""
         _, ok = placement_options(self.table(), self.pool)
         return bool(ok.any())
-
-
-class _LinkedEstimator:
-    """The estimator with each GPU type's cluster links passed to its time model."""
-
-    def __init__(self, inner: LayoutEstimator, links: dict[str, TypeLinks]):
-        self.inner = inner
-        self.links = links
-
-    def device_bytes(self, model: ModelConfig, training: TrainingConfig, layouts: Any) -> np.ndarray:
-        return self.inner.device_bytes(model, training, layouts)
-
-    def iteration_s(self, model: ModelConfig, training: TrainingConfig, layouts: Any, gpu: GPUSpec,
-                    cluster: Any) -> np.ndarray:
-        return self.inner.iteration_s(model, training, layouts, gpu, self.links.get(gpu.id))
-
-    def memory(self, model: ModelConfig, training: TrainingConfig, parallel: Any) -> Any:
-        return self.inner.memory(model, training, parallel)
-
-    def time(self, model: ModelConfig, training: TrainingConfig, parallel: Any, gpu: GPUSpec, cluster: Any) -> Any:
-        return self.inner.time(model, training, parallel, gpu, self.links.get(gpu.id))
 
 
 def _constraints(constraints: PlanConstraints | Mapping[str, Any] | None) -> PlanConstraints:
@@ -211,7 +190,6 @@ def build_plan(search: Search, table: CandidateTable, solution: Solution, top_k:
     time = search.estimator.time(search.model, training, parallel, spec, links)
     rows, feasible = placement_options(table, search.pool)
     pph = float(table.price_per_hour_usd[row])
-    cap = search.constraints.num_gpus or search.constraints.max_gpus
     return Plan(
         gpu_type=gpu_type, num_gpus=int(table.world[row]),
         placement=search.pool.assign(gpu_type, parallel.tp, list(solution.nodes_used), list(solution.groups)),
@@ -221,7 +199,7 @@ def build_plan(search: Search, table: CandidateTable, solution: Solution, top_k:
         objective_value=float(table.value[row]), stranded_gpus=solution.stranded_gpus, optimal=solution.optimal,
         solver=solution.solver, solve_time_s=solution.solve_time_s,
         alternatives=_alternatives(table, rows, feasible, row, top_k),
-        rejected=type_rejections(table, search.pool, rows, feasible, row, cap),
+        rejected=type_rejections(table, search.pool, rows, feasible, row, search.constraints),
     )
 
 

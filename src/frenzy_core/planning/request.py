@@ -32,7 +32,7 @@ matching :class:`PlanConstraints` field pins them. Every other training field st
 
 
 class Objective(str, enum.Enum):
-    """What the planner optimises; ties are broken as each member says, then by fewer nodes' fragmentation."""
+    """What the planner optimises; ties are broken as each member says, then by the least fragmentation."""
 
     THROUGHPUT = "throughput"
     """Most tokens per second; ties: fewer GPUs, then cheaper."""

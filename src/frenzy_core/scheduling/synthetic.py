@@ -9,6 +9,7 @@ from pydantic import Field, model_validator
 
 from frenzy_core._base import FrozenModel
 from frenzy_core.config.model import ModelConfig
+from frenzy_core.config.training import TrainingConfig
 from frenzy_core.errors import ConfigError
 from frenzy_core.hardware.gpus import get_gpu_spec
 from frenzy_core.scheduling.jobs import GPURequest, TrainingJob
@@ -33,11 +34,20 @@ class MixEntry(FrozenModel):
 
 
 class LogNormalWork(FrozenModel):
-    """Work in tokens, log-normally distributed (job sizes in GPU clusters are heavy-tailed: Jeon et al.,
-    ATC'19, Fig. 2; Hu et al., SC'21)."""
+    """Work in tokens, log-normally distributed (job run times in GPU clusters are heavy-tailed, spanning
+    minutes to weeks: Jeon et al., ATC'19; Hu et al., SC'21)."""
 
     median_tokens: float = Field(gt=0, description="Median work (exp of the underlying normal's mean).")
     sigma: float = Field(ge=0, description="Standard deviation of log(work).")
+
+
+def _job_kind(entry: MixEntry) -> tuple[ModelConfig, TrainingConfig, GPURequest | None]:
+    """Model, recipe and request of the jobs of one mix entry (unknown presets or GPU types fail here)."""
+    model = ModelConfig.preset(entry.model)
+    gpu = None if entry.gpu_type is None else get_gpu_spec(entry.gpu_type)
+    request = None if entry.num_gpus is None else GPURequest(num_gpus=entry.num_gpus,
+                                                             gpu_type=None if gpu is None else gpu.id)
+    return model, default_training(model, gpu, entry.num_gpus), request
 
 
 def synthetic_jobs(n: int, *, arrival_rate_per_s: float, model_mix: Sequence[MixEntry] | Mapping[str, float],
@@ -53,10 +63,7 @@ def synthetic_jobs(n: int, *, arrival_rate_per_s: float, model_mix: Sequence[Mix
         else list(model_mix)
     if not entries:
         raise ConfigError("model_mix is empty; give at least one model", field="model_mix", value=model_mix)
-    models = {e.model: ModelConfig.preset(e.model) for e in entries}
-    for e in entries:
-        if e.gpu_type is not None:
-            get_gpu_spec(e.gpu_type)  # an unknown type fails here, with suggestions
+    kinds = [_job_kind(e) for e in entries]
     weights = np.array([e.weight for e in entries])
     rng = np.random.default_rng(seed)
     arrivals_s = np.cumsum(rng.exponential(1.0 / arrival_rate_per_s, size=n))
@@ -64,12 +71,7 @@ def synthetic_jobs(n: int, *, arrival_rate_per_s: float, model_mix: Sequence[Mix
     work = rng.lognormal(np.log(work_distribution.median_tokens), work_distribution.sigma, size=n)
     out = []
     for i in range(n):
-        e = entries[int(picks[i])]
-        model = models[e.model]
-        gpu = None if e.gpu_type is None else get_gpu_spec(e.gpu_type)
-        request = None if e.num_gpus is None else GPURequest(
-            num_gpus=e.num_gpus, gpu_type=None if gpu is None else gpu.id)
+        model, training, request = kinds[int(picks[i])]
         out.append(TrainingJob(id=f"job-{i}", submit_time_s=float(arrivals_s[i]), model=model,
-                               training=default_training(model, gpu),
-                               work_tokens=max(1, round(float(work[i]))), request=request))
+                               training=training, work_tokens=max(1, round(float(work[i]))), request=request))
     return out

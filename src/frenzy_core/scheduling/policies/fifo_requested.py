@@ -38,9 +38,11 @@ class FifoRequested(Policy):
             self.rejected[job.id] = (f"asks for {request.gpu_type}, which the cluster lacks "
                                      f"(it has {', '.join(self.state.gpu_types)})")
             return
-        usable = self.state.usable_gpus(request.gpu_type)
+        if request.gpu_type is not None:
+            usable, kind = self.state.usable_gpus(request.gpu_type), request.gpu_type
+        else:  # any type, but all GPUs of one type
+            usable, kind = max(self.state.usable_gpus(t) for t in self.state.gpu_types), "GPUs of one type"
         if request.num_gpus > usable:
-            kind = request.gpu_type or "GPUs"
             self.rejected[job.id] = f"asks for {request.num_gpus} {kind}; the cluster has {usable}"
             return
         self.queue.append(job)

@@ -103,10 +103,9 @@ def _parse_file(path: Path, reader: TraceReader, on_error: OnError
         index = _column_index(next(rows, None), reader, path)
         width = len(index)
         for row in rows:
-            data_row += 1
             if not row:  # a blank line (a trailing newline, say) is no row
-                data_row -= 1
                 continue
+            data_row += 1
             try:
                 if len(row) != width:
                     raise RowError(None, f"has {len(row)} fields; the header has {width}")

@@ -1,0 +1,57 @@
+"""accelerate adapter: an Accelerate config (DDP or FSDP) for data-parallel plans; model-split plans refused."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from adapter_plans import GPT2, make_plan, multi_node_dp, single_gpu, tp_pp_nodes
+
+from frenzy_core.adapters import ADAPTERS
+from frenzy_core.config import ParallelConfig, TrainingConfig
+from frenzy_core.errors import ConfigError
+from frenzy_core.planning import Plan
+
+accelerate = ADAPTERS["accelerate"]
+
+
+def _config(plan: Plan, **options: object) -> dict[str, object]:
+    config = yaml.safe_load(accelerate.emit(plan, **options))
+    assert config == accelerate(plan, **options)
+    return config  # type: ignore[no-any-return]
+
+
+def test_single_gpu() -> None:
+    config = _config(single_gpu())
+    assert (config["distributed_type"], config["num_machines"], config["num_processes"]) == ("NO", 1, 1)
+    assert config["gpu_ids"] == "3" and config["mixed_precision"] == "bf16"
+    assert "fsdp_config" not in config and "main_process_ip" not in config
+
+
+def test_multi_node_fsdp() -> None:
+    config = _config(multi_node_dp(), main_process_ip="10.0.0.1", machine_rank=1)
+    assert (config["distributed_type"], config["num_machines"], config["num_processes"]) == ("FSDP", 2, 16)
+    assert (config["main_process_ip"], config["machine_rank"]) == ("10.0.0.1", 1)
+    fsdp = config["fsdp_config"]
+    assert fsdp["fsdp_sharding_strategy"] == "FULL_SHARD"  # type: ignore[index]  # ZeRO-3
+    assert fsdp["fsdp_activation_checkpointing"] is True  # type: ignore[index]  # full recompute
+
+
+def test_zero_2_is_shard_grad_op_and_zero_0_is_ddp() -> None:
+    placement = {"node:0": list(range(4))}
+    for stage, kind, strategy in ((2, "FSDP", "SHARD_GRAD_OP"), (0, "MULTI_GPU", None)):
+        plan = make_plan(GPT2, "a100-80gb", placement, ParallelConfig(dp=4),
+                         TrainingConfig(seq_len=512, zero_stage=stage))
+        config = _config(plan)
+        assert config["distributed_type"] == kind
+        assert (config.get("fsdp_config") or {}).get("fsdp_sharding_strategy") == strategy  # type: ignore[union-attr]
+
+
+def test_tp_pp_plan_is_refused() -> None:
+    with pytest.raises(ConfigError, match="tp=4, pp=2") as err:
+        accelerate(tp_pp_nodes())
+    assert err.value.field == "plan.parallel"
+
+
+def test_machine_rank_must_exist() -> None:
+    with pytest.raises(ConfigError, match="machine_rank=2"):
+        accelerate(multi_node_dp(), machine_rank=2)

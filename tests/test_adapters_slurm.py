@@ -1,0 +1,90 @@
+"""slurm adapter: an sbatch script that passes ``bash -n`` and, run with stub srun/scontrol, starts torchrun
+with the plan's node count, processes per node and rendezvous on the allocation's first host."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from adapter_plans import GPT2, make_plan, multi_node_dp, single_gpu, tp_pp_nodes
+
+from frenzy_core.adapters import ADAPTERS
+from frenzy_core.config import ParallelConfig, TrainingConfig
+from frenzy_core.errors import ConfigError
+from frenzy_core.planning import Plan
+
+slurm = ADAPTERS["slurm"]
+BASH = shutil.which("bash")
+pytestmark = pytest.mark.skipif(BASH is None, reason="needs bash")
+
+
+def _directives(script: str) -> list[str]:
+    return [line.removeprefix("#SBATCH ") for line in script.splitlines() if line.startswith("#SBATCH ")]
+
+
+def _run_with_stubs(script: str, tmp_path: Path) -> tuple[list[str], dict[str, str]]:
+    """Run the script with fake scontrol (two hosts) and srun (records its argv and env); return both."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text("#!/bin/bash\nprintf 'gpu-a\\ngpu-b\\n'\n")
+    (bin_dir / "srun").write_text(
+        f"#!/bin/bash\nprintf '%s\\n' \"$@\" > {tmp_path}/argv\nenv > {tmp_path}/env\n")
+    for stub in bin_dir.iterdir():
+        stub.chmod(0o755)
+    path = tmp_path / "job.sbatch"
+    path.write_text(script)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_NODELIST": "gpu-[a-b]",
+           "SLURM_JOB_ID": "4242"}
+    proc = subprocess.run([BASH, str(path)], env=env, capture_output=True, text=True, timeout=30)  # type: ignore[list-item]
+    assert proc.returncode == 0, proc.stderr
+    argv = (tmp_path / "argv").read_text().splitlines()
+    seen = dict(line.split("=", 1) for line in (tmp_path / "env").read_text().splitlines() if "=" in line)
+    return argv, seen
+
+
+@pytest.mark.parametrize("make", [single_gpu, multi_node_dp, tp_pp_nodes])
+def test_script_is_valid_bash(make: object, tmp_path: Path) -> None:
+    path = tmp_path / "job.sbatch"
+    path.write_text(slurm.emit(make()))  # type: ignore[operator]
+    proc = subprocess.run([BASH, "-n", str(path)], capture_output=True, text=True)  # type: ignore[list-item]
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_single_gpu(tmp_path: Path) -> None:
+    script = slurm.emit(single_gpu())
+    assert _directives(script) == ["--job-name=frenzy-train", "--nodes=1", "--ntasks-per-node=1",
+                                   "--gres=gpu:a100-80gb:1"]
+    argv, env = _run_with_stubs(script, tmp_path)
+    assert argv[:3] == ["torchrun", "--nnodes=1", "--nproc-per-node=1"]
+    assert env["FRENZY_GRAD_ACCUM_STEPS"] == "4"
+
+
+def test_multi_node_runs_torchrun_with_rendezvous_on_first_host(tmp_path: Path) -> None:
+    script = slurm.emit(multi_node_dp(), script="fit.py", script_args=["--data", "/d x"], partition="gpu",
+                        time="01:00:00", gpu_type_name="a100")
+    assert _directives(script)[1:] == ["--nodes=2", "--ntasks-per-node=1", "--gres=gpu:a100:8", "--partition=gpu",
+                                       "--time=01:00:00"]
+    argv, env = _run_with_stubs(script, tmp_path)
+    assert argv == ["torchrun", "--nnodes=2", "--nproc-per-node=8", "--rdzv-backend=c10d",
+                    "--rdzv-endpoint=gpu-a:29500", "--rdzv-id=4242", "fit.py", "--data", "/d x"]
+    assert (env["FRENZY_DP"], env["FRENZY_MICRO_BATCH_SIZE"], env["FRENZY_GRAD_ACCUM_STEPS"]) == ("16", "2", "4")
+
+
+def test_tp_pp_with_constraint(tmp_path: Path) -> None:
+    script = slurm.emit(tp_pp_nodes(), gpu_request="constraint", gpu_type_name="h100")
+    assert {"--gres=gpu:8", "--constraint=h100", "--nodes=2"} <= set(_directives(script))
+    argv, env = _run_with_stubs(script, tmp_path)
+    run = pytest.importorskip("torch.distributed.run")
+    args = run.get_args_parser().parse_args(argv[1:])
+    assert (args.nnodes, args.nproc_per_node, args.rdzv_endpoint) == ("2", "8", "gpu-a:29500")
+    assert (env["FRENZY_TP"], env["FRENZY_PP"]) == ("4", "2")
+
+
+def test_uneven_placement_is_refused() -> None:
+    plan: Plan = make_plan(GPT2, "a100-80gb", {"node:0": list(range(8)), "node:1": [0, 1, 2, 3]},
+                           ParallelConfig(dp=12), TrainingConfig(seq_len=512))
+    with pytest.raises(ConfigError, match="uneven"):
+        slurm(plan)

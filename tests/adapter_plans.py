@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from frenzy_core.config import ModelConfig, ParallelConfig, TrainingConfig
+from frenzy_core.config import Framework, ModelConfig, ParallelConfig, Recompute, TrainingConfig
 from frenzy_core.hardware.gpus import get_gpu_spec
 from frenzy_core.memory.estimator import estimate_memory
 from frenzy_core.planning import Objective, Plan
@@ -36,15 +36,15 @@ def multi_node_dp() -> Plan:
     return make_plan(GPT2, "a100-80gb", {"node:0": list(range(8)), "node:1": list(range(8))},
                      ParallelConfig(dp=16),
                      TrainingConfig(seq_len=1024, micro_batch_size=2, global_batch_size=128, zero_stage=3,
-                                    recompute="full"))
+                                    recompute=Recompute.FULL))
 
 
 def tp_pp_nodes() -> Plan:
     """Two nodes of 8 H100 SXM: tp=4 inside a node, pp=2 (interleaved, vpp=2) across nodes, dp=2; Megatron."""
     return make_plan(LLAMA, "h100-sxm", {"node:2": list(range(8)), "node:5": list(range(8))},
                      ParallelConfig(tp=4, pp=2, vpp=2, dp=2),
-                     TrainingConfig(seq_len=4096, micro_batch_size=1, global_batch_size=32, framework="megatron",
-                                    distributed_optimizer=True, sequence_parallel=True, recompute="selective"))
+                     TrainingConfig(seq_len=4096, micro_batch_size=1, global_batch_size=32, framework=Framework.MEGATRON,
+                                    distributed_optimizer=True, sequence_parallel=True, recompute=Recompute.SELECTIVE))
 
 
 def cpu_dp2() -> Plan:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import yaml
-from adapter_plans import GPT2, make_plan, multi_node_dp, single_gpu, tp_pp_nodes
 
+from adapter_plans import GPT2, make_plan, multi_node_dp, single_gpu, tp_pp_nodes
 from frenzy_core.adapters import ADAPTERS
 from frenzy_core.config import ParallelConfig, TrainingConfig
 from frenzy_core.errors import ConfigError
@@ -14,7 +16,7 @@ from frenzy_core.planning import Plan
 accelerate = ADAPTERS["accelerate"]
 
 
-def _config(plan: Plan, **options: object) -> dict[str, object]:
+def _config(plan: Plan, **options: object) -> dict[str, Any]:
     config = yaml.safe_load(accelerate.emit(plan, **options))
     assert config == accelerate(plan, **options)
     return config  # type: ignore[no-any-return]

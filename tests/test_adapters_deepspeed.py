@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
-from adapter_plans import GPT2, make_plan, multi_node_dp, single_gpu, tp_pp_nodes
 
+from adapter_plans import GPT2, make_plan, multi_node_dp, single_gpu, tp_pp_nodes
 from frenzy_core.adapters import ADAPTERS
 from frenzy_core.errors import ConfigError
 from frenzy_core.planning import Plan
@@ -14,7 +15,7 @@ from frenzy_core.planning import Plan
 deepspeed = ADAPTERS["deepspeed"]
 
 
-def _config(plan: Plan, **options: object) -> dict[str, object]:
+def _config(plan: Plan, **options: object) -> dict[str, Any]:
     config = json.loads(deepspeed.emit(plan, **options))
     assert config == deepspeed(plan, **options)
     return config  # type: ignore[no-any-return]

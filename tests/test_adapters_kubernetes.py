@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 import yaml
-from adapter_plans import GPT2, make_plan, multi_node_dp, single_gpu, tp_pp_nodes
 
+from adapter_plans import GPT2, make_plan, multi_node_dp, single_gpu, tp_pp_nodes
 from frenzy_core.adapters import ADAPTERS
 from frenzy_core.config import ParallelConfig, TrainingConfig
 from frenzy_core.errors import ConfigError

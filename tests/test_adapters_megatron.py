@@ -5,8 +5,8 @@ from __future__ import annotations
 import shlex
 
 import pytest
-from adapter_plans import GPT2, LLAMA, make_plan, multi_node_dp, single_gpu, tp_pp_nodes
 
+from adapter_plans import GPT2, LLAMA, make_plan, multi_node_dp, single_gpu, tp_pp_nodes
 from frenzy_core.adapters import ADAPTERS
 from frenzy_core.config import ModelConfig
 from frenzy_core.config.megatron import from_megatron_args

@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import pytest
-from adapter_plans import GPT2, LLAMA, THREE_PLANS, make_plan, multi_node_dp, single_gpu, tp_pp_nodes
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from adapter_plans import GPT2, LLAMA, THREE_PLANS, make_plan, multi_node_dp, single_gpu, tp_pp_nodes
 from frenzy_core.adapters import ADAPTERS, LAUNCHERS, RECIPE_ENV, emit, get_adapter
-from frenzy_core.adapters.base import _launcher_names, launcher_gpu_name, node_slots, recipe_env, uniform_gpus_per_node
+from frenzy_core.adapters.base import (
+    _launcher_names,
+    launcher_gpu_name,
+    node_slots,
+    recipe_env,
+    uniform_gpus_per_node,
+)
 from frenzy_core.config import ParallelConfig, TrainingConfig
 from frenzy_core.errors import ConfigError, UnknownNameError
+from frenzy_core.hardware import Cluster
 from frenzy_core.hardware.gpus import load_gpu_specs
+from frenzy_core.planning import Plan, plan_job
 
 
 def test_launcher_names_are_the_documented_ones() -> None:
@@ -91,3 +101,46 @@ def test_missing_launcher_gpu_name_names_the_override_option() -> None:
         launcher_gpu_name(plan, "ray", "accelerator_type", None)
     assert err.value.field == "accelerator_type"
     assert launcher_gpu_name(plan, "ray", "accelerator_type", "RTX4090") == "RTX4090"
+
+
+def _gpus_each_launcher_starts(plan: Plan) -> dict[str, int]:
+    """GPUs (processes) each launcher's output asks for, read back from the output itself."""
+    k8s = ADAPTERS["kubernetes"](plan)
+    sky = ADAPTERS["skypilot"](plan)
+    slurm_lines = ADAPTERS["slurm"].emit(plan).splitlines()
+    nodes = next(int(x.split("=")[1]) for x in slurm_lines if x.startswith("#SBATCH --nodes="))
+    gres = next(int(x.rsplit(":", 1)[1]) for x in slurm_lines if x.startswith("#SBATCH --gres="))
+    return {
+        "torchrun": sum(n["nproc_per_node"] for n in ADAPTERS["torchrun"](plan)["nodes"]),
+        "kubernetes": sum(g["replicas"] for g in k8s["spec"]["pytorchReplicaSpecs"].values())
+        * int(k8s["spec"]["nprocPerNode"]),
+        "slurm": nodes * gres,
+        "ray": ADAPTERS["ray"](plan)["scaling_config"]["num_workers"],
+        "skypilot": sky["num_nodes"] * sum(sky["resources"]["accelerators"].values()),
+    }
+
+
+@settings(max_examples=25, deadline=None)
+@given(nodes=st.integers(1, 3), tp=st.sampled_from([1, 2, 4]), pp=st.sampled_from([1, 2]),
+       micro=st.sampled_from([1, 2, 4]), accum=st.integers(1, 4))
+def test_every_launcher_starts_the_plans_gpus_with_its_batch(nodes: int, tp: int, pp: int, micro: int,
+                                                             accum: int) -> None:
+    per_node = 8
+    world = nodes * per_node
+    dp = world // (tp * pp)
+    plan = make_plan(GPT2, "a100-80gb", {f"node:{i}": list(range(per_node)) for i in range(nodes)},
+                     ParallelConfig(dp=dp, tp=tp, pp=pp),
+                     TrainingConfig(seq_len=256, micro_batch_size=micro, global_batch_size=micro * dp * accum))
+    assert set(_gpus_each_launcher_starts(plan).values()) == {world}
+    ds = ADAPTERS["deepspeed"](plan)
+    assert (ds["train_batch_size"], ds["gradient_accumulation_steps"]) == (micro * dp * accum, accum)
+    assert recipe_env(plan)["FRENZY_GRAD_ACCUM_STEPS"] == str(accum)
+
+
+def test_plans_from_the_planner_emit_consistently() -> None:
+    """A plan_job plan (whatever layout it picks) is written for every launcher with its own GPU count."""
+    cluster = Cluster.from_dict({"nodes": [{"gpu": "a100-80gb", "gpus_per_node": 8, "count": 2}]})
+    plan = plan_job(GPT2, cluster, TrainingConfig(seq_len=1024, global_batch_size=256),
+                    constraints={"num_gpus": 16}, time_limit_s=5)
+    assert set(_gpus_each_launcher_starts(plan).values()) == {16}
+    assert ADAPTERS["deepspeed"](plan)["train_batch_size"] == 256

@@ -9,8 +9,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from adapter_plans import GPT2, make_plan, multi_node_dp, single_gpu, tp_pp_nodes
 
+from adapter_plans import GPT2, make_plan, multi_node_dp, single_gpu, tp_pp_nodes
 from frenzy_core.adapters import ADAPTERS
 from frenzy_core.config import ParallelConfig, TrainingConfig
 from frenzy_core.errors import ConfigError
@@ -38,7 +38,7 @@ def _run_with_stubs(script: str, tmp_path: Path) -> tuple[list[str], dict[str, s
     path.write_text(script)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_NODELIST": "gpu-[a-b]",
            "SLURM_JOB_ID": "4242"}
-    proc = subprocess.run([BASH, str(path)], env=env, capture_output=True, text=True, timeout=30)  # type: ignore[list-item]
+    proc = subprocess.run([BASH, str(path)], env=env, check=False, capture_output=True, text=True, timeout=30)  # type: ignore[list-item]
     assert proc.returncode == 0, proc.stderr
     argv = (tmp_path / "argv").read_text().splitlines()
     seen = dict(line.split("=", 1) for line in (tmp_path / "env").read_text().splitlines() if "=" in line)
@@ -49,7 +49,7 @@ def _run_with_stubs(script: str, tmp_path: Path) -> tuple[list[str], dict[str, s
 def test_script_is_valid_bash(make: object, tmp_path: Path) -> None:
     path = tmp_path / "job.sbatch"
     path.write_text(slurm.emit(make()))  # type: ignore[operator]
-    proc = subprocess.run([BASH, "-n", str(path)], capture_output=True, text=True)  # type: ignore[list-item]
+    proc = subprocess.run([BASH, "-n", str(path)], check=False, capture_output=True, text=True)  # type: ignore[list-item]
     assert proc.returncode == 0, proc.stderr
 
 

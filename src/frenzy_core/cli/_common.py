@@ -69,12 +69,20 @@ def load_model_arg(model: str) -> ModelConfig:
     try:
         return ModelConfig.preset(model)
     except UnknownNameError as exc:
-        raise ConfigError(
-            str(exc),
-            field="MODEL",
-            value=model,
-            hint="or give a path to a Hugging Face config.json (list presets: frenzy models)",
+        raise _unknown(
+            exc, "frenzy models", "MODEL may also be a path to a Hugging Face config.json"
         ) from None
+
+
+def _unknown(exc: UnknownNameError, lister: str, alternative: str) -> ConfigError:
+    """An unknown preset name: the closest names (or the command that lists them), then the other way in."""
+    if exc.suggestions:
+        known = "did you mean " + ", ".join(repr(s) for s in exc.suggestions) + "?"
+    else:
+        known = f"list them with '{lister}';"
+    return ConfigError(
+        f"unknown {exc.kind} {exc.name!r}", field=exc.field, value=exc.name, hint=f"{known} {alternative}"
+    )
 
 
 class ClusterArg:
@@ -141,11 +149,8 @@ def load_cluster_arg(value: str | None, scale: int | None = None) -> ClusterArg:
     try:
         info = cluster_preset_info(value)
     except UnknownNameError as exc:
-        raise ConfigError(
-            str(exc),
-            field="--cluster",
-            value=value,
-            hint="or give a path to a cluster YAML file (list presets: frenzy clusters)",
+        raise _unknown(
+            exc, "frenzy clusters", "--cluster may also be a path to a cluster YAML file"
         ) from None
     cluster = info.cluster if scale is None else info.cluster.scaled(scale)
     return ClusterArg(cluster, f"cluster '{info.name}'", info.name)

@@ -116,7 +116,7 @@ def _type_counts(nodes: Any) -> dict[str, int]:
 @handle_errors
 def clusters(
     name: Annotated[
-        str | None, typer.Argument(help="A preset name or cluster YAML file: show its nodes.")
+        str | None, typer.Argument(metavar="NAME", help="A preset name or cluster YAML file: show its nodes.")
     ] = None,
     scale: Annotated[
         int | None, typer.Option(min=1, help="Scale node counts to about this many GPUs (with NAME).")

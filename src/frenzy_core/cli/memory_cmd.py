@@ -52,7 +52,7 @@ def gpu_fits(estimate: MemoryEstimate, precision: Precision, headroom: float) ->
 
 def _fits_table(rows: list[dict[str, Any]], needed_bytes: int, headroom: float, dtype: str) -> Table:
     table = new_table(
-        f"GPU types (needs {gib(needed_bytes)} GiB per GPU; {headroom:.0%} of each GPU kept free)",
+        f"GPU types ({headroom:.0%} of each kept free)",
         ["GPU type", "memory GiB", "usable GiB", "fits"],
         left=("fits",),
     )
@@ -70,7 +70,10 @@ def _fits_table(rows: list[dict[str, Any]], needed_bytes: int, headroom: float, 
 @handle_errors
 def memory(
     model: Annotated[
-        str, typer.Argument(help="Preset name (see 'frenzy models') or path to a Hugging Face config.json.")
+        str,
+        typer.Argument(
+            metavar="MODEL", help="Preset name (see 'frenzy models') or path to a Hugging Face config.json."
+        ),
     ],
     seq_len: Annotated[int, typer.Option(help="Tokens per sample.")] = 2048,
     micro_batch: Annotated[int, typer.Option(help="Samples per rank per forward pass.")] = 1,
@@ -163,7 +166,8 @@ def memory(
         f"{cfg.name or 'model'} ({cfg.num_params() / 1e9:.2f}B params): seq {seq_len}, micro-batch "
         f"{micro_batch}, {precision.value}, {layout}, recompute {recompute.value}, zero {zero}"
     )
-    console.print(stage_memory_table(estimate, title))
+    console.print(title, style="bold", highlight=False)
+    console.print(stage_memory_table(estimate, None))
     console.print(
         f"Busiest GPU (stage {estimate.busiest_stage}): {gib(estimate.device_bytes)} GiB on the device, "
         f"of which {gib(estimate.peak_bytes)} GiB live tensors at the {estimate.peak_phase} peak.\n"

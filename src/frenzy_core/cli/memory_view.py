@@ -41,7 +41,7 @@ def stage_groups(estimate: MemoryEstimate) -> list[tuple[str, StageMemory]]:
     return out
 
 
-def stage_memory_table(estimate: MemoryEstimate, title: str) -> Table:
+def stage_memory_table(estimate: MemoryEstimate, title: str | None) -> Table:
     """GiB per GPU for every category (rows) and pipeline stage (columns); ``*`` marks the busiest stage."""
     groups = stage_groups(estimate)
     table = new_table(title, ["GiB per GPU", *[label for label, _ in groups]])

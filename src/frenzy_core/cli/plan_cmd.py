@@ -20,7 +20,12 @@ from frenzy_core.cli.emit import emit_launcher, launcher_options, parse_emit_opt
 from frenzy_core.cli.plan_view import plan_renderables
 from frenzy_core.config import Framework, Optimizer, Precision, TrainingConfig
 from frenzy_core.errors import ConfigError
-from frenzy_core.planning.request import DEFAULT_HEADROOM, Objective, PlanConstraints
+from frenzy_core.planning.request import (
+    DEFAULT_HEADROOM,
+    SEARCHED_TRAINING_FIELDS,
+    Objective,
+    PlanConstraints,
+)
 
 __all__ = ["plan"]
 
@@ -30,7 +35,10 @@ _NEEDS_TOKENS = (Objective.COST, Objective.TIME_TO_TRAIN)
 @handle_errors
 def plan(
     model: Annotated[
-        str, typer.Argument(help="Preset name (see 'frenzy models') or path to a Hugging Face config.json.")
+        str,
+        typer.Argument(
+            metavar="MODEL", help="Preset name (see 'frenzy models') or path to a Hugging Face config.json."
+        ),
     ],
     cluster: Annotated[
         str | None,
@@ -187,7 +195,7 @@ def plan(
             "model": cfg.name or model,
             "cluster": where.to_json(),
             "request": {
-                "training": training.model_dump(mode="json"),
+                "training": training.model_dump(mode="json", exclude=set(SEARCHED_TRAINING_FIELDS)),
                 "constraints": constraints.model_dump(mode="json", exclude_none=True),
                 "objective": objective.value,
             },

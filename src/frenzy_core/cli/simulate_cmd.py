@@ -82,7 +82,7 @@ def _hours(seconds: float | None) -> str:
 
 @handle_errors
 def simulate(
-    trace: Annotated[Path, typer.Argument(help="Trace file (CSV, optionally .gz).")],
+    trace: Annotated[Path, typer.Argument(metavar="TRACE", help="Trace file (CSV, optionally .gz).")],
     format: Annotated[TraceFormat, typer.Option("--format", "-f", help="Trace format.")] = TraceFormat.PHILLY,
     cluster: Annotated[
         str | None,
@@ -159,6 +159,13 @@ def simulate(
             f"{trace.name} has no jobs to replay as {format.value}",
             field="TRACE",
             hint="check --format (philly, sia, helios, alibaba-spot)",
+        )
+    undated = sum(j.duration_s is None for j in trace_jobs)
+    if undated and default_duration is None:
+        raise ConfigError(
+            f"{undated} of the {len(trace_jobs)} jobs record no run time ({format.value} traces may not)",
+            field="--default-duration",
+            hint="pass --default-duration SECONDS to give them one, e.g. --default-duration 3600",
         )
     throughput = _CachedThroughput()
     if not json_out:

@@ -8,7 +8,7 @@ import numpy as np
 import numpy.typing as npt
 
 from frenzy_core.config.model import ModelConfig, PositionEmbedding
-from frenzy_core.config.training import Framework, RecomputeMethod, TrainingConfig
+from frenzy_core.config.training import Attention, Framework, RecomputeMethod, TrainingConfig
 from frenzy_core.memory.activations import edge_activations, layer_activations, logit_bytes
 from frenzy_core.memory.overhead import workspace_bytes
 from frenzy_core.memory.recipe import state_bytes
@@ -150,7 +150,14 @@ def stage_arrays(model: ModelConfig, training: TrainingConfig, c: ConfigArrays, 
     first = shape.is_first.astype(np.float64)
     last = shape.is_last.astype(np.float64)
     acts = inflight * (saved_layers + first * ea.embedding + last * ea.head)
-    acts_fwd = acts
+    if not megatron and training.attention is Attention.EAGER and model.causal:
+        # HF builds one additive (b, 1, s, s) causal mask in the model's dtype per forward, shared by the layers;
+        # checkpointed layers keep it as an input until their recomputation.
+        mask = c.micro_batch_size * (c.seq_len / c.cp) * c.seq_len * float(training.precision.param_bytes)
+        acts = acts + np.where(c.recompute == 2, inflight, 0.0) * mask
+        acts_fwd = acts + np.where(c.recompute == 2, 0.0, mask)
+    else:
+        acts_fwd = acts
     if training.precision.is_amp:
         # autocast caches a half copy of every weight a matmul casts until the forward ends; saved tensors keep
         # them until each layer's backward. With full recomputation a layer saves nothing, so at the start of
@@ -163,7 +170,7 @@ def stage_arrays(model: ModelConfig, training: TrainingConfig, c: ConfigArrays, 
         per_layer = np.where(n > 0, (cast - head_cast) / np.maximum(n, 1), 0.0)
         chunk = np.minimum(np.where(c.recompute_num_layers > 0, c.recompute_num_layers, 1), n)
         full = c.recompute == 2
-        acts_fwd = acts + 2.0 * cast
+        acts_fwd = acts_fwd + 2.0 * cast
         acts = acts + 2.0 * np.where(full, head_cast, cast)
         work = work + np.where(full, 2.0 * chunk * per_layer, 0.0)
 
@@ -182,6 +189,11 @@ def stage_arrays(model: ModelConfig, training: TrainingConfig, c: ConfigArrays, 
     # top layer runs its backward (and, with recomputation, its working set).
     head_grad = last * sb.grad * (model.vocab_size * model.hidden_size / tp if model.lm_head else 0.0)
     grads_top = np.maximum(grads_fb, head_grad)
+    # torch, tied head and embedding on one stage: the weight's gradient node has two inputs, so autograd holds the
+    # head's contribution in an input buffer until the embedding's arrives at the very end of backward
+    # (torch/csrc/autograd/input_buffer.cpp) - a second V x h gradient while the layers run their backward.
+    tied_buffer = 0.0 if megatron or not (model.tied_embeddings and model.lm_head) else 1.0
+    tied_buffer = tied_buffer * first * head_grad
 
     # Late backward: the stage's first layer is being recomputed; its own gradients and the embeddings' are not
     # written yet.
@@ -192,7 +204,8 @@ def stage_arrays(model: ModelConfig, training: TrainingConfig, c: ConfigArrays, 
     k_late = np.minimum(np.where(c.recompute_num_layers > 0, c.recompute_num_layers, 1), n)
     not_yet = k_late * np.where(shape.num_moe_layers > 0, np.minimum(dense_layer, moe_layer + moe_experts),
                                 dense_layer) + first * emb_grad
-    grads_late = np.maximum(grads_top, grads - sb.grad * np.where(c.zero_stage >= 2, not_yet / dpc, not_yet))
+    grads_late = np.maximum(grads_top, grads - sb.grad * np.where(c.zero_stage >= 2, not_yet / dpc, not_yet)) \
+        + tied_buffer
     # Its micro-batch keeps only that layer's input
     # and the embedding's saved tensors, the other in-flight micro-batches everything.
     one_mb = saved_layers + last * ea.head
@@ -212,7 +225,7 @@ def stage_arrays(model: ModelConfig, training: TrainingConfig, c: ConfigArrays, 
          "optimizer_temporaries": temps, "comm_buffers": comm_step},
         {**common, "gradients": grads_late, "activations": np.maximum(acts_late, 0.0), "logits_loss": logits_later,
          "optimizer_temporaries": zero, "comm_buffers": comm_fb},
-        {**common, "gradients": grads_top, "activations": acts + work, "logits_loss": logits_later,
+        {**common, "gradients": grads_top + tied_buffer, "activations": acts + work, "logits_loss": logits_later,
          "optimizer_temporaries": zero, "comm_buffers": comm_fb},
     ]
     shape_all = np.broadcast(stage, c.tp, c.pp, c.dp, c.seq_len, c.micro_batch_size).shape

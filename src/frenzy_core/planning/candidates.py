@@ -234,7 +234,8 @@ def build_candidates(model: ModelConfig, training: TrainingConfig, pool: NodePoo
     for g, name in enumerate(types):
         spec = specs[name]
         usable = int(spec.memory_bytes * (1.0 - c.headroom))
-        within_total = (world_all <= totals[name]) & (layouts.tp <= pool.max_node_size(name))
+        # negative device bytes: a layout the memory model rejects for this model
+        within_total = (world_all <= totals[name]) & (layouts.tp <= pool.max_node_size(name)) & (device >= 0)
         fits = within_total & (device <= usable)
         limit = min(frees[name], cap) if cap is not None else frees[name]
         fit_free = fits & (world_all <= limit) if allowed[name] else np.zeros_like(fits)

@@ -85,6 +85,12 @@ def test_command_line_is_the_env_and_argv_quoted() -> None:
     assert tokens[len(node["env"]):] == node["argv"]
 
 
+def test_hosts_must_name_plan_nodes() -> None:
+    with pytest.raises(ConfigError, match="node:9") as err:
+        torchrun(multi_node_dp(), hosts={"node:9": "gpu-z"})
+    assert "node:0, node:1" in str(err.value)
+
+
 def test_bad_env_name_is_refused() -> None:
     with pytest.raises(ConfigError, match="env"):
         torchrun(single_gpu(), env={"NOT VALID": "x"})
@@ -112,7 +118,7 @@ def test_emitted_command_runs_two_ranks_on_cpu(tmp_path: Path) -> None:
     (node,) = data["nodes"]
     env = {**os.environ, **node["env"], "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(node["argv"], env=env, check=False, capture_output=True, text=True, timeout=180)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, proc.stderr[:2000] + "\n...\n" + proc.stderr[-2000:]
     records = sorted((json.loads(p.read_text()) for p in tmp_path.glob("rank*.json")), key=lambda r: r["rank"])
     assert [r["rank"] for r in records] == [0, 1]
     for r in records:

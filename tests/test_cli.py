@@ -225,6 +225,8 @@ def test_plan_bad_input(cluster_file: Path, tmp_path: Path) -> None:
     assert_user_error(invoke("plan", "qwen2.5-0.5b", "--objective", "cost"), 2, "--tokens")
     assert_user_error(invoke("plan", "qwen2.5-0.5b", "--objective", "cost", "--tokens", "lots"), 2, "--tokens")
     assert_user_error(invoke("plan", "qwen2.5-0.5b", "-o", "script=x.py"), 2, "--emit")
+    assert_user_error(invoke("plan", "qwen2.5-0.5b", "--max-price-per-hour", "0"), 2, "--max-price-per-hour")
+    assert_user_error(invoke("plan", "qwen2.5-0.5b", "--time-limit", "-1"), 2, "--time-limit must be > 0")
     assert_user_error(invoke("plan", "qwen2.5-0.5b", "--emit", "mpirun"), 2, "unknown launcher")
     assert invoke("plan", "qwen2.5-0.5b", "--objective", "fastest").exit_code == 2  # click's own usage error
 
@@ -232,6 +234,10 @@ def test_plan_bad_input(cluster_file: Path, tmp_path: Path) -> None:
 def test_plan_infeasible_exits_1(cluster_file: Path) -> None:
     result = invoke("plan", "llama-3.1-70b", "--cluster", str(cluster_file), *FAST)
     assert_user_error(result, 1, "infeasible:")
+    # the a100-80gb node costs $5.12 per GPU-hour, so a $1 limit fails and the fix is named as the option
+    result = invoke("plan", "qwen2.5-0.5b", "--cluster", str(cluster_file), "--max-price-per-hour", "1", *FAST)
+    assert_user_error(result, 1, "infeasible:", "--max-price-per-hour >= ")
+    assert "max_price_per_hour_usd" not in result.stderr
 
 
 def test_plan_emit_after_the_plan_and_in_json(cluster_file: Path) -> None:
@@ -304,3 +310,35 @@ def test_help_has_examples(command: str) -> None:
     result = invoke(command, "--help")
     assert result.exit_code == 0
     assert "Examples" in result.stdout and f"frenzy {command}" in result.stdout
+
+
+# ---- docs/cli.md ----------------------------------------------------------------------------------------------
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
+
+
+def _doc_examples() -> list[tuple[str, int, str]]:
+    """(command, expected exit code, first documented output line) for each ``$ frenzy`` line of docs/cli.md
+    that needs no file of its own."""
+    lines = DOCS.read_text(encoding="utf-8").splitlines()
+    out = []
+    for i, line in enumerate(lines):
+        if not line.startswith("$ frenzy "):
+            continue
+        command, _, comment = line[2:].partition("  # exit ")
+        if any(word.endswith((".csv", ".yaml", ".json", ".png")) for word in command.split()):
+            continue
+        out.append((command, int(comment or 0), lines[i + 1]))
+    return out
+
+
+@pytest.mark.parametrize(("command", "code", "first_line"), _doc_examples(),
+                         ids=[command for command, _, _ in _doc_examples()])
+def test_docs_examples_run_as_documented(command: str, code: int, first_line: str) -> None:
+    import shlex
+
+    result = runner.invoke(app, shlex.split(command)[1:], env={"COLUMNS": "100"})
+    assert result.exit_code == code, result.output
+    shown = first_line.split("...")[0].rstrip()
+    actual = (result.stdout if code == 0 else result.stderr).splitlines()[0].rstrip()
+    assert actual.startswith(shown), (actual, shown)

@@ -121,6 +121,9 @@ def test_zero_stages_shrink_model_states(model: ModelConfig, training: TrainingC
 def test_recompute_never_increases_activations(model: ModelConfig, training: TrainingConfig, pp: int) -> None:
     parallel = ParallelConfig(pp=pp)
     training = training.replace(global_batch_size=training.micro_batch_size * 2)
+    # HF eager decoders: each checkpointed micro-batch keeps its (b, 1, s, s) causal mask until backward, which
+    # on tiny stages can outweigh what full recomputation saves; the law holds everywhere else.
+    assume(not (training.framework.value == "torch" and training.attention.value == "eager" and model.causal))
     acts = []
     for mode in ("full", "selective", "none"):
         t = training.replace(recompute=mode)

@@ -61,7 +61,7 @@ def build_accelerate(plan: Plan, options: AccelerateOptions) -> dict[str, Any]:
     _check_expressible(plan)
     t = plan.training
     slots = node_slots(plan)
-    per_node = uniform_gpus_per_node(plan, "accelerate")
+    uniform_gpus_per_node(plan, "accelerate")  # Accelerate starts num_processes / num_machines per machine
     if options.machine_rank >= len(slots):
         raise ConfigError(f"machine_rank={options.machine_rank} but the plan has {len(slots)} machine(s)",
                           field="machine_rank", value=options.machine_rank, hint=f"use 0..{len(slots) - 1}")
@@ -92,7 +92,6 @@ def build_accelerate(plan: Plan, options: AccelerateOptions) -> dict[str, Any]:
             "fsdp_use_orig_params": True,
             "fsdp_sync_module_states": True,
         }
-    assert per_node * len(slots) == plan.num_gpus
     return config
 
 

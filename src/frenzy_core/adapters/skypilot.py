@@ -42,7 +42,7 @@ def build_skypilot(plan: Plan, options: SkyPilotOptions) -> dict[str, Any]:
                            rdzv_endpoint=f'"${{head_ip}}:{options.rdzv_port}"', rdzv_id='"${SKYPILOT_TASK_ID}"')
     run = "\n".join([
         "# SKYPILOT_NODE_IPS lists the nodes' IPs, head node first",
-        'head_ip=$(echo "${SKYPILOT_NODE_IPS}" | head -n 1)',
+        "head_ip=${SKYPILOT_NODE_IPS%%$'\\n'*}",
         " ".join([shlex.join(options.torchrun), *flags, shlex.join([options.script, *options.script_args])]),
     ]) + "\n"
     task: dict[str, Any] = {"name": options.job_name, "num_nodes": nnodes,

@@ -49,8 +49,9 @@ def build_slurm(plan: Plan, options: SlurmOptions) -> dict[str, Any]:
     srun = f"srun {launch} {shlex.join([options.script, *options.script_args])}"
     lines = ["#!/bin/bash", *(f"#SBATCH {shlex.quote(d)}" for d in directives), "",
              "set -euo pipefail", *(f"export {k}={shlex.quote(v)}" for k, v in env.items()),
-             "# torchrun's rendezvous runs on the first node of the allocation",
-             'head_node=$(scontrol show hostnames "${SLURM_JOB_NODELIST}" | head -n 1)', srun]
+             "# torchrun's rendezvous runs on the first node of the allocation (no pipe into head: with",
+             "# pipefail, scontrol killed by SIGPIPE would end the job)",
+             'hosts=$(scontrol show hostnames "${SLURM_JOB_NODELIST}")', "head_node=${hosts%%$'\\n'*}", srun]
     return {"directives": directives, "env": env, "srun": srun, "script": "\n".join(lines) + "\n"}
 
 

@@ -16,6 +16,7 @@ from frenzy_core.adapters.base import (
     node_slots,
     recipe_env,
 )
+from frenzy_core.errors import ConfigError
 from frenzy_core.planning.plan import Plan
 
 __all__ = ["DEFAULT_RDZV_PORT", "TORCHRUN", "LaunchOptions", "TorchrunOptions", "torchrun_flags"]
@@ -68,7 +69,7 @@ def torchrun_flags(*, nnodes: int | str, nproc_per_node: int | str, rdzv_backend
     return flags
 
 
-def visible_devices_var(plan: Plan) -> str:
+def _visible_devices_var(plan: Plan) -> str:
     """The variable that restricts a process to some GPUs: CUDA_VISIBLE_DEVICES, or HIP_VISIBLE_DEVICES on ROCm."""
     return "HIP_VISIBLE_DEVICES" if gpu_vendor(plan) == "amd" else "CUDA_VISIBLE_DEVICES"
 
@@ -76,10 +77,14 @@ def visible_devices_var(plan: Plan) -> str:
 def build_torchrun(plan: Plan, options: TorchrunOptions) -> dict[str, Any]:
     """Per node: node rank, host, GPUs, environment, argv and the shell command line."""
     slots = node_slots(plan)
+    unknown = sorted(set(options.hosts) - {slot.name for slot in slots})
+    if unknown:
+        raise ConfigError(f"hosts names nodes the plan does not use: {unknown}", field="hosts", value=unknown,
+                          hint="the plan's nodes are " + ", ".join(slot.name for slot in slots))
     hosts = {slot.name: options.hosts.get(slot.name, slot.host) for slot in slots}
     rdzv_host = options.rdzv_host or ("127.0.0.1" if len(slots) == 1 else hosts[slots[0].name])
     endpoint = f"{rdzv_host}:{options.rdzv_port}"
-    devices = visible_devices_var(plan)
+    devices = _visible_devices_var(plan)
     nodes = []
     for slot in slots:
         env = {devices: ",".join(map(str, slot.gpus)), **recipe_env(plan), **options.env}

@@ -7,6 +7,7 @@ import json
 import math
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -34,6 +35,7 @@ __all__ = [
     "parse_count",
     "parse_names",
     "print_json",
+    "require_positive",
 ]
 
 EXIT_INFEASIBLE = 1
@@ -85,13 +87,15 @@ def _unknown(exc: UnknownNameError, lister: str, alternative: str) -> ConfigErro
     )
 
 
+@dataclass(frozen=True)
 class ClusterArg:
     """A cluster read from a ``--cluster`` value, with the words that say where it came from."""
 
-    def __init__(self, cluster: Cluster, label: str, preset: str | None):
-        self.cluster = cluster
-        self.label = label
-        self.preset = preset
+    cluster: Cluster
+    label: str
+    """E.g. ``cluster 'aws-mixed'`` or ``cluster file my.yaml``."""
+    preset: str | None
+    """The preset's name; None for a file."""
 
     def describe(self) -> str:
         """One line: where the cluster comes from and what it holds."""
@@ -189,6 +193,12 @@ def parse_count(value: str | None, option: str) -> int | None:
             hint="write it as 1000000000, 1e9 or 1B (suffixes K, M, B, T)",
         )
     return round(number)
+
+
+def require_positive(value: float | None, option: str) -> None:
+    """ConfigError naming ``option`` unless ``value`` is None or > 0 (typer ranges cannot exclude 0)."""
+    if value is not None and not value > 0:
+        raise ConfigError(f"{option} must be > 0, got {value:g}", field=option, value=value)
 
 
 def handle_errors(func: F) -> F:

@@ -75,10 +75,10 @@ def memory(
             metavar="MODEL", help="Preset name (see 'frenzy models') or path to a Hugging Face config.json."
         ),
     ],
-    seq_len: Annotated[int, typer.Option(help="Tokens per sample.")] = 2048,
-    micro_batch: Annotated[int, typer.Option(help="Samples per rank per forward pass.")] = 1,
+    seq_len: Annotated[int, typer.Option(min=1, help="Tokens per sample.")] = 2048,
+    micro_batch: Annotated[int, typer.Option(min=1, help="Samples per rank per forward pass.")] = 1,
     global_batch: Annotated[
-        int | None, typer.Option(help="Samples per optimizer step (default: micro-batch x dp).")
+        int | None, typer.Option(min=1, help="Samples per optimizer step (default: micro-batch x dp).")
     ] = None,
     precision: Annotated[Precision, typer.Option(help="Dtype recipe.")] = Precision.BF16_MIXED,
     optimizer: Annotated[Optimizer, typer.Option(help="Optimizer.")] = Optimizer.ADAMW,
@@ -97,12 +97,14 @@ def memory(
     framework: Annotated[
         Framework, typer.Option(help="Runtime whose buffers are modelled.")
     ] = Framework.TORCH,
-    dp: Annotated[int, typer.Option(help="Data-parallel degree.")] = 1,
-    tp: Annotated[int, typer.Option(help="Tensor-parallel degree.")] = 1,
-    pp: Annotated[int, typer.Option(help="Pipeline stages.")] = 1,
-    vpp: Annotated[int, typer.Option(help="Virtual stages per pipeline rank (interleaved schedule).")] = 1,
-    cp: Annotated[int, typer.Option(help="Context-parallel degree.")] = 1,
-    ep: Annotated[int, typer.Option(help="Expert-parallel degree.")] = 1,
+    dp: Annotated[int, typer.Option(min=1, help="Data-parallel degree.")] = 1,
+    tp: Annotated[int, typer.Option(min=1, help="Tensor-parallel degree.")] = 1,
+    pp: Annotated[int, typer.Option(min=1, help="Pipeline stages.")] = 1,
+    vpp: Annotated[
+        int, typer.Option(min=1, help="Virtual stages per pipeline rank (interleaved schedule).")
+    ] = 1,
+    cp: Annotated[int, typer.Option(min=1, help="Context-parallel degree.")] = 1,
+    ep: Annotated[int, typer.Option(min=1, help="Expert-parallel degree.")] = 1,
     schedule: Annotated[
         PipelineSchedule | None, typer.Option(help="Pipeline schedule (default: 1f1b, interleaved if vpp>1).")
     ] = None,

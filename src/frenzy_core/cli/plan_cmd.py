@@ -3,6 +3,7 @@ config for it (``--emit``)."""
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
 
 import typer
@@ -15,11 +16,12 @@ from frenzy_core.cli._common import (
     parse_count,
     parse_names,
     print_json,
+    require_positive,
 )
 from frenzy_core.cli.emit import emit_launcher, launcher_options, parse_emit_options
 from frenzy_core.cli.plan_view import plan_renderables
 from frenzy_core.config import Framework, Optimizer, Precision, TrainingConfig
-from frenzy_core.errors import ConfigError
+from frenzy_core.errors import ConfigError, InfeasiblePlanError, UnknownNameError
 from frenzy_core.planning.request import (
     DEFAULT_HEADROOM,
     SEARCHED_TRAINING_FIELDS,
@@ -30,6 +32,22 @@ from frenzy_core.planning.request import (
 __all__ = ["plan"]
 
 _NEEDS_TOKENS = (Objective.COST, Objective.TIME_TO_TRAIN)
+
+_OPTION_OF_FIELD = {
+    "max_price_per_hour_usd": "--max-price-per-hour",
+    "max_gpus": "--max-gpus",
+    "num_gpus": "--num-gpus",
+    "gpu_types": "--gpu-types",
+    "token_budget": "--tokens",
+    "micro_batch_sizes": "--micro-batch",
+}
+"""Planner constraint fields and the options that set them, so messages name what the user can type."""
+_FIELD_RE = re.compile(r"\b(?:constraints\.|PlanConstraints\.)?(" + "|".join(_OPTION_OF_FIELD) + r")\b")
+
+
+def _in_option_words(text: str) -> str:
+    """``max_gpus >= 16`` as ``--max-gpus >= 16``: the planner's field names as this command's options."""
+    return _FIELD_RE.sub(lambda m: _OPTION_OF_FIELD[m.group(1)], text)
 
 
 @handle_errors
@@ -145,6 +163,8 @@ def plan(
             field="--tokens",
             hint="e.g. --tokens 10B",
         )
+    require_positive(max_price_per_hour, "--max-price-per-hour")
+    require_positive(time_limit, "--time-limit")
     emit_options = parse_emit_options(emit_option)
     if emit_options and emit is None:
         raise ConfigError(
@@ -180,15 +200,26 @@ def plan(
             highlight=False,
             soft_wrap=True,
         )
-    result = plan_job(
-        cfg,
-        where.cluster,
-        training,
-        objective=objective,
-        constraints=constraints,
-        time_limit_s=time_limit,
-        top_k=runners_up,
-    )
+    try:
+        result = plan_job(
+            cfg,
+            where.cluster,
+            training,
+            objective=objective,
+            constraints=constraints,
+            time_limit_s=time_limit,
+            top_k=runners_up,
+        )
+    except InfeasiblePlanError as exc:
+        raise InfeasiblePlanError(
+            _in_option_words(str(exc)),
+            reasons=exc.reasons,
+            suggestions=[_in_option_words(s) for s in exc.suggestions],
+        ) from None
+    except UnknownNameError:
+        raise
+    except ConfigError as exc:
+        raise ConfigError(_in_option_words(str(exc)), field=exc.field, value=exc.value) from None
     launch = None if emit is None else emit_launcher(result, emit, emit_options)
     if json_out:
         out: dict[str, Any] = {

@@ -16,6 +16,7 @@ from frenzy_core.cli._common import (
     new_table,
     parse_names,
     print_json,
+    require_positive,
 )
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.training import TrainingConfig
@@ -128,6 +129,7 @@ def simulate(
     from frenzy_core.scheduling import POLICIES, jobs_from_trace, read_trace
     from frenzy_core.scheduling import simulate as run_simulation
 
+    require_positive(default_duration, "--default-duration")
     names = parse_names(policies, "--policies") or list(POLICIES)
     unknown = [n for n in names if n not in POLICIES]
     if unknown:

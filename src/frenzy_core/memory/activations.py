@@ -79,6 +79,10 @@ def _torch_layer(model: ModelConfig, training: TrainingConfig, tp: FloatArray, s
         # rsqrt (fp32 per token), the downcast y.to(dtype) [saved by weight mul]; LayerNorm: input + mean + rstd.
         if model.norm is NormKind.RMSNORM:
             saved = (FP32 * h + bs * h + FP32) if bs == 4 else (FP32 * h + 2 * h + FP32)
+            if bs == 2 and model.mlp is MLPKind.GEGLU:
+                # GemmaRMSNorm multiplies in fp32 (x * rsqrt * (1 + w)) and then downcasts: the fp32 product is
+                # saved instead of a half copy.
+                saved += 2 * h
         else:
             saved = bs * h + 2 * FP32
         # Its output is saved by the next linear(s); autocast casts it once per consuming linear.
@@ -97,6 +101,12 @@ def _torch_layer(model: ModelConfig, training: TrainingConfig, tp: FloatArray, s
         attn = attn + bm * (q + 2 * k_width) / tp
     else:
         attn = attn + bm * (q + 2 * kv) / tp  # one fused QKV output, its split views saved by attention
+    if model.qk_norm:
+        # Qwen3 q_norm / k_norm (RMSNorm over head_dim), as the block norms: fp32 copy or input, rsqrt per head,
+        # half copy; their outputs replace q and k.
+        g = model.num_kv_heads
+        per_width = (FP32 + bs) if bs == FP32 else (FP32 + 2)
+        attn = attn + (per_width * (q + kv) + FP32 * (a + g)) / tp
     if eager:
         if style == "llama":
             probs = FP32 + (bm if bm != FP32 else 0)  # softmax(dtype=fp32) saved, then .to(dtype) copy
@@ -151,6 +161,9 @@ def _megatron_layer(model: ModelConfig, training: TrainingConfig, tp: FloatArray
     ln = b * h + (2 * FP32 if model.norm is NormKind.LAYERNORM else FP32)
     mask = MASK_BYTES * h if p_h else 0
     attn = (ln + lin * h + mask) * rep + b * (q + 2 * kv) / tp + lin * q / tp
+    if model.qk_norm:
+        # TE q/k layernorm: input and rsigma (fp32) per head
+        attn = attn + (b * (q + kv) + FP32 * (a + model.num_kv_heads)) / tp
     if training.attention is Attention.EAGER:
         # softmax output 2as^2b, dropout mask as^2b, dropout output 2as^2b (all / t)
         core = a / tp * s_keys * (b + ((MASK_BYTES + b) if p_a else 0))
@@ -257,14 +270,14 @@ def logit_bytes(model: ModelConfig, training: TrainingConfig, *, tp: npt.ArrayLi
         up = FP32 if bm != FP32 else 0
         return LogitBytes(saved=FP32 * v, forward_peak=(bm + up) * v, backward_peak=(FP32 + (bm if up else 0)) * v,
                           retained=0 * v)
-    # HF ForCausalLMLoss: logits.float() (a copy unless already fp32), log_softmax output saved by nll_loss;
-    # the model output keeps the logits until the training loop drops it (``out = model(...);
-    # out.loss.backward()`` keeps them through backward). Backward adds the nll gradient (dense) and the
-    # log_softmax input gradient, both fp32.
+    # HF ForCausalLMLoss: logits.float() (a copy unless already fp32), log_softmax output saved by nll_loss. The
+    # training loop keeps only the loss (HF Trainer.compute_loss drops the model output), so the logits are freed
+    # once the loss is computed; a loop that keeps the output through backward holds B x V more per token.
+    # Backward: the nll gradient (dense) and the log_softmax input gradient, both fp32, beside the saved output.
     if _hf_style(model) == "bert" and not training.precision.is_amp:
         # BertForMaskedLM applies CrossEntropyLoss to the logits as they are (no fp32 upcast; autocast would
         # run it in fp32).
-        return LogitBytes(saved=2 * bm * v, forward_peak=2 * bm * v, backward_peak=4 * bm * v, retained=bm * v)
+        return LogitBytes(saved=bm * v, forward_peak=2 * bm * v, backward_peak=3 * bm * v, retained=0 * v)
     upcast = FP32 if bm != FP32 else 0
-    return LogitBytes(saved=(bm + FP32) * v, forward_peak=(bm + upcast + FP32) * v,
-                      backward_peak=(bm + 3 * FP32) * v, retained=bm * v)
+    return LogitBytes(saved=FP32 * v, forward_peak=(bm + upcast + FP32) * v, backward_peak=3 * FP32 * v,
+                      retained=0 * v)

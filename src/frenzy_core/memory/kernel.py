@@ -192,8 +192,8 @@ def stage_arrays(model: ModelConfig, training: TrainingConfig, c: ConfigArrays, 
     # torch, tied head and embedding on one stage: the weight's gradient node has two inputs, so autograd holds the
     # head's contribution in an input buffer until the embedding's arrives at the very end of backward
     # (torch/csrc/autograd/input_buffer.cpp) - a second V x h gradient while the layers run their backward.
-    tied_buffer = 0.0 if megatron or not (model.tied_embeddings and model.lm_head) else 1.0
-    tied_buffer = tied_buffer * first * head_grad
+    tied = not megatron and model.tied_embeddings and model.lm_head
+    tied_buffer = first * head_grad * (1.0 if tied else 0.0)
 
     # Late backward: the stage's first layer is being recomputed; its own gradients and the embeddings' are not
     # written yet.

@@ -355,7 +355,9 @@ def measure_training_step(
     ``"model"``): tensors made after its forward and before backward reaches its output are reported as
     ``logits_loss``; ``optimizer_factory`` gets the parameters (default:
     ``torch.optim.AdamW(params, foreach=True)``); ``autocast_dtype`` runs forward and loss under
-    ``torch.autocast("cpu", dtype=...)``. Gradients are set to None after each step. Two steps are the
+    ``torch.autocast("cpu", dtype=...)``. Only the loss is kept for backward: the output (logits included)
+    and the batch are released first, as the Hugging Face Trainer's ``compute_loss`` does; tensors autograd
+    saved stay alive. Gradients are set to None after each step. Two steps are the
     default because optimizer states are created during the first one. Dropout and attention dropout run
     as their CUDA kernels would store them (see :func:`_cuda_like_kernels`).
     """
@@ -399,9 +401,10 @@ def measure_training_step(
                     recorder.stop(step, mb, "forward")
                     if step == 0 and mb == 0:
                         module_acts = _module_activations(tracker)
+                    del output, batch  # as a training loop that keeps only the loss (e.g. HF Trainer)
                     recorder.start()
                     loss.backward()
-                    del output, loss, batch
+                    del loss
                     recorder.stop(step, mb, "backward")
                 recorder.start()
                 optimizer.step()

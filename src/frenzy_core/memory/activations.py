@@ -28,6 +28,7 @@ FloatArray = npt.NDArray[np.float64]
 MASK_BYTES = 1
 """Dropout masks are bool tensors (torch native_dropout / Megatron fused bias-dropout-add)."""
 FP32 = 4
+"""Bytes of an fp32 element (softmax statistics, norm statistics, upcast copies)."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,8 @@ class LayerActivations:
     """The attention-core part of ``dense`` that selective recomputation drops (and rebuilds in backward)."""
     layer_input: FloatArray
     """The layer input: all full recomputation keeps per checkpointed chunk."""
+    dispatch: FloatArray
+    """Transient token-dispatcher buffers of one MoE layer (Megatron all-to-all output and its sorted copy)."""
 
 
 def _bytes(training: TrainingConfig) -> tuple[int, int, int]:
@@ -126,16 +129,16 @@ def _torch_layer(model: ModelConfig, training: TrainingConfig, tp: FloatArray, s
     if model.parallel_block and (model.norm is NormKind.LAYERNORM or bs == FP32):
         mlp_common -= bs * h  # both norms read (and save) the same layer input
 
-    def mlp_body(width: int) -> float:
+    def mlp_body(width: int, nbytes: int = bm) -> float:
         if model.mlp.gated:
-            return 4.0 * bm * width  # gate out (act input), act out, up out (mul), product (down input)
+            return 4.0 * nbytes * width  # gate out (act input), act out, up out (mul), product (down input)
         if model.mlp is MLPKind.GELU:
             # gelu_new (GPT-2) is composed of python ops saving x, tanh(.), 0.5x, 1 + tanh(.) plus the output;
             # BERT's nn.functional.gelu saves its input and the output is saved by the next linear.
-            return (5.0 if style == "gpt2" else 2.0) * bm * width
+            return (5.0 if style == "gpt2" else 2.0) * nbytes * width
         if model.mlp is MLPKind.SQUARED_RELU:
-            return 2.0 * bm * width
-        return 1.0 * bm * width  # relu saves its output, which the next linear saves too
+            return 2.0 * nbytes * width
+        return 1.0 * nbytes * width  # relu saves its output, which the next linear saves too
 
     dense = mlp_common + mlp_body(f) / tp
     moe_mlp = np.asarray(0.0)
@@ -143,9 +146,13 @@ def _torch_layer(model: ModelConfig, training: TrainingConfig, tp: FloatArray, s
         m = model.moe
         routed = m.top_k * (m.capacity_factor or 1.0)
         shared = mlp_body(m.shared_expert_ffn_hidden_size) / tp if m.shared_expert_ffn_hidden_size else 0.0
+        # Transformers' grouped experts are no autocast op: under amp they run in fp32 on the gathered fp32
+        # tokens (and their weights are not cast).
+        be = bs if amp else bm
+        router_norm = norm(1) + (MASK_BYTES * h if p_h else 0)  # the router's linear is the one consumer
         # router logits + softmax (fp32), per routed token: gathered input, expert body, weighted output
-        moe_mlp = mlp_common + shared + 2 * FP32 * m.num_experts + routed * (
-            2 * bm * h + mlp_body(m.expert_ffn_hidden_size) / tp)
+        moe_mlp = router_norm + shared + 2 * FP32 * m.num_experts + routed * (
+            2 * be * h + mlp_body(m.expert_ffn_hidden_size, be) / tp)
     layer_in = bs * h + 0 * tp
     return attn + core + dense, attn + core + moe_mlp, np.asarray(core), np.asarray(layer_in)
 
@@ -203,7 +210,13 @@ def layer_activations(model: ModelConfig, training: TrainingConfig, *, tp: npt.A
         dense, moe, core, inp = _megatron_layer(model, training, tp_a, rep, s_loc)
     else:
         dense, moe, core, inp = _torch_layer(model, training, tp_a, s_loc)
-    return LayerActivations(dense=tokens * dense, moe=tokens * moe, core_dense=tokens * core,
+    dispatch = np.zeros_like(tokens)
+    if training.framework is Framework.MEGATRON and model.moe is not None:
+        # token_dispatcher.py: the all-to-all output and sort_chunks_by_idxs' copy live together within the layer
+        # (forward and backward); their backward needs only indices, so neither is saved.
+        routed = model.moe.top_k * (model.moe.capacity_factor or 1.0)
+        dispatch = 2.0 * _bytes(training)[1] * model.hidden_size * routed * tokens
+    return LayerActivations(dense=tokens * dense, moe=tokens * moe, core_dense=tokens * core, dispatch=dispatch,
                             layer_input=tokens * inp)
 
 
@@ -253,8 +266,6 @@ class LogitBytes:
     """Live while the loss is computed."""
     backward_peak: FloatArray
     """Live while the loss and the head's gradient are computed."""
-    retained: FloatArray
-    """Still referenced while the layers below run their backward (the model output's logits in torch)."""
 
 
 def logit_bytes(model: ModelConfig, training: TrainingConfig, *, tp: npt.ArrayLike, cp: npt.ArrayLike,
@@ -268,8 +279,7 @@ def logit_bytes(model: ModelConfig, training: TrainingConfig, *, tp: npt.ArrayLi
         # vocab_parallel_cross_entropy: logits.float() then exp/normalise in place; the fp32 softmax is saved and
         # turned into the gradient in place; the head's input gradient is cast back to the activation dtype.
         up = FP32 if bm != FP32 else 0
-        return LogitBytes(saved=FP32 * v, forward_peak=(bm + up) * v, backward_peak=(FP32 + (bm if up else 0)) * v,
-                          retained=0 * v)
+        return LogitBytes(saved=FP32 * v, forward_peak=(bm + up) * v, backward_peak=(FP32 + (bm if up else 0)) * v)
     # HF ForCausalLMLoss: logits.float() (a copy unless already fp32), log_softmax output saved by nll_loss. The
     # training loop keeps only the loss (HF Trainer.compute_loss drops the model output), so the logits are freed
     # once the loss is computed; a loop that keeps the output through backward holds B x V more per token.
@@ -277,7 +287,6 @@ def logit_bytes(model: ModelConfig, training: TrainingConfig, *, tp: npt.ArrayLi
     if _hf_style(model) == "bert" and not training.precision.is_amp:
         # BertForMaskedLM applies CrossEntropyLoss to the logits as they are (no fp32 upcast; autocast would
         # run it in fp32).
-        return LogitBytes(saved=bm * v, forward_peak=2 * bm * v, backward_peak=3 * bm * v, retained=0 * v)
+        return LogitBytes(saved=bm * v, forward_peak=2 * bm * v, backward_peak=3 * bm * v)
     upcast = FP32 if bm != FP32 else 0
-    return LogitBytes(saved=FP32 * v, forward_peak=(bm + upcast + FP32) * v, backward_peak=3 * FP32 * v,
-                      retained=0 * v)
+    return LogitBytes(saved=FP32 * v, forward_peak=(bm + upcast + FP32) * v, backward_peak=3 * FP32 * v)

@@ -13,7 +13,7 @@ from frenzy_core.memory.activations import edge_activations, layer_activations, 
 from frenzy_core.memory.overhead import workspace_bytes
 from frenzy_core.memory.recipe import state_bytes
 from frenzy_core.memory.result import MEMORY_CATEGORIES
-from frenzy_core.memory.shards import layer_constants, stage_params, stage_shape
+from frenzy_core.memory.shards import StageParams, StageShape, layer_constants, stage_params, stage_shape
 
 __all__ = ["PHASES", "RECOMPUTE_CODES", "SCHEDULE_CODES", "ConfigArrays", "StageArrays", "stage_arrays"]
 
@@ -79,6 +79,86 @@ def _inflight(stage: IntArray, c: ConfigArrays) -> FloatArray:
     return np.asarray(np.where(pp == 1, 1, out), dtype=np.float64)
 
 
+@dataclass(frozen=True)
+class _Activations:
+    """Activation terms of one stage (bytes per rank)."""
+
+    forward: FloatArray
+    """Live at the end of the forward (autocast weight copies, the eager mask of the running micro-batch)."""
+    backward: FloatArray
+    """Saved tensors of every in-flight micro-batch at the start of backward."""
+    work: FloatArray
+    """Backward working set: what recomputation rebuilds for one layer/chunk."""
+    late: FloatArray
+    """When the stage's first layer runs its backward: other micro-batches' tensors, this one's input, the work."""
+    inflight: FloatArray
+
+
+def _activations(model: ModelConfig, training: TrainingConfig, c: ConfigArrays, shape: StageShape,
+                 prm: StageParams, stage: IntArray) -> _Activations:
+    """Saved activations, recompute working set and autocast copies of one stage (docs/memory-model.md, 3)."""
+    megatron = training.framework is Framework.MEGATRON
+    tp = c.tp.astype(np.float64)
+    kw = {"tp": c.tp, "sp": c.sequence_parallel, "cp": c.cp, "seq_len": c.seq_len,
+          "micro_batch_size": c.micro_batch_size}
+    la = layer_activations(model, training, **kw)
+    ea = edge_activations(model, training, **kw)
+    n = shape.num_layers.astype(np.float64)
+    nm = shape.num_moe_layers.astype(np.float64)
+    nd = n - nm
+    inflight = _inflight(stage, c)
+    full_layers = nd * la.dense + nm * la.moe
+    biggest_layer = np.where(nm > 0, np.maximum(la.moe, np.where(nd > 0, la.dense, 0.0)), la.dense)
+    k = c.recompute_num_layers.astype(np.float64)
+    if training.recompute_method is RecomputeMethod.BLOCK:
+        recomputed = np.where(k > 0, np.minimum(k * c.vpp, n), n)
+        avg = np.where(n > 0, full_layers / np.maximum(n, 1), 0.0)
+        full_saved = recomputed * la.layer_input + (n - recomputed) * avg
+        full_ws = np.where(recomputed > 0, biggest_layer - la.layer_input, 0.0)
+    else:
+        k_eff = np.where(k > 0, k, 1.0)
+        full_saved = np.ceil(n / k_eff) * la.layer_input
+        full_ws = np.minimum(k_eff, n) * biggest_layer - la.layer_input
+    saved_layers = np.where(c.recompute == 2, full_saved,
+                            np.where(c.recompute == 1, full_layers - n * la.core_dense, full_layers))
+    work = np.where(c.recompute == 2, full_ws, np.where(c.recompute == 1, la.core_dense, 0.0))
+    work = np.where(n > 0, np.maximum(work, 0.0), 0.0)
+    # MoE dispatcher buffers exist while an MoE layer runs, forward or backward.
+    dispatch = np.where(nm > 0, la.dispatch, 0.0)
+    work = np.maximum(work, dispatch)
+    first = shape.is_first.astype(np.float64)
+    last = shape.is_last.astype(np.float64)
+    acts = inflight * (saved_layers + first * ea.embedding + last * ea.head)
+    if not megatron and training.attention is Attention.EAGER and model.causal:
+        # HF builds one additive (b, 1, s, s) causal mask in the model's dtype per forward, shared by the layers;
+        # checkpointed layers keep it as an input until their recomputation.
+        mask = c.micro_batch_size * (c.seq_len / c.cp) * c.seq_len * float(training.precision.param_bytes)
+        acts = acts + np.where(c.recompute == 2, inflight, 0.0) * mask
+        acts_fwd = acts + np.where(c.recompute == 2, 0.0, mask)
+    else:
+        acts_fwd = acts
+    acts_fwd = acts_fwd + dispatch
+    if training.precision.is_amp:
+        # autocast caches a half copy of every weight a matmul casts until the forward ends; saved tensors keep
+        # them until each layer's backward. With full recomputation a layer saves nothing, so at the start of
+        # backward only the head's copy is live, and each recomputed chunk re-casts its own during backward.
+        vh = model.vocab_size * model.hidden_size if model.lm_head else 0
+        same_stage_tied = first * last * (vh if model.tied_embeddings else 0)
+        emb = first * model.vocab_size * model.hidden_size
+        cast = (prm.split - emb + same_stage_tied) / tp + (prm.experts / (tp * c.ep) if megatron else 0.0)
+        head_cast = last * vh / tp
+        per_layer = np.where(n > 0, (cast - head_cast) / np.maximum(n, 1), 0.0)
+        chunk = np.minimum(np.where(c.recompute_num_layers > 0, c.recompute_num_layers, 1), n)
+        full = c.recompute == 2
+        acts_fwd = acts_fwd + 2.0 * cast
+        acts = acts + 2.0 * np.where(full, head_cast, cast)
+        work = work + np.where(full, 2.0 * chunk * per_layer, 0.0)
+
+    one_mb = saved_layers + last * ea.head
+    late = acts - one_mb + np.minimum(la.layer_input, saved_layers) + work
+    return _Activations(forward=acts_fwd, backward=acts, work=work, late=np.maximum(late, 0.0), inflight=inflight)
+
+
 def stage_arrays(model: ModelConfig, training: TrainingConfig, c: ConfigArrays, stage: IntArray) -> StageArrays:
     """Memory of pipeline stage ``stage`` for each configuration in ``c`` (training gives the fixed recipe)."""
     sb = state_bytes(training)
@@ -121,65 +201,18 @@ def stage_arrays(model: ModelConfig, training: TrainingConfig, c: ConfigArrays, 
     comm_fb = np.where(z == 3, (2 * sb.param + sb.grad) * layer_local + sb.param * edge_local * (1 - 1 / dpc),
                        comm_fb)
 
-    # Activations.
-    kw = {"tp": c.tp, "sp": c.sequence_parallel, "cp": c.cp, "seq_len": c.seq_len,
-          "micro_batch_size": c.micro_batch_size}
-    la = layer_activations(model, training, **kw)
-    ea = edge_activations(model, training, **kw)
-    lb = logit_bytes(model, training, tp=c.tp, cp=c.cp, seq_len=c.seq_len, micro_batch_size=c.micro_batch_size)
-    n = shape.num_layers.astype(np.float64)
-    nm = shape.num_moe_layers.astype(np.float64)
-    nd = n - nm
-    inflight = _inflight(stage, c)
-    full_layers = nd * la.dense + nm * la.moe
-    biggest_layer = np.where(nm > 0, np.maximum(la.moe, np.where(nd > 0, la.dense, 0.0)), la.dense)
-    k = c.recompute_num_layers.astype(np.float64)
-    if training.recompute_method is RecomputeMethod.BLOCK:
-        recomputed = np.where(k > 0, np.minimum(k * c.vpp, n), n)
-        avg = np.where(n > 0, full_layers / np.maximum(n, 1), 0.0)
-        full_saved = recomputed * la.layer_input + (n - recomputed) * avg
-        full_ws = np.where(recomputed > 0, biggest_layer - la.layer_input, 0.0)
-    else:
-        k_eff = np.where(k > 0, k, 1.0)
-        full_saved = np.ceil(n / k_eff) * la.layer_input
-        full_ws = np.minimum(k_eff, n) * biggest_layer - la.layer_input
-    saved_layers = np.where(c.recompute == 2, full_saved,
-                            np.where(c.recompute == 1, full_layers - n * la.core_dense, full_layers))
-    work = np.where(c.recompute == 2, full_ws, np.where(c.recompute == 1, la.core_dense, 0.0))
-    work = np.where(n > 0, np.maximum(work, 0.0), 0.0)
+    act = _activations(model, training, c, shape, prm, stage)
+    acts_fwd, acts, work, inflight = act.forward, act.backward, act.work, act.inflight
     first = shape.is_first.astype(np.float64)
     last = shape.is_last.astype(np.float64)
-    acts = inflight * (saved_layers + first * ea.embedding + last * ea.head)
-    if not megatron and training.attention is Attention.EAGER and model.causal:
-        # HF builds one additive (b, 1, s, s) causal mask in the model's dtype per forward, shared by the layers;
-        # checkpointed layers keep it as an input until their recomputation.
-        mask = c.micro_batch_size * (c.seq_len / c.cp) * c.seq_len * float(training.precision.param_bytes)
-        acts = acts + np.where(c.recompute == 2, inflight, 0.0) * mask
-        acts_fwd = acts + np.where(c.recompute == 2, 0.0, mask)
-    else:
-        acts_fwd = acts
-    if training.precision.is_amp:
-        # autocast caches a half copy of every weight a matmul casts until the forward ends; saved tensors keep
-        # them until each layer's backward. With full recomputation a layer saves nothing, so at the start of
-        # backward only the head's copy is live, and each recomputed chunk re-casts its own during backward.
-        vh = model.vocab_size * model.hidden_size if model.lm_head else 0
-        same_stage_tied = first * last * (vh if model.tied_embeddings else 0)
-        emb = first * model.vocab_size * model.hidden_size
-        cast = (prm.split - emb + same_stage_tied) / tp + prm.experts / (tp * c.ep)
-        head_cast = last * vh / tp
-        per_layer = np.where(n > 0, (cast - head_cast) / np.maximum(n, 1), 0.0)
-        chunk = np.minimum(np.where(c.recompute_num_layers > 0, c.recompute_num_layers, 1), n)
-        full = c.recompute == 2
-        acts_fwd = acts_fwd + 2.0 * cast
-        acts = acts + 2.0 * np.where(full, head_cast, cast)
-        work = work + np.where(full, 2.0 * chunk * per_layer, 0.0)
+    lb = logit_bytes(model, training, tp=c.tp, cp=c.cp, seq_len=c.seq_len, micro_batch_size=c.micro_batch_size)
+    n = shape.num_layers.astype(np.float64)
 
     # Logits/loss on the last stage: one micro-batch at a time, except GPipe holding all of them.
     logit_inflight = np.where((c.schedule == 2) & (c.pp > 1), c.num_microbatches, 1).astype(np.float64)
     logits_others = last * (logit_inflight - 1) * lb.saved
     logits_fwd = logits_others + last * lb.forward_peak
     logits_bwd = logits_others + last * lb.backward_peak
-    logits_later = logits_others + last * lb.retained
 
     # Gradients present while activations are live: Megatron's grad buffer always; torch's .grad tensors once a
     # backward has run in this step (zero_grad sets them to None): with gradient accumulation (m > 1) the later
@@ -206,12 +239,7 @@ def stage_arrays(model: ModelConfig, training: TrainingConfig, c: ConfigArrays, 
                                 dense_layer) + first * emb_grad
     grads_late = np.maximum(grads_top, grads - sb.grad * np.where(c.zero_stage >= 2, not_yet / dpc, not_yet)) \
         + tied_buffer
-    # Its micro-batch keeps only that layer's input
-    # and the embedding's saved tensors, the other in-flight micro-batches everything.
-    one_mb = saved_layers + last * ea.head
-    acts_late = acts - one_mb + np.minimum(la.layer_input, saved_layers) + work
-    if megatron:
-        acts_late = 0.0 * acts  # the grad buffer is always there: the start of backward is the larger peak
+    acts_late = 0.0 * acts if megatron else act.late  # Megatron: the grad buffer is always there
 
     common = {"parameters": params, "master_weights": master, "optimizer_states": states,
               "workspaces": np.full(np.shape(params), float(workspace_bytes(model, training)))}
@@ -223,9 +251,9 @@ def stage_arrays(model: ModelConfig, training: TrainingConfig, c: ConfigArrays, 
          "optimizer_temporaries": zero, "comm_buffers": comm_fb},
         {**common, "gradients": grads, "activations": zero, "logits_loss": zero,
          "optimizer_temporaries": temps, "comm_buffers": comm_step},
-        {**common, "gradients": grads_late, "activations": np.maximum(acts_late, 0.0), "logits_loss": logits_later,
+        {**common, "gradients": grads_late, "activations": acts_late, "logits_loss": logits_others,
          "optimizer_temporaries": zero, "comm_buffers": comm_fb},
-        {**common, "gradients": grads_top + tied_buffer, "activations": acts + work, "logits_loss": logits_later,
+        {**common, "gradients": grads_top + tied_buffer, "activations": acts + work, "logits_loss": logits_others,
          "optimizer_temporaries": zero, "comm_buffers": comm_fb},
     ]
     shape_all = np.broadcast(stage, c.tp, c.pp, c.dp, c.seq_len, c.micro_batch_size).shape

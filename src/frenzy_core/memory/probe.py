@@ -224,10 +224,13 @@ def _head_tracker_class() -> type:
                     self._head[id(ref)] = (ref, winfo)
 
         def _update_peak_stats(self, peak_state: Any) -> None:
-            before = dict(self._peak_mem)
-            super()._update_peak_stats(peak_state)
-            if self._peak_mem != before:
-                self.head_bytes_at_peak = self.head_bytes
+            # The global peak only: MemTracker's per-module peak snapshots (a deep copy per active module
+            # per op, a quarter of the run time) are not used by the probe.
+            for dev, dev_snap in self._curr_mem_snap.items():
+                if self._peak_mem.get(dev, 0) < dev_snap["Total"]:
+                    self._peak_mem[dev] = dev_snap["Total"]
+                    self._peak_mem_snap[dev] = dict(dev_snap)
+                    self.head_bytes_at_peak = self.head_bytes
 
     return HeadTracker
 

@@ -24,6 +24,9 @@ def config_error_from_validation(model_name: str, exc: ValidationError) -> Confi
             msg = str(inner)
             head, sep, rest = msg.partition(": ")
             if sep and loc and " " not in head:
+                # "Node.free_gpus: ..." inside nodes.1 becomes "Cluster.nodes.1.free_gpus: ...".
+                _, dot, sub = head.partition(".")
+                loc = f"{loc}.{sub}" if dot else loc
                 msg = rest
         else:
             msg = err["msg"]

@@ -309,3 +309,23 @@ def test_docs_example_runs(tmp_path: Path) -> None:
     result = runpy.run_path(str(script))
     assert isinstance(result["plan"], Plan)
     assert result["plan"].gpu_type in result["plan"].explain()
+
+
+def test_explicit_training_fields_stay_fixed_and_defaults_are_searched() -> None:
+    from frenzy_core import Cluster, ModelConfig, TrainingConfig, plan_job
+
+    model = ModelConfig.preset("gpt2")
+    cluster = Cluster.from_dict({"nodes": [{"gpu": "a100-80gb", "gpus_per_node": 8, "count": 1}]})
+    searched = plan_job(model, cluster, TrainingConfig(seq_len=1024, global_batch_size=64))
+    assert searched.training.recompute.value == "none"  # full recompute only costs time here
+    pinned = plan_job(model, cluster, TrainingConfig(seq_len=1024, global_batch_size=64, recompute="full",
+                                                     micro_batch_size=2))
+    assert pinned.training.recompute.value == "full"
+    assert pinned.training.micro_batch_size == 2
+    # replace() keeps track of what was set: the changed field is pinned too.
+    replaced = plan_job(model, cluster, TrainingConfig(seq_len=1024, global_batch_size=64).replace(zero_stage=2))
+    assert replaced.training.zero_stage == 2
+    # A PlanConstraints pin wins over the training value.
+    overridden = plan_job(model, cluster, TrainingConfig(seq_len=1024, global_batch_size=64, recompute="full"),
+                          constraints={"recompute": ["none", "selective"]})
+    assert overridden.training.recompute.value != "full"

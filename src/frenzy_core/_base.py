@@ -75,7 +75,10 @@ class FrozenModel(BaseModel):
         """A validated copy with ``changes`` applied (``model_copy`` would skip validation)."""
         data = self.model_dump()
         data.update(changes)
-        return type(self).model_validate(data)
+        out = type(self).model_validate(data)
+        # Keep track of which fields were given explicitly (the planner pins those): the old ones plus the changes.
+        object.__setattr__(out, "__pydantic_fields_set__", set(self.model_fields_set) | set(changes))
+        return out
 
     def to_yaml(self) -> str:
         """YAML text that :meth:`from_yaml` reads back to an equal object."""

@@ -88,6 +88,22 @@ def _constraints(constraints: PlanConstraints | Mapping[str, Any] | None) -> Pla
                       field="constraints")
 
 
+def _pin_explicit_fields(training: TrainingConfig, cons: PlanConstraints) -> PlanConstraints:
+    """Searched training fields the caller set explicitly stay fixed, unless ``constraints`` already pins them."""
+    explicit = training.model_fields_set
+    pins: dict[str, Any] = {}
+    if "micro_batch_size" in explicit and cons.micro_batch_sizes is None:
+        pins["micro_batch_sizes"] = [training.micro_batch_size]
+    if "recompute" in explicit and cons.recompute is None:
+        pins["recompute"] = [training.recompute]
+    if "zero_stage" in explicit and cons.zero_stages is None:
+        pins["zero_stages"] = [training.zero_stage]
+    for name in ("distributed_optimizer", "sequence_parallel"):
+        if name in explicit and getattr(cons, name) is None:
+            pins[name] = getattr(training, name)
+    return cons.replace(**pins) if pins else cons
+
+
 def _objective(objective: Objective | str) -> Objective:
     try:
         return Objective(objective)
@@ -108,7 +124,7 @@ def make_search(model: ModelConfig, cluster: Any, training: TrainingConfig | Non
         raise ConfigError(f"training must be a TrainingConfig, got {type(training).__name__}", field="training")
     validate_layout(model, training.replace(micro_batch_size=1), ParallelConfig())  # model and recipe agree
     obj = _objective(objective)
-    cons = _constraints(constraints)
+    cons = _pin_explicit_fields(training, _constraints(constraints))
     if isinstance(cluster, Mapping):
         from frenzy_core.hardware.cluster import Cluster
 
@@ -211,7 +227,9 @@ def plan_job(model: ModelConfig, cluster: Any, training: TrainingConfig | None =
 
     Fixed: what ``training`` sets (sequence length, global batch, precision, optimizer, framework, ...).
     Searched: GPU type, GPU count, nodes, dp/tp/pp (vpp, cp, ep where the model and recipe call for them) and
-    the fields in :data:`SEARCHED_TRAINING_FIELDS` unless ``constraints`` pins them. Raises ConfigError on bad
+    the fields in :data:`SEARCHED_TRAINING_FIELDS`, unless ``constraints`` pins them or ``training`` sets them
+    explicitly (``TrainingConfig(recompute="full")`` keeps full recompute; fields left at their defaults are
+    searched). Raises ConfigError on bad
     input and InfeasiblePlanError (with what blocked every option and the smallest change that would help)
     when nothing fits. ``estimator`` replaces the analytic memory and time models.
     """

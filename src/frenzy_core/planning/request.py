@@ -27,8 +27,8 @@ DEFAULT_MICRO_BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8)
 SEARCHED_TRAINING_FIELDS: tuple[str, ...] = (
     "micro_batch_size", "recompute", "zero_stage", "distributed_optimizer", "sequence_parallel",
 )
-"""Fields of :class:`TrainingConfig` the planner chooses; their values in the request are ignored unless the
-matching :class:`PlanConstraints` field pins them. Every other training field stays as given."""
+"""Fields of :class:`TrainingConfig` the planner chooses unless the request sets them explicitly or the matching
+:class:`PlanConstraints` field pins them. Every other training field stays as given."""
 
 
 class Objective(str, enum.Enum):

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from frenzy_core.errors import ConfigError
 
-__all__ = ["FrozenModel", "config_error_from_validation"]
+__all__ = ["FrozenModel", "config_error_from_validation", "load_yaml_mapping"]
 
 
 def config_error_from_validation(model_name: str, exc: ValidationError) -> ConfigError:
@@ -29,9 +29,7 @@ def config_error_from_validation(model_name: str, exc: ValidationError) -> Confi
                 loc = f"{loc}.{sub}" if dot else loc
                 msg = rest
         else:
-            msg = err["msg"]
-            if msg.startswith("Value error, "):
-                msg = msg[len("Value error, "):]
+            msg = err["msg"].removeprefix("Value error, ")
         where = f"{model_name}.{loc}" if loc else model_name
         value = err.get("input")
         if first_field is None:
@@ -89,12 +87,17 @@ class FrozenModel(BaseModel):
     @classmethod
     def from_yaml(cls, text: str) -> Any:
         """Parse YAML (safe loader only) into a validated object."""
-        import yaml
+        return cls.model_validate(load_yaml_mapping(text, cls.__name__))
 
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{cls.__name__}: invalid YAML: {exc}") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"{cls.__name__}: YAML must be a mapping, got {type(data).__name__}")
-        return cls.model_validate(data)
+
+def load_yaml_mapping(text: str, origin: str) -> dict[str, Any]:
+    """A YAML mapping parsed with the safe loader; ``origin`` (a file or class name) starts every error."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{origin}: invalid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{origin}: YAML must be a mapping, got {type(data).__name__}")
+    return data

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import yaml
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
-from frenzy_core._base import FrozenModel
+from frenzy_core._base import FrozenModel, load_yaml_mapping
 from frenzy_core.errors import ConfigError, UnknownNameError
 from frenzy_core.hardware.gpu import GPUSpec, LinkKind
 from frenzy_core.hardware.gpus import get_gpu_spec
@@ -128,12 +128,7 @@ class Cluster(FrozenModel):
             if not path.is_file():
                 raise ConfigError(f"Cluster: no such file {str(path)!r}", field="path", value=str(path))
             text = path.read_text(encoding="utf-8")
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"Cluster: invalid YAML: {exc}") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"Cluster: YAML must be a mapping with 'nodes', got {type(data).__name__}")
+        data = load_yaml_mapping(text, "Cluster")
         data = {k: v for k, v in data.items() if k not in ClusterPreset.META_KEYS}
         return cls.from_dict(data, specs)
 

@@ -14,8 +14,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from frenzy_core._base import load_yaml_mapping
 from frenzy_core.errors import ConfigError, UnknownNameError
 from frenzy_core.hardware.gpu import GPUSpec
 
@@ -30,12 +29,7 @@ def normalize_gpu_name(name: str) -> str:
 
 
 def _read_spec_file(text: str, origin: str, default_id: str) -> GPUSpec:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"GPU spec file {origin}: invalid YAML: {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"GPU spec file {origin}: must be a mapping, got {type(data).__name__}")
+    data = load_yaml_mapping(text, f"GPU spec file {origin}")
     data.setdefault("id", default_id)
     try:
         return GPUSpec.model_validate(data)

@@ -1,0 +1,43 @@
+"""plan_job on every model preset and the two headline cluster presets: a fitting plan or a reasoned refusal."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from frenzy_core import Cluster, InfeasiblePlanError, ModelConfig, TrainingConfig, plan_job
+from frenzy_core.hardware import get_gpu_spec
+from frenzy_core.memory import estimate_memory
+
+
+@functools.cache
+def _cluster(name: str) -> Cluster:
+    # alibaba-spot-2026 scaled to 1,024 GPUs keeps the fleet's type mix and the test fast.
+    return Cluster.preset(name, scale=1024 if name == "alibaba-spot-2026" else None)
+
+
+def _training(model: ModelConfig) -> TrainingConfig:
+    seq = min(2048, model.max_position_embeddings) if model.position_embedding.value == "learned" else 2048
+    return TrainingConfig(seq_len=seq, global_batch_size=512)
+
+
+@pytest.mark.parametrize("cluster_name", ["frenzy-paper", "alibaba-spot-2026"])
+@pytest.mark.parametrize("preset", ModelConfig.presets())
+def test_every_preset_plans_or_explains(preset: str, cluster_name: str) -> None:
+    model = ModelConfig.preset(preset)
+    cluster = _cluster(cluster_name)
+    training = _training(model)
+    try:
+        plan = plan_job(model, cluster, training, time_limit_s=5, top_k=2)
+    except InfeasiblePlanError as exc:
+        # Only the largest models may be refused, and the refusal must say why.
+        assert model.num_params() > 60e9, f"{preset} on {cluster_name} refused: {exc}"
+        assert exc.reasons, str(exc)
+        return
+    spec = get_gpu_spec(plan.gpu_type)
+    again = estimate_memory(model, plan.training, plan.parallel)
+    assert again.device_bytes == plan.memory.device_bytes
+    assert again.device_bytes <= spec.memory_bytes
+    assert plan.num_gpus == plan.parallel.world_size == sum(len(g) for g in plan.placement.values())
+    assert plan.time.tokens_per_s > 0

@@ -2,12 +2,12 @@
 
 Every case is probed on the CPU with fake tensors (``frenzy_core.memory.probe.probe_memory``: Hugging Face
 model, single process, data-parallel degree 1, two optimizer steps) and estimated with
-``frenzy_core.memory.estimate_memory`` (its peak less the ``workspaces`` term: cuBLAS workspaces are not tensors
-in a CPU run). Minutes of CPU; no GPU, no model weights in memory.
+``frenzy_core.memory.estimate_memory`` (its peak less the ``workspaces`` term: cuBLAS workspaces are not
+tensors in a CPU run). About a minute of CPU; no GPU, no model weights in memory.
 
 Run: ``python benchmarks/memory_accuracy.py [--quick] [--markdown] [--probe-cache FILE]`` (``--quick``: the
-first three cases; ``--probe-cache``: reuse measurements saved in FILE by an earlier run, and save new ones, so
-that only the estimator is re-run).
+first three cases; ``--probe-cache``: reuse measurements saved in FILE by an earlier run, and save new ones,
+so that only the estimator is re-run).
 """
 
 from __future__ import annotations
@@ -52,19 +52,25 @@ CASES: tuple[Case, ...] = (
     Case("qwen2.5-1.5b", _t(seq_len=2048, precision="bf16")),
     Case("qwen2.5-1.5b", _t(seq_len=2048, precision="amp-bf16")),
     Case("gemma-2b", _t(seq_len=2048, precision="bf16", micro_batch_size=2)),
-    Case("gemma-2b", _t(seq_len=2048, precision="amp-bf16", micro_batch_size=4, recompute="full",
-                        optimizer_impl="fused")),
+    Case(
+        "gemma-2b",
+        _t(seq_len=2048, precision="amp-bf16", micro_batch_size=4, recompute="full", optimizer_impl="fused"),
+    ),
     Case("pythia-1.4b", _t(seq_len=2048, precision="amp-bf16", micro_batch_size=4)),
     Case("opt-1.3b", _t(seq_len=2048, precision="bf16", attention="eager")),
     Case("phi-3-mini-4k", _t(seq_len=4096, precision="bf16", micro_batch_size=4, recompute="full")),
     Case("llama-3.1-8b", _t(seq_len=4096, precision="bf16")),
     Case("llama-3.1-8b", _t(seq_len=4096, precision="bf16", recompute="full", optimizer_impl="fused")),
-    Case("llama-3.1-8b", _t(seq_len=4096, precision="amp-bf16", micro_batch_size=4, recompute="full",
-                            optimizer_impl="fused")),
+    Case(
+        "llama-3.1-8b",
+        _t(seq_len=4096, precision="amp-bf16", micro_batch_size=4, recompute="full", optimizer_impl="fused"),
+    ),
     Case("mistral-7b", _t(seq_len=4096, precision="bf16", micro_batch_size=4, recompute="full")),
     Case("qwen2.5-7b", _t(seq_len=4096, precision="amp-bf16", micro_batch_size=2, optimizer_impl="fused")),
-    Case("mixtral-8x7b", _t(seq_len=4096, precision="bf16", micro_batch_size=4, recompute="full",
-                            optimizer_impl="fused")),
+    Case(
+        "mixtral-8x7b",
+        _t(seq_len=4096, precision="bf16", micro_batch_size=4, recompute="full", optimizer_impl="fused"),
+    ),
 )
 """Real-size cases: 1-2B at 2048 tokens, 4-47B at 4096, pure bf16 and amp-bf16, with and without recompute."""
 
@@ -92,8 +98,12 @@ def measure(case: Case, cache: dict[str, dict[str, Any]]) -> dict[str, Any]:
     if key not in cache:
         start = time.perf_counter()
         result = probe_memory(ModelConfig.preset(case.preset), case.training)
-        cache[key] = {"peak_bytes": result.peak_bytes, "peak_phase": result.peak_phase,
-                      "peak_step": result.peak_step, "probe_s": time.perf_counter() - start}
+        cache[key] = {
+            "peak_bytes": result.peak_bytes,
+            "peak_phase": result.peak_phase.value,
+            "peak_step": result.peak_step,
+            "probe_s": time.perf_counter() - start,
+        }
     return cache[key]
 
 
@@ -118,8 +128,9 @@ def format_table(rows: list[Row], markdown: bool) -> str:
     for r in rows:
         est = "-" if r.estimate_bytes is None else f"{r.estimate_bytes / GIB:.2f}"
         err = "-" if r.error is None else f"{100 * r.error:+.1f}"
-        lines.append([r.case.preset, r.case.label, f"{r.probe_bytes / GIB:.2f}", est, err, f"{r.probe_s:.0f}",
-                      r.note])
+        lines.append(
+            [r.case.preset, r.case.label, f"{r.probe_bytes / GIB:.2f}", est, err, f"{r.probe_s:.0f}", r.note]
+        )
     if markdown:
         out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
         out += ["| " + " | ".join(line) + " |" for line in lines]
@@ -135,16 +146,20 @@ def summary(rows: list[Row]) -> str:
     if not errors:
         return "no estimates"
     worst = max(rows, key=lambda r: abs(r.error) if r.error is not None else -1.0)
-    return (f"{len(errors)}/{len(rows)} cases estimated; mean |error| "
-            f"{100 * statistics.fmean(abs(e) for e in errors):.1f} %, worst {worst.case.preset} "
-            f"{worst.case.label}: {100 * (worst.error or 0.0):+.1f} %")
+    return (
+        f"{len(errors)}/{len(rows)} cases estimated; mean |error| "
+        f"{100 * statistics.fmean(abs(e) for e in errors):.1f} %, worst {worst.case.preset} "
+        f"{worst.case.label}: {100 * (worst.error or 0.0):+.1f} %"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="only the first three cases")
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
-    parser.add_argument("--probe-cache", type=Path, help="JSON file of saved probe measurements to reuse and extend")
+    parser.add_argument(
+        "--probe-cache", type=Path, help="JSON file of saved probe measurements to reuse and extend"
+    )
     args = parser.parse_args()
     cases = CASES[:3] if args.quick else CASES
     cache: dict[str, dict[str, Any]] = {}

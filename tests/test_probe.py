@@ -13,7 +13,7 @@ from frenzy_core.errors import ConfigError
 
 torch = pytest.importorskip("torch")
 
-from frenzy_core.memory.probe import CUDA_BLOCK_BYTES, PHASES, measure_training_step, probe_memory
+from frenzy_core.memory.probe import CUDA_BLOCK_BYTES, Phase, measure_training_step, probe_memory
 
 _FEATURES = 256
 _BATCH = 4
@@ -40,8 +40,9 @@ def _measure(optimizer: str = "sgd", **kwargs: object) -> object:
         "adam-fused": lambda p: torch.optim.Adam(p, fused=True),
         "adam-for-loop": lambda p: torch.optim.Adam(p, foreach=False),
     }
-    return measure_training_step(_linear, _batch, optimizer_factory=factories[optimizer], loss_fn=_square_sum,
-                                 **kwargs)
+    return measure_training_step(
+        _linear, _batch, optimizer_factory=factories[optimizer], loss_fn=_square_sum, **kwargs
+    )
 
 
 def test_adam_states_after_two_steps_are_two_moments_and_a_step_counter() -> None:
@@ -69,7 +70,9 @@ def test_every_phase_of_every_step_is_recorded_in_order() -> None:
         expected.append((step, 0, "optimizer"))
     assert seen == expected
     assert result.peak_bytes == max(p.peak_bytes for p in result.phases)
-    assert result.phase_peak_bytes("backward") == max(p.peak_bytes for p in result.phases if p.phase == "backward")
+    assert result.phase_peak_bytes("backward") == max(
+        p.peak_bytes for p in result.phases if p.phase == "backward"
+    )
 
 
 def test_gradient_accumulation_keeps_the_first_microbatch_grads_alive() -> None:
@@ -105,7 +108,9 @@ def test_storages_are_rounded_to_cuda_blocks() -> None:
 
     sgd = lambda p: torch.optim.SGD(p, lr=0.1)
     rounded = measure_training_step(one_scalar, batch, optimizer_factory=sgd, loss_fn=loss, steps=1)
-    exact = measure_training_step(one_scalar, batch, optimizer_factory=sgd, loss_fn=loss, steps=1, block_bytes=1)
+    exact = measure_training_step(
+        one_scalar, batch, optimizer_factory=sgd, loss_fn=loss, steps=1, block_bytes=1
+    )
     assert rounded.breakdown["parameters"] == CUDA_BLOCK_BYTES
     assert exact.breakdown["parameters"] == 4
 
@@ -118,6 +123,68 @@ def test_rounding_patch_is_undone_after_the_probe() -> None:
     assert mem_tracker._WeakRefInfo._calculate_mem_consumed is before
 
 
+def test_functions_swapped_for_the_probe_are_restored() -> None:
+    import torch.nn.functional as F
+
+    before = (F.dropout, F.scaled_dot_product_attention)
+    _measure("sgd", steps=1)
+    assert (F.dropout, F.scaled_dot_product_attention) == before
+
+
+def test_dropout_keeps_a_one_byte_mask_as_on_cuda() -> None:
+    def dropout_model() -> torch.nn.Module:
+        return torch.nn.Sequential(torch.nn.Linear(_FEATURES, _FEATURES, bias=False), torch.nn.Dropout(0.1))
+
+    def no_dropout_model() -> torch.nn.Module:
+        return torch.nn.Sequential(torch.nn.Linear(_FEATURES, _FEATURES, bias=False))
+
+    sgd = lambda p: torch.optim.SGD(p, lr=0.1)
+    with_dropout = measure_training_step(
+        dropout_model, _batch, optimizer_factory=sgd, loss_fn=_square_sum, steps=1
+    )
+    without = measure_training_step(
+        no_dropout_model, _batch, optimizer_factory=sgd, loss_fn=_square_sum, steps=1
+    )
+    # The square saves dropout's output instead of the linear output (same size; the latter is then freed),
+    # so dropout adds only its bool mask, 1 byte per element; the CPU kernel would keep 4 bytes per element.
+    added = with_dropout.phases[0].end_bytes - without.phases[0].end_bytes
+    assert added == _BATCH * _FEATURES
+
+
+class _Attention(torch.nn.Module):
+    """One projection feeding causal SDPA over 4 heads of 128 tokens."""
+
+    def __init__(self, dropout_p: float) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(64, 64, bias=False)
+        self.dropout_p = dropout_p
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q = self.proj(x).view(2, 128, 4, 16).transpose(1, 2)
+        return torch.nn.functional.scaled_dot_product_attention(
+            q, q, q, dropout_p=self.dropout_p, is_causal=True
+        )
+
+
+def test_attention_dropout_saves_no_score_matrix_as_on_cuda() -> None:
+    def batch() -> tuple[torch.Tensor]:
+        return (torch.randn(2, 128, 64),)
+
+    def run(p: float) -> int:
+        result = measure_training_step(
+            lambda: _Attention(p),
+            batch,
+            loss_fn=_square_sum,
+            steps=1,
+            optimizer_factory=lambda params: torch.optim.SGD(params, lr=0.1),
+        )
+        return result.phases[0].end_bytes
+
+    # CPU SDPA with dropout falls back to the math kernel and saves 2 x 4 x 128 x 128 probabilities; CUDA's
+    # flash and memory-efficient kernels drop out in-kernel and save what they save without dropout.
+    assert run(0.1) == run(0.0)
+
+
 def test_bad_arguments_are_config_errors() -> None:
     with pytest.raises(ConfigError, match="steps"):
         _measure("sgd", steps=0)
@@ -127,17 +194,28 @@ def test_bad_arguments_are_config_errors() -> None:
         _measure("sgd", steps=1).phase_peak_bytes("warmup")
 
 
-def test_phases_vocabulary() -> None:
-    assert PHASES == ("forward", "backward", "optimizer")
+def test_phase_names_match_the_estimator_vocabulary() -> None:
+    # MemoryEstimate.peak_phase uses the same three words.
+    assert [p.value for p in Phase] == ["forward", "backward", "optimizer"]
 
 
 # ---- Hugging Face models -------------------------------------------------------------------------------
 
 pytest.importorskip("transformers")
 
-_TINY = ModelConfig(name="llama-probe-test", num_layers=2, hidden_size=128, num_attention_heads=4, num_kv_heads=2,
-                    ffn_hidden_size=352, mlp="swiglu", norm="rmsnorm", position_embedding="rotary", vocab_size=512,
-                    tied_embeddings=False)
+_TINY = ModelConfig(
+    name="llama-probe-test",
+    num_layers=2,
+    hidden_size=128,
+    num_attention_heads=4,
+    num_kv_heads=2,
+    ffn_hidden_size=352,
+    mlp="swiglu",
+    norm="rmsnorm",
+    position_embedding="rotary",
+    vocab_size=512,
+    tied_embeddings=False,
+)
 _TRAIN = TrainingConfig(seq_len=128, micro_batch_size=2, precision="fp32", attention="sdpa")
 
 
@@ -165,6 +243,16 @@ def test_full_recompute_and_sdpa_lower_the_forward_peak() -> None:
     assert recompute.phase_peak_bytes("forward") < eager.phase_peak_bytes("forward")
 
 
+def test_sdpa_activations_grow_linearly_with_sequence_length() -> None:
+    def forward_activation_bytes(seq_len: int) -> int:
+        result = probe_memory(_TINY, _TRAIN.replace(seq_len=seq_len))
+        return result.phases[0].tracker_breakdown["Activation"]
+
+    # Unpadded batches run SDPA with is_causal and no (b, 1, s, s) mask, as on a GPU, so nothing is
+    # quadratic in the sequence length: doubling it at most doubles the forward's activations.
+    assert forward_activation_bytes(256) <= 2 * forward_activation_bytes(128)
+
+
 def test_flash_and_selective_are_probed_as_sdpa_and_say_so() -> None:
     sdpa = probe_memory(_TINY, _TRAIN)
     flash_selective = probe_memory(_TINY, _TRAIN.replace(attention="flash", recompute="selective"))
@@ -188,12 +276,16 @@ def test_a_bare_backbone_has_no_logits_and_says_how_it_was_trained() -> None:
     assert any("last hidden state" in n for n in result.notes)
 
 
-@pytest.mark.parametrize("changes, field", [
-    ({"precision": "bf16-mixed"}, "precision"),
-    ({"optimizer": "adam-8bit"}, "optimizer"),
-    ({"recompute": "selective", "attention": "eager"}, "recompute"),
-    ({"recompute": "full", "recompute_num_layers": 2}, "recompute_num_layers"),
-])
+@pytest.mark.parametrize(
+    "changes, field",
+    [
+        ({"precision": "bf16-mixed"}, "precision"),
+        ({"optimizer": "adam-8bit"}, "optimizer"),
+        ({"recompute": "selective", "attention": "eager"}, "recompute"),
+        ({"recompute": "full", "recompute_num_layers": 2}, "recompute_num_layers"),
+        ({"framework": "megatron"}, "framework"),
+    ],
+)
 def test_settings_without_a_torch_equivalent_are_refused(changes: dict[str, object], field: str) -> None:
     with pytest.raises(ConfigError) as info:
         probe_memory(_TINY, _TRAIN.replace(**changes))
@@ -212,6 +304,8 @@ def test_package_imports_without_torch_and_the_probe_says_what_to_install() -> N
         except OptionalDependencyError as exc:
             print("OK", exc)
     """)
-    out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("OK") and "frenzy_core[torch]" in out.stdout

@@ -4,8 +4,8 @@ Acceptance (set by the project, not fitted): over the grid the mean absolute err
 ``estimate_memory(...).peak_bytes`` against the probe's measured peak is at most 3 %, no case is off by more
 than 6 %, and no estimate falls more than 3 % below the measured peak (under-estimates cause OOMs).
 
-The probe sees tensors only: the cuBLAS/cuBLASLt workspaces that a GPU's ``max_memory_allocated`` also counts do
-not exist in a CPU run, so the estimator's ``workspaces`` term is left out of the compared peak.
+The probe sees tensors only: the cuBLAS/cuBLASLt workspaces that a GPU's ``max_memory_allocated`` also counts
+do not exist in a CPU run, so the estimator's ``workspaces`` term is left out of the compared peak.
 """
 
 from __future__ import annotations
@@ -27,35 +27,132 @@ _VOCAB = 4096
 _ROPE = {"position_embedding": "rotary", "norm": "rmsnorm"}
 
 GRID_MODELS: dict[str, ModelConfig] = {
-    "gpt2": ModelConfig(name="gpt2-tiny", num_layers=2, hidden_size=256, num_attention_heads=4, vocab_size=_VOCAB,
-                        max_position_embeddings=512, qkv_bias=True, linear_bias=True, hidden_dropout=0.1,
-                        attention_dropout=0.1),
-    "bert": ModelConfig(name="bert-tiny", arch="encoder", num_layers=2, hidden_size=256, num_attention_heads=4,
-                        vocab_size=_VOCAB, max_position_embeddings=512, type_vocab_size=2, qkv_bias=True,
-                        linear_bias=True, embedding_norm=True, final_norm=False, hidden_dropout=0.1,
-                        attention_dropout=0.1),
-    "llama": ModelConfig(name="llama-tiny", num_layers=2, hidden_size=256, num_attention_heads=8, num_kv_heads=2,
-                         ffn_hidden_size=704, mlp="swiglu", vocab_size=_VOCAB, tied_embeddings=False, **_ROPE),
-    "mistral": ModelConfig(name="mistral-tiny", num_layers=3, hidden_size=384, num_attention_heads=6,
-                           num_kv_heads=2, ffn_hidden_size=1024, mlp="swiglu", vocab_size=_VOCAB,
-                           tied_embeddings=False, **_ROPE),
-    "qwen2": ModelConfig(name="qwen2-tiny", num_layers=2, hidden_size=256, num_attention_heads=4, num_kv_heads=2,
-                         ffn_hidden_size=768, mlp="swiglu", vocab_size=_VOCAB, qkv_bias=True, tied_embeddings=True,
-                         **_ROPE),
-    "gemma": ModelConfig(name="gemma-tiny", num_layers=2, hidden_size=256, num_attention_heads=4, num_kv_heads=1,
-                         head_dim=128, ffn_hidden_size=1024, mlp="geglu", vocab_size=_VOCAB, tied_embeddings=True,
-                         **_ROPE),
-    "gpt_neox": ModelConfig(name="neox-tiny", num_layers=2, hidden_size=256, num_attention_heads=4,
-                            vocab_size=_VOCAB, position_embedding="rotary", parallel_block=True, qkv_bias=True,
-                            linear_bias=True, tied_embeddings=False),
-    "opt": ModelConfig(name="opt-tiny", num_layers=2, hidden_size=256, num_attention_heads=4, vocab_size=_VOCAB,
-                       mlp="relu", max_position_embeddings=514, qkv_bias=True, linear_bias=True, hidden_dropout=0.1),
-    "phi3": ModelConfig(name="phi3-tiny", num_layers=2, hidden_size=256, num_attention_heads=4,
-                        ffn_hidden_size=688, mlp="swiglu", vocab_size=_VOCAB, tied_embeddings=False,
-                        hidden_dropout=0.1, **_ROPE),
-    "mixtral": ModelConfig(name="mixtral-tiny", num_layers=2, hidden_size=256, num_attention_heads=8,
-                           num_kv_heads=2, mlp="swiglu", vocab_size=_VOCAB, tied_embeddings=False,
-                           moe=MoEConfig(num_experts=4, top_k=2, expert_ffn_hidden_size=512), **_ROPE),
+    "gpt2": ModelConfig(
+        name="gpt2-tiny",
+        num_layers=2,
+        hidden_size=256,
+        num_attention_heads=4,
+        vocab_size=_VOCAB,
+        max_position_embeddings=512,
+        qkv_bias=True,
+        linear_bias=True,
+        hidden_dropout=0.1,
+        attention_dropout=0.1,
+    ),
+    "bert": ModelConfig(
+        name="bert-tiny",
+        arch="encoder",
+        num_layers=2,
+        hidden_size=256,
+        num_attention_heads=4,
+        vocab_size=_VOCAB,
+        max_position_embeddings=512,
+        type_vocab_size=2,
+        qkv_bias=True,
+        linear_bias=True,
+        embedding_norm=True,
+        final_norm=False,
+        hidden_dropout=0.1,
+        attention_dropout=0.1,
+    ),
+    "llama": ModelConfig(
+        name="llama-tiny",
+        num_layers=2,
+        hidden_size=256,
+        num_attention_heads=8,
+        num_kv_heads=2,
+        ffn_hidden_size=704,
+        mlp="swiglu",
+        vocab_size=_VOCAB,
+        tied_embeddings=False,
+        **_ROPE,
+    ),
+    "mistral": ModelConfig(
+        name="mistral-tiny",
+        num_layers=3,
+        hidden_size=384,
+        num_attention_heads=6,
+        num_kv_heads=2,
+        ffn_hidden_size=1024,
+        mlp="swiglu",
+        vocab_size=_VOCAB,
+        tied_embeddings=False,
+        **_ROPE,
+    ),
+    "qwen2": ModelConfig(
+        name="qwen2-tiny",
+        num_layers=2,
+        hidden_size=256,
+        num_attention_heads=4,
+        num_kv_heads=2,
+        ffn_hidden_size=768,
+        mlp="swiglu",
+        vocab_size=_VOCAB,
+        qkv_bias=True,
+        tied_embeddings=True,
+        **_ROPE,
+    ),
+    "gemma": ModelConfig(
+        name="gemma-tiny",
+        num_layers=2,
+        hidden_size=256,
+        num_attention_heads=4,
+        num_kv_heads=1,
+        head_dim=128,
+        ffn_hidden_size=1024,
+        mlp="geglu",
+        vocab_size=_VOCAB,
+        tied_embeddings=True,
+        **_ROPE,
+    ),
+    "gpt_neox": ModelConfig(
+        name="neox-tiny",
+        num_layers=2,
+        hidden_size=256,
+        num_attention_heads=4,
+        vocab_size=_VOCAB,
+        position_embedding="rotary",
+        parallel_block=True,
+        qkv_bias=True,
+        linear_bias=True,
+        tied_embeddings=False,
+    ),
+    "opt": ModelConfig(
+        name="opt-tiny",
+        num_layers=2,
+        hidden_size=256,
+        num_attention_heads=4,
+        vocab_size=_VOCAB,
+        mlp="relu",
+        max_position_embeddings=514,
+        qkv_bias=True,
+        linear_bias=True,
+        hidden_dropout=0.1,
+    ),
+    "phi3": ModelConfig(
+        name="phi3-tiny",
+        num_layers=2,
+        hidden_size=256,
+        num_attention_heads=4,
+        ffn_hidden_size=688,
+        mlp="swiglu",
+        vocab_size=_VOCAB,
+        tied_embeddings=False,
+        hidden_dropout=0.1,
+        **_ROPE,
+    ),
+    "mixtral": ModelConfig(
+        name="mixtral-tiny",
+        num_layers=2,
+        hidden_size=256,
+        num_attention_heads=8,
+        num_kv_heads=2,
+        mlp="swiglu",
+        vocab_size=_VOCAB,
+        tied_embeddings=False,
+        moe=MoEConfig(num_experts=4, top_k=2, expert_ffn_hidden_size=512),
+        **_ROPE,
+    ),
 }
 """Small models (2-3 layers, hidden 256-384) covering each Hugging Face family the probe builds."""
 
@@ -77,7 +174,7 @@ GRID_CASES: list[tuple[str, TrainingConfig]] = [
     ("mistral", _BASE.replace(precision="bf16", attention="sdpa", optimizer="sgd-momentum")),
     ("gemma", _BASE.replace(precision="amp-bf16", attention="flash", seq_len=1024, micro_batch_size=1)),
 ]
-"""(model, training) pairs: the full precision x recompute x attention product for every family, plus extras."""
+"""(model, training) pairs: precision x recompute x attention for every family, plus extras."""
 
 
 def case_id(case: tuple[str, TrainingConfig]) -> str:
@@ -117,7 +214,9 @@ def relative_error(index: int) -> float:
 def test_estimate_matches_probe_per_case(index: int) -> None:
     err = relative_error(index)
     assert abs(err) <= CASE_ABS_ERROR_MAX, f"estimate off by {err:+.2%} (limit {CASE_ABS_ERROR_MAX:.0%})"
-    assert err >= -UNDER_ESTIMATE_MAX, f"estimate {err:+.2%} below the measured peak (limit {UNDER_ESTIMATE_MAX:.0%})"
+    assert err >= -UNDER_ESTIMATE_MAX, (
+        f"estimate {err:+.2%} below the measured peak (limit {UNDER_ESTIMATE_MAX:.0%})"
+    )
 
 
 def test_estimate_mean_abs_error_over_grid() -> None:

@@ -6,6 +6,7 @@ The derivation of each term is in docs/memory-model.md.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,13 +59,28 @@ def _bytes(training: TrainingConfig) -> tuple[int, int, int]:
     return 2, 2, lin
 
 
+@functools.lru_cache(maxsize=256)
+def _hf_family(model: ModelConfig) -> str:
+    """The Hugging Face ``model_type`` whose modules the eager-torch terms follow: the one
+    :func:`frenzy_core.config.hf.to_hf_config` builds (and the probe measures); a guess where none fits."""
+    from frenzy_core.config.hf import to_hf_config
+
+    try:
+        return str(to_hf_config(model)["model_type"])
+    except Exception:  # noqa: BLE001 - best effort: any architecture it cannot map falls back to the guess below
+        if model.arch is ArchKind.ENCODER:
+            return "bert"
+        if model.position_embedding is PositionEmbedding.LEARNED and model.mlp is MLPKind.GELU:
+            return "gpt2"
+        return "llama"
+
+
 def _hf_style(model: ModelConfig) -> str:
-    """Which Hugging Face module family the eager-torch terms follow (see docs/memory-model.md)."""
-    if model.arch is ArchKind.ENCODER:
-        return "bert"
-    if model.position_embedding is PositionEmbedding.LEARNED and model.mlp is MLPKind.GELU:
-        return "gpt2"
-    return "llama"
+    """Attention/MLP layout: BERT, GPT-2 (fused QKV, native-dtype softmax), fused QKV with RoPE, or Llama-like."""
+    family = _hf_family(model)
+    if family in ("bert", "gpt2"):
+        return family
+    return "fused_rope" if family in ("gpt_neox", "phi3") else "llama"
 
 
 def _torch_layer(model: ModelConfig, training: TrainingConfig, tp: FloatArray, s_keys: FloatArray
@@ -82,7 +98,7 @@ def _torch_layer(model: ModelConfig, training: TrainingConfig, tp: FloatArray, s
         # rsqrt (fp32 per token), the downcast y.to(dtype) [saved by weight mul]; LayerNorm: input + mean + rstd.
         if model.norm is NormKind.RMSNORM:
             saved = (FP32 * h + bs * h + FP32) if bs == 4 else (FP32 * h + 2 * h + FP32)
-            if bs == 2 and model.mlp is MLPKind.GEGLU:
+            if bs == 2 and _hf_family(model) == "gemma":
                 # GemmaRMSNorm multiplies in fp32 (x * rsqrt * (1 + w)) and then downcasts: the fp32 product is
                 # saved instead of a half copy.
                 saved += 2 * h
@@ -91,14 +107,14 @@ def _torch_layer(model: ModelConfig, training: TrainingConfig, tp: FloatArray, s
         # Its output is saved by the next linear(s); autocast casts it once per consuming linear.
         return saved + (2 * h * consumers if amp else bs * h)
 
-    separate_qkv = style == "llama"
+    separate_qkv = style in ("llama", "bert")  # one cast per projection under autocast
     attn: FloatArray = np.asarray(norm(3 if separate_qkv else 1), dtype=np.float64)
     eager = training.attention is Attention.EAGER
-    if style == "llama" and model.parallel_block and not eager:
-        # GPT-NeoX: one fused QKV projection; SDPA saves v, a view of it, so its whole output stays saved, plus
-        # the rotated q and k copies (eager attention saves contiguous copies instead).
+    if style == "fused_rope" and not eager:
+        # GPT-NeoX, Phi-3: one fused QKV projection; SDPA saves v, a view of it, so its whole output stays saved,
+        # plus the rotated q and k copies (eager attention saves contiguous copies instead).
         attn = attn + bm * (q + 2 * kv) / tp + bm * (q + kv) / tp
-    elif style == "llama":
+    elif style != "gpt2":
         # RoPE returns new q, k tensors (the projections' outputs are freed); v is saved as is.
         k_width = q if (eager and model.num_kv_heads != a) else kv  # eager repeat_kv copies k, v to all heads
         attn = attn + bm * (q + 2 * k_width) / tp
@@ -111,11 +127,13 @@ def _torch_layer(model: ModelConfig, training: TrainingConfig, tp: FloatArray, s
         per_width = (FP32 + bs) if bs == FP32 else (FP32 + 2)
         attn = attn + (per_width * (q + kv) + FP32 * (a + g)) / tp
     if eager:
-        if style == "llama":
+        if style in ("llama", "fused_rope"):
             probs = FP32 + (bm if bm != FP32 else 0)  # softmax(dtype=fp32) saved, then .to(dtype) copy
         else:
-            probs = bm  # softmax in the input dtype, saved
-        if p_a and style == "llama":
+            # softmax in the input dtype, saved; autocast runs softmax in fp32 and the .type(dtype) copy feeds the
+            # dropout (or, without dropout, the matmul with v, which saves it)
+            probs = (FP32 + (0 if p_a else bm)) if amp else bm
+        if p_a and style in ("llama", "fused_rope"):
             probs = FP32 + MASK_BYTES + bm  # the pre-dropout copy is freed: dropout backward needs its mask only
         elif p_a:
             probs += MASK_BYTES + bm  # dropout mask + output (saved by the matmul with v)

@@ -9,14 +9,17 @@ expert parallelism are analytic only and are not probed):
   (uniform chunks of 1 layer, or block over all layers); selective with sdpa/flash runs as none, since
   the attention core then saves no s x s tensor and Megatron's selective recompute removes nothing
   more; selective with eager attention has no Transformers equivalent and is refused.
-- precision: fp32 as is; bf16/fp16 -> built in that dtype (``from_config(dtype=...)``, as ``model.to``); amp-bf16/amp-fp16 -> fp32 model under
-  ``torch.autocast("cpu", dtype)`` (CPU autocast keeps a few ops in low precision that CUDA autocast
-  runs in fp32; the grad scaler of amp-fp16 is not modelled); Megatron-style *-mixed recipes are refused.
+- precision: fp32 as is; bf16/fp16 -> built in that dtype (``from_config(dtype=...)``, as ``model.to``);
+  amp-bf16/amp-fp16 -> fp32 model under ``torch.autocast("cpu", dtype)`` (CPU autocast keeps a few ops in
+  low precision that CUDA autocast runs in fp32; the grad scaler of amp-fp16 is not modelled);
+  Megatron-style *-mixed recipes are refused.
 - optimizer: torch.optim AdamW/Adam/SGD, SGD momentum 0.9; for-loop / foreach / fused implementations;
   8-bit Adam (bitsandbytes) is refused.
+- framework: torch only (Megatron's Transformer Engine kernels save other tensors).
 - model: the class ``to_hf_config`` names (``...ForCausalLM``, ``BertForMaskedLM`` or a bare ``...Model``,
-  whose loss is then the sum of its last hidden state); dropout active (train mode), ``use_cache=False`` as in training; the batch is
-  ``micro_batch_size x seq_len`` token ids used as labels (no padding, no attention mask).
+  whose loss is then the sum of its last hidden state); dropout active (train mode); ``use_cache=False``
+  as in training; the batch is ``micro_batch_size x seq_len`` token ids used as labels (no padding, no
+  attention mask, one sequence per row).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.training import (
     Attention,
+    Framework,
     Optimizer,
     OptimizerImpl,
     Precision,
@@ -89,19 +93,22 @@ def _check_recompute(model: ModelConfig, training: TrainingConfig, notes: list[s
         if training.attention is Attention.EAGER:
             raise ConfigError(
                 "recompute='selective' with attention='eager' has no Hugging Face equivalent to probe",
-                field="recompute", value=training.recompute.value,
+                field="recompute",
+                value=training.recompute.value,
                 hint="probe attention='sdpa' (selective then equals none) or recompute='full'",
             )
         notes.append("selective recompute probed as none: sdpa saves no s x s tensor to drop")
         return False
     n = training.recompute_num_layers
     every_layer = (training.recompute_method is RecomputeMethod.UNIFORM and n in (None, 1)) or (
-        training.recompute_method is RecomputeMethod.BLOCK and (n is None or n >= model.num_layers))
+        training.recompute_method is RecomputeMethod.BLOCK and (n is None or n >= model.num_layers)
+    )
     if not every_layer:
         raise ConfigError(
             f"recompute_method={training.recompute_method.value!r} with recompute_num_layers={n} cannot be "
             "probed: Transformers checkpoints every layer separately",
-            field="recompute_num_layers", value=n,
+            field="recompute_num_layers",
+            value=n,
             hint="probe recompute_num_layers=None (uniform, one layer per chunk)",
         )
     return True
@@ -122,7 +129,9 @@ def _dtypes(training: TrainingConfig, torch: Any) -> tuple[Any, Any]:
         return torch.float32, torch.float16
     raise ConfigError(
         f"precision={p.value!r} (Megatron/DeepSpeed master weights) cannot be probed with plain torch",
-        field="precision", value=p.value, hint="probe one of fp32, bf16, fp16, amp-bf16, amp-fp16",
+        field="precision",
+        value=p.value,
+        hint="probe one of fp32, bf16, fp16, amp-bf16, amp-fp16",
     )
 
 
@@ -138,8 +147,12 @@ def _optimizer_factory(training: TrainingConfig, torch: Any) -> Callable[[Any], 
         return lambda params: torch.optim.SGD(params, lr=1e-2, **flags)
     if opt is Optimizer.SGD_MOMENTUM:
         return lambda params: torch.optim.SGD(params, lr=1e-2, momentum=_SGD_MOMENTUM, **flags)
-    raise ConfigError(f"optimizer={opt.value!r} needs bitsandbytes on a GPU and cannot be probed",
-                      field="optimizer", value=opt.value, hint="probe adamw, adam, sgd or sgd-momentum")
+    raise ConfigError(
+        f"optimizer={opt.value!r} needs bitsandbytes on a GPU and cannot be probed",
+        field="optimizer",
+        value=opt.value,
+        hint="probe adamw, adam, sgd or sgd-momentum",
+    )
 
 
 def hf_training_setup(model: ModelConfig, training: TrainingConfig) -> HFTrainingSetup:
@@ -147,6 +160,14 @@ def hf_training_setup(model: ModelConfig, training: TrainingConfig) -> HFTrainin
     torch, transformers = _import_hf()
     from frenzy_core.config.hf import to_hf_config
 
+    if training.framework is not Framework.TORCH:
+        raise ConfigError(
+            f"framework={training.framework.value!r} cannot be probed: the probe runs Hugging Face modules "
+            "in torch",
+            field="framework",
+            value=training.framework.value,
+            hint="probe framework='torch'",
+        )
     notes: list[str] = []
     attn = _attn_implementation(training, notes)
     checkpointing = _check_recompute(model, training, notes)
@@ -155,7 +176,9 @@ def hf_training_setup(model: ModelConfig, training: TrainingConfig) -> HFTrainin
     hf_kwargs["use_cache"] = False
     hf_config = transformers.AutoConfig.for_model(**hf_kwargs)
     model_class = getattr(transformers, hf_kwargs["architectures"][0])
-    dtype_key = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"  # renamed in 5.0
+    dtype_key = (
+        "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
+    )  # renamed in 5.0
 
     def module_factory() -> Any:
         module = model_class._from_config(hf_config, attn_implementation=attn, **{dtype_key: weight_dtype})
@@ -171,55 +194,69 @@ def hf_training_setup(model: ModelConfig, training: TrainingConfig) -> HFTrainin
 
     grouped_mm_fallback = model.moe is not None and weight_dtype is not torch.bfloat16
     if grouped_mm_fallback:
-        notes.append("MoE experts run Transformers' grouped-mm fallback (same saved tensors) for non-bf16 weights")
+        notes.append(
+            "MoE experts run Transformers' grouped-mm fallback (same saved tensors) for non-bf16 weights"
+        )
 
     @contextlib.contextmanager
     def runtime() -> Iterator[None]:
-        with _unpacked_batches(), (_grouped_mm_fallback() if grouped_mm_fallback else contextlib.nullcontext()):
+        with _unpacked_batches(), _grouped_mm_fallback() if grouped_mm_fallback else contextlib.nullcontext():
             yield
+
     loss_fn = _hidden_state_sum if not model.lm_head else None
     if loss_fn is not None:
         notes.append("no language-model head: the loss is the sum of the last hidden state (saves nothing)")
-    return HFTrainingSetup(module_factory=module_factory, batch_factory=batch_factory,
-                           optimizer_factory=_optimizer_factory(training, torch), autocast_dtype=autocast_dtype,
-                           loss_fn=loss_fn, backbone=model_class.base_model_prefix if model.lm_head else None,
-                           runtime=runtime, notes=tuple(notes))
+    return HFTrainingSetup(
+        module_factory=module_factory,
+        batch_factory=batch_factory,
+        optimizer_factory=_optimizer_factory(training, torch),
+        autocast_dtype=autocast_dtype,
+        loss_fn=loss_fn,
+        backbone=model_class.base_model_prefix if model.lm_head else None,
+        runtime=runtime,
+        notes=tuple(notes),
+    )
 
 
 @contextlib.contextmanager
-def _unpacked_batches() -> Iterator[None]:
-    """Tell Transformers' mask builder that the batch holds one sequence per row, as the probe's batches do.
+def _patched(module_name: str, attribute: str, replacement: Any) -> Iterator[None]:
+    """Swap ``module_name.attribute`` for ``replacement`` in the block (nothing if either is missing)."""
+    import importlib
 
-    ``masking_utils.find_packed_sequence_indices`` cannot read fake position ids, so it assumes packed
-    sequences and makes every model build a (b, 1, s, s) mask that SDPA then saves; on a GPU the check
-    passes and SDPA runs with ``is_causal=True`` and no mask.
-    """
-    from transformers import masking_utils
-
-    original = masking_utils.find_packed_sequence_indices
-    masking_utils.find_packed_sequence_indices = lambda position_ids: None
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError:
+        module = None
+    original = getattr(module, attribute, None)
+    if original is None:
+        yield
+        return
+    setattr(module, attribute, replacement)
     try:
         yield
     finally:
-        masking_utils.find_packed_sequence_indices = original
+        setattr(module, attribute, original)
 
 
-@contextlib.contextmanager
-def _grouped_mm_fallback() -> Iterator[None]:
+def _unpacked_batches() -> AbstractContextManager[None]:
+    """Tell Transformers' mask builder that the batch holds one sequence per row, as the probe's batches do.
+
+    ``masking_utils.find_packed_sequence_indices`` cannot read fake position ids, so it assumes packed
+    sequences and makes every model build a (b, 1, s, s) mask that SDPA then saves (and, for GQA, expanded
+    k/v copies); on a GPU the check passes and SDPA runs with ``is_causal=True`` and no mask. (Where the
+    check does not exist, nothing is patched.)
+    """
+    return _patched("transformers.masking_utils", "find_packed_sequence_indices", lambda position_ids: None)
+
+
+def _grouped_mm_fallback() -> AbstractContextManager[None]:
     """Route MoE experts to Transformers' grouped-mm fallback op.
 
     torch's fake (meta) kernel of ``grouped_mm`` accepts bf16 only, so fp32 experts cannot run under
     fake tensors; the fallback custom op (transformers/integrations/moe.py) has a fake kernel, the same
-    output and the same saved tensors (input and weight).
+    output and the same saved tensors (input and weight). (Older Transformers loop over experts instead.)
     """
-    from transformers.integrations import moe
-
-    original = moe._can_use_grouped_mm
-    moe._can_use_grouped_mm = lambda *args, **kwargs: False
-    try:
-        yield
-    finally:
-        moe._can_use_grouped_mm = original
+    return _patched("transformers.integrations.moe", "_can_use_grouped_mm", lambda *args, **kwargs: False)
 
 
 def _enable_checkpointing(module: Any) -> None:

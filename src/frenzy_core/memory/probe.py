@@ -20,6 +20,7 @@ a model feeds low-precision tensors to such ops (e.g. GPT-2's ``gelu_new`` under
 from __future__ import annotations
 
 import contextlib
+import enum
 import functools
 import math
 import weakref
@@ -38,14 +39,23 @@ if TYPE_CHECKING:
     from frenzy_core.config.model import ModelConfig
     from frenzy_core.config.training import TrainingConfig
 
-__all__ = ["CUDA_BLOCK_BYTES", "PHASES", "PhasePeak", "ProbeResult", "measure_training_step", "probe_memory"]
+__all__ = ["CUDA_BLOCK_BYTES", "Phase", "PhasePeak", "ProbeResult", "measure_training_step", "probe_memory"]
 
 CUDA_BLOCK_BYTES = 512
 """CUDA caching allocator's rounding (``kMinBlockSize`` in c10/cuda/CUDACachingAllocator.cpp), which
 ``torch.cuda.max_memory_allocated`` counts; MemTracker applies it to CUDA tensors only."""
 
-PHASES: tuple[str, ...] = ("forward", "backward", "optimizer")
-"""Phases of a training step: forward includes the loss; backward ends when the last grad is written."""
+
+class Phase(str, enum.Enum):
+    """Phases of a training step, in order."""
+
+    FORWARD = "forward"
+    """Forward pass and loss."""
+    BACKWARD = "backward"
+    """Backward pass, until the last gradient is written."""
+    OPTIMIZER = "optimizer"
+    """Optimizer step and ``zero_grad(set_to_none=True)``."""
+
 
 # MemTracker categories (``_MemRefType`` values) -> the estimator's categories (MEMORY_CATEGORIES).
 # Buffers (rotary tables, position ids) are counted with the parameters; backward temporaries
@@ -67,25 +77,33 @@ class PhasePeak(FrozenModel):
 
     step: int = Field(ge=0, description="0-based optimizer step (iteration).")
     microbatch: int = Field(ge=0, description="0-based micro-batch of that step (0 for the optimizer phase).")
-    phase: str = Field(description="forward, backward or optimizer.")
-    peak_bytes: int = Field(ge=0, description="Largest sum of live (block-rounded) tensor bytes in the phase.")
+    phase: Phase = Field(description="Which phase.")
+    peak_bytes: int = Field(
+        ge=0, description="Largest sum of live (block-rounded) tensor bytes in the phase."
+    )
     tracker_breakdown: dict[str, int] = Field(description="MemTracker's categories at that peak.")
-    logits_loss_bytes: int = Field(default=0, ge=0, description="Bytes at that peak made by the head and loss.")
+    logits_loss_bytes: int = Field(
+        default=0, ge=0, description="Bytes at that peak made by the head and loss."
+    )
     end_bytes: int = Field(ge=0, description="Live bytes when the phase ended.")
 
 
 class ProbeResult(FrozenModel):
     """Measured memory of a training step on one device: the peak, what it consisted of, and when."""
 
-    peak_bytes: int = Field(ge=0, description="Peak of live tensor bytes (vs torch.cuda.max_memory_allocated).")
-    peak_phase: str = Field(description="Phase holding the peak: forward, backward or optimizer.")
+    peak_bytes: int = Field(
+        ge=0, description="Peak of live tensor bytes (vs torch.cuda.max_memory_allocated)."
+    )
+    peak_phase: Phase = Field(description="Phase holding the peak.")
     peak_step: int = Field(ge=0, description="0-based step holding the peak.")
     breakdown: dict[str, int] = Field(description="Bytes per MEMORY_CATEGORIES category at the peak.")
     tracker_breakdown: dict[str, int] = Field(description="MemTracker's own categories at the peak.")
-    phases: list[PhasePeak] = Field(description="Peak of every phase of every micro-batch and step, in order.")
+    phases: list[PhasePeak] = Field(
+        description="Peak of every phase of every micro-batch and step, in order."
+    )
     module_activation_bytes: dict[str, int] = Field(
         default_factory=dict,
-        description="Activation bytes each module leaves alive after its first forward (output and saved tensors).",
+        description="Activation bytes a module leaves alive after its first forward (output, saved tensors).",
     )
     block_bytes: int = Field(description="Allocation rounding applied to every storage (1: none).")
     notes: list[str] = Field(default_factory=list, description="How the run differed from the request.")
@@ -93,14 +111,21 @@ class ProbeResult(FrozenModel):
     @model_validator(mode="after")
     def _sums(self) -> ProbeResult:
         if sum(self.breakdown.values()) != self.peak_bytes:
-            raise ValueError(f"breakdown sums to {sum(self.breakdown.values())}, not peak_bytes={self.peak_bytes}")
+            raise ValueError(
+                f"breakdown sums to {sum(self.breakdown.values())}, not peak_bytes={self.peak_bytes}"
+            )
         return self
 
-    def phase_peak_bytes(self, phase: str) -> int:
+    def phase_peak_bytes(self, phase: Phase | str) -> int:
         """Largest peak of ``phase`` over every step and micro-batch."""
-        if phase not in PHASES:
-            raise ConfigError(f"phase must be one of {PHASES}, got {phase!r}", field="phase", value=phase)
-        return max((p.peak_bytes for p in self.phases if p.phase == phase), default=0)
+        try:
+            wanted = Phase(phase)
+        except ValueError:
+            known = [p.value for p in Phase]
+            raise ConfigError(
+                f"phase must be one of {known}, got {phase!r}", field="phase", value=phase
+            ) from None
+        return max((p.peak_bytes for p in self.phases if p.phase is wanted), default=0)
 
     @property
     def peak_gib(self) -> float:
@@ -274,14 +299,23 @@ class _PhaseRecorder:
         self.tracker._peak_mem = {dev: dev_snap["Total"] for dev, dev_snap in snap.items()}
         self.tracker.head_bytes_at_peak = self.tracker.head_bytes
 
-    def stop(self, step: int, microbatch: int, phase: str) -> None:
+    def stop(self, step: int, microbatch: int, phase: Phase) -> None:
         peak, cats = _snapshot_total(self.tracker.get_tracker_snapshot("peak"))
         end, end_cats = _snapshot_total(self.tracker.get_tracker_snapshot("current"))
         head = self.tracker.head_bytes_at_peak
         if end > peak:  # the phase ended above anything seen during it (e.g. no op ran)
             peak, cats, head = end, end_cats, self.tracker.head_bytes
-        self.records.append(PhasePeak(step=step, microbatch=microbatch, phase=phase, peak_bytes=peak,
-                                      tracker_breakdown=cats, logits_loss_bytes=head, end_bytes=end))
+        self.records.append(
+            PhasePeak(
+                step=step,
+                microbatch=microbatch,
+                phase=phase,
+                peak_bytes=peak,
+                tracker_breakdown=cats,
+                logits_loss_bytes=head,
+                end_bytes=end,
+            )
+        )
 
 
 def _module_activations(tracker: MemTracker) -> dict[str, int]:
@@ -304,7 +338,9 @@ def _state(name: str) -> Any:
     return getattr(_ModState, name)
 
 
-def _breakdown(tracker_cats: Mapping[str, int], optimizer_state_bytes: int, logits_loss_bytes: int) -> dict[str, int]:
+def _breakdown(
+    tracker_cats: Mapping[str, int], optimizer_state_bytes: int, logits_loss_bytes: int
+) -> dict[str, int]:
     """Map MemTracker's categories onto MEMORY_CATEGORIES.
 
     Head-and-loss tensors move from activations to logits_loss; optimizer bytes beyond the final states
@@ -365,10 +401,13 @@ def measure_training_step(
     as their CUDA kernels would store them (see :func:`_cuda_like_kernels`).
     """
     if steps < 1 or microbatches < 1:
-        raise ConfigError(f"steps={steps} and microbatches={microbatches} must both be >= 1", field="steps",
-                          value=steps)
+        raise ConfigError(
+            f"steps={steps} and microbatches={microbatches} must both be >= 1", field="steps", value=steps
+        )
     if block_bytes < 1:
-        raise ConfigError(f"block_bytes must be >= 1, got {block_bytes}", field="block_bytes", value=block_bytes)
+        raise ConfigError(
+            f"block_bytes must be >= 1, got {block_bytes}", field="block_bytes", value=block_bytes
+        )
     torch = _import_torch()
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -380,8 +419,11 @@ def measure_training_step(
 
     get_loss = loss_fn or default_loss
     make_optimizer = optimizer_factory or default_optimizer
-    autocast = (torch.autocast("cpu", dtype=autocast_dtype) if autocast_dtype is not None
-                else contextlib.nullcontext())
+    autocast = (
+        torch.autocast("cpu", dtype=autocast_dtype)
+        if autocast_dtype is not None
+        else contextlib.nullcontext()
+    )
     module_acts: dict[str, int] = {}
     with _block_rounding(block_bytes), FakeTensorMode(), _cuda_like_kernels():
         module = module_factory()
@@ -401,18 +443,18 @@ def measure_training_step(
                     with autocast:
                         output = module(**batch) if isinstance(batch, Mapping) else module(*batch)
                         loss = get_loss(output)
-                    recorder.stop(step, mb, "forward")
+                    recorder.stop(step, mb, Phase.FORWARD)
                     if step == 0 and mb == 0:
                         module_acts = _module_activations(tracker)
                     del output, batch  # as a training loop that keeps only the loss (e.g. HF Trainer)
                     recorder.start()
                     loss.backward()
                     del loss
-                    recorder.stop(step, mb, "backward")
+                    recorder.stop(step, mb, Phase.BACKWARD)
                 recorder.start()
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
-                recorder.stop(step, 0, "optimizer")
+                recorder.stop(step, 0, Phase.OPTIMIZER)
         if hook is not None:
             hook.remove()
         state_bytes = _optimizer_state_bytes(optimizer, block_bytes)

@@ -58,6 +58,7 @@ CASES: tuple[Case, ...] = (
     ),
     Case("pythia-1.4b", _t(seq_len=2048, precision="amp-bf16", micro_batch_size=4)),
     Case("opt-1.3b", _t(seq_len=2048, precision="bf16", attention="eager")),
+    Case("gpt2-xl", _t(seq_len=1024, precision="amp-bf16", micro_batch_size=4, attention="eager")),
     Case("phi-3-mini-4k", _t(seq_len=4096, precision="bf16", micro_batch_size=4, recompute="full")),
     Case("llama-3.1-8b", _t(seq_len=4096, precision="bf16")),
     Case("llama-3.1-8b", _t(seq_len=4096, precision="bf16", recompute="full", optimizer_impl="fused")),
@@ -72,7 +73,7 @@ CASES: tuple[Case, ...] = (
         _t(seq_len=4096, precision="bf16", micro_batch_size=4, recompute="full", optimizer_impl="fused"),
     ),
 )
-"""Real-size cases: 1-2B at 2048 tokens, 4-47B at 4096, pure bf16 and amp-bf16, with and without recompute."""
+"""Real-size cases: 1-2B at 1024-2048 tokens, 4-47B at 4096, pure bf16 and amp-bf16, with and without recompute."""
 
 
 @dataclass(frozen=True)

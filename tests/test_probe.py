@@ -126,9 +126,16 @@ def test_rounding_patch_is_undone_after_the_probe() -> None:
 def test_functions_swapped_for_the_probe_are_restored() -> None:
     import torch.nn.functional as F
 
-    before = (F.dropout, F.scaled_dot_product_attention)
+    before = (F.dropout, F.scaled_dot_product_attention, F.softmax, F.log_softmax, F.layer_norm, torch.pow)
     _measure("sgd", steps=1)
-    assert (F.dropout, F.scaled_dot_product_attention) == before
+    assert (
+        F.dropout,
+        F.scaled_dot_product_attention,
+        F.softmax,
+        F.log_softmax,
+        F.layer_norm,
+        torch.pow,
+    ) == before
 
 
 def test_dropout_keeps_a_one_byte_mask_as_on_cuda() -> None:
@@ -183,6 +190,32 @@ def test_attention_dropout_saves_no_score_matrix_as_on_cuda() -> None:
     # CPU SDPA with dropout falls back to the math kernel and saves 2 x 4 x 128 x 128 probabilities; CUDA's
     # flash and memory-efficient kernels drop out in-kernel and save what they save without dropout.
     assert run(0.1) == run(0.0)
+
+
+def test_amp_runs_softmax_and_pow_in_fp32_as_cuda_autocast_does() -> None:
+    seen: list[torch.dtype] = []
+
+    class SoftmaxAndCube(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj = torch.nn.Linear(_FEATURES, _FEATURES, bias=False)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = self.proj(x)  # bf16 under autocast
+            probs, cube = torch.nn.functional.softmax(h, dim=-1), torch.pow(h, 3.0)
+            seen.extend([h.dtype, probs.dtype, cube.dtype])
+            return probs + cube
+
+    measure_training_step(
+        SoftmaxAndCube,
+        _batch,
+        loss_fn=_square_sum,
+        steps=1,
+        autocast_dtype=torch.bfloat16,
+        optimizer_factory=lambda params: torch.optim.SGD(params, lr=0.1),
+    )
+    # CUDA autocast: linear in bf16; softmax (no dtype given) and pow on its fp32 list.
+    assert seen == [torch.bfloat16, torch.float32, torch.float32]
 
 
 def test_bad_arguments_are_config_errors() -> None:

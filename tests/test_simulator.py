@@ -64,15 +64,46 @@ def test_fifo_blocks_behind_the_head() -> None:
     assert all(r.gpu_type == "a100-80gb" and r.status is JobStatus.FINISHED for r in result.jobs)
 
 
-def test_oom_placement_fails_at_once_and_frees_its_gpus() -> None:
+def test_a_request_that_fits_no_memory_is_rejected_on_arrival() -> None:
     jobs = [_job("big", 0, 8, 100, model=BIG), _job("small", 1, 8, 10)]
     result = _run(jobs, _cluster(("a100", 8, 1)))
     big, small = result.jobs
-    assert (big.status, big.start_time_s, big.finish_time_s) == (JobStatus.OOM, 0.0, 0.0)
-    assert big.tokens_per_s is None
+    assert (big.status, big.start_time_s) == (JobStatus.UNSCHEDULABLE, None)
+    assert big.reason == "llama-2-7b fits in memory on none of the allocations fifo-requested may give it on a100-80gb"
     assert (small.start_time_s, small.finish_time_s) == (1.0, 11.0)
-    assert result.oom_placements == 1 and result.finished == 1
-    assert result.avg_jct_s == 10.0 and result.makespan_s == 11.0
+    assert result.oom_placements == 0 and result.finished == 1
+
+
+class _Blind(Policy):
+    """Places every job on all 8 GPUs of node 0 without checking memory (rate None: no layout fits)."""
+
+    name = "blind"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waiting: list[TrainingJob] = []
+
+    def submit(self, job: TrainingJob, now: float) -> None:
+        self.waiting.append(job)
+
+    def on_finish(self, job_id: str, now: float) -> None:
+        pass
+
+    def schedule(self, now: float) -> list[Placement]:
+        out = [Placement(j.id, "a100-80gb", {0: 8}, None) for j in self.waiting[:1]]
+        self.waiting = self.waiting[1:]
+        return out
+
+
+def test_an_oom_placement_is_a_policy_error_unless_allowed() -> None:
+    jobs = [_job("big", 0, 8, 100, model=BIG), _job("next", 0, 8, 100, model=BIG)]
+    with pytest.raises(SimulationError, match="where no layout fits in memory"):
+        _run(jobs, _cluster(("a100", 8, 1)), _Blind())
+    result = simulate(jobs, _cluster(("a100", 8, 1)), _Blind(), throughput=per_gpu_1000, progress=False,
+                      allow_oom=True)
+    # each fails at once and frees its GPUs for the next (the second is placed at the same instant)
+    assert [(r.status, r.start_time_s, r.finish_time_s) for r in result.jobs] == [(JobStatus.OOM, 0.0, 0.0)] * 2
+    assert result.oom_placements == 2 and result.finished == 0 and result.avg_jct_s is None
 
 
 def test_impossible_requests_are_rejected_without_blocking_others() -> None:
@@ -154,9 +185,10 @@ def test_conservation_capacity_and_fifo_order(specs: list[tuple[int, int, int, s
     jobs = [_job(f"j{i}", t, n, d, gpu_type=g, model=BIG if oom else GPT2)
             for i, (t, n, d, g, oom) in enumerate(specs)]
     result = _run(jobs, cluster)
-    # every job is counted exactly once, in submission order
+    # every job is counted exactly once, in submission order; jobs that fit nowhere are never placed
     assert [r.id for r in result.jobs] == [j.id for j in jobs]
-    assert result.finished + result.oom_placements + len(result.unschedulable) == len(jobs)
+    assert result.oom_placements == 0
+    assert result.finished + len(result.unschedulable) == len(jobs)
     # fifo-requested rejects impossible requests on arrival, so nothing is left waiting at the end
     assert all(r.reason != "still waiting when no event was left" for r in result.jobs)
     placed = [(float(r.start_time_s), float(r.finish_time_s or 0.0), str(r.gpu_type), int(r.num_gpus or 0), r)

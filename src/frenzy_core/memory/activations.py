@@ -150,10 +150,13 @@ def _torch_layer(model: ModelConfig, training: TrainingConfig, tp: FloatArray, s
     def mlp_body(width: int, nbytes: int = bm) -> float:
         if model.mlp.gated:
             return 4.0 * nbytes * width  # gate out (act input), act out, up out (mul), product (down input)
+        if model.mlp is MLPKind.GELU and style == "gpt2":
+            # gelu_new is composed of python ops saving x (by pow), tanh(.), 0.5x, 1 + tanh(.) plus the output.
+            # Under autocast pow runs in fp32 (its fp32 input copy is saved) and so do tanh and 1 + tanh; the
+            # fp32 product is cast back for the next linear.
+            return (3 * FP32 + 2 * nbytes if amp else 5 * nbytes) * width
         if model.mlp is MLPKind.GELU:
-            # gelu_new (GPT-2) is composed of python ops saving x, tanh(.), 0.5x, 1 + tanh(.) plus the output;
-            # BERT's nn.functional.gelu saves its input and the output is saved by the next linear.
-            return (5.0 if style == "gpt2" else 2.0) * nbytes * width
+            return 2.0 * nbytes * width  # nn.functional.gelu saves its input; its output is the next linear's
         if model.mlp is MLPKind.SQUARED_RELU:
             return 2.0 * nbytes * width
         return 1.0 * nbytes * width  # relu saves its output, which the next linear saves too

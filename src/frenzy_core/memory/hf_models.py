@@ -10,8 +10,9 @@ expert parallelism are analytic only and are not probed):
   the attention core then saves no s x s tensor and Megatron's selective recompute removes nothing
   more; selective with eager attention has no Transformers equivalent and is refused.
 - precision: fp32 as is; bf16/fp16 -> built in that dtype (``from_config(dtype=...)``, as ``model.to``);
-  amp-bf16/amp-fp16 -> fp32 model under ``torch.autocast("cpu", dtype)`` (CPU autocast keeps a few ops in
-  low precision that CUDA autocast runs in fp32; the grad scaler of amp-fp16 is not modelled);
+  amp-bf16/amp-fp16 -> fp32 model under ``torch.autocast("cpu", dtype)``, with softmax, log_softmax,
+  layer_norm and pow moved to fp32 as CUDA autocast does (see the probe); the grad scaler of amp-fp16 is
+  not modelled;
   Megatron-style *-mixed recipes are refused.
 - optimizer: torch.optim AdamW/Adam/SGD, SGD momentum 0.9; for-loop / foreach / fused implementations;
   8-bit Adam (bitsandbytes) is refused.

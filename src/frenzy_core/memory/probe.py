@@ -11,10 +11,10 @@ allocator may still report more: a large-pool block is handed out whole when the
 1 MiB, and ``roundup_power2_divisions`` rounds further; so the probe is the lower bound of what the GPU
 counter shows. Kernels' workspaces (cuBLAS, flash) are not tensors and are not counted.
 
-How the CPU run is kept close to a CUDA run: dropout and SDPA-with-dropout are redirected to kernels that
-save what the CUDA ones save (see :func:`_cuda_like_kernels`). Not corrected: CUDA autocast runs more ops
-in fp32 than CPU autocast (pow, exp, rsqrt, softmax and layer_norm among them), which matters only where
-a model feeds low-precision tensors to such ops (e.g. GPT-2's ``gelu_new`` under amp).
+How the CPU run is kept close to a CUDA run (see :func:`_cuda_like_kernels`): dropout and SDPA with
+dropout save what the CUDA kernels save, and under autocast softmax, log_softmax, layer_norm and pow run in
+fp32 as CUDA autocast runs them. Not covered: the rest of CUDA autocast's fp32 list (exp, log, rsqrt, ...),
+which the Hugging Face models probed here only ever give fp32 inputs.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import contextlib
 import enum
 import functools
 import math
+import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -165,7 +166,7 @@ def _block_rounding(block_bytes: int) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _cuda_like_kernels() -> Iterator[None]:
-    """Make two CPU kernels save what their CUDA counterparts save, for the duration of the probe.
+    """Make CPU kernels and CPU autocast save what their CUDA counterparts save, while the probe runs.
 
     - ``F.dropout``: the CPU path (aten/src/ATen/native/Dropout.cpp, ``_dropout_impl``) keeps a noise tensor
       of the input's dtype, while CUDA's fused ``native_dropout`` keeps a 1-byte bool mask; the probe calls
@@ -173,19 +174,36 @@ def _cuda_like_kernels() -> Iterator[None]:
     - ``F.scaled_dot_product_attention`` with dropout: the CPU falls back to the math kernel and
       materialises s x s probabilities; CUDA flash/memory-efficient kernels drop out in-kernel and save the
       output and log-sum-exp only, which the CPU flash kernel (taken with ``dropout_p=0``) also saves.
+    - Under autocast, CUDA runs ``softmax``/``log_softmax`` (no dtype given), ``layer_norm`` and ``pow`` in
+      fp32 (aten/src/ATen/autocast_mode.cpp, the CUDA fp32 lists); CPU autocast leaves them in bf16/fp16.
+      The probe upcasts their low-precision inputs while CPU autocast is on. Other ops of those lists
+      (exp, log, rsqrt, ...) are not covered; the models probed here give them fp32 inputs anyway.
 
-    The functions are swapped on ``torch.nn.functional`` (not with a torch function mode, which checkpoint
-    recomputation in backward would not see) and restored afterwards.
+    The functions are swapped on ``torch.nn.functional`` and ``torch`` (not with a torch function mode,
+    which checkpoint recomputation in backward would not see) and restored afterwards.
     """
     import torch
     import torch.nn.functional as F
 
-    original_dropout = F.dropout
-    original_sdpa = F.scaled_dot_product_attention
+    originals: dict[tuple[Any, str], Callable[..., Any]] = {
+        (F, "dropout"): F.dropout,
+        (F, "scaled_dot_product_attention"): F.scaled_dot_product_attention,
+        (F, "softmax"): F.softmax,
+        (F, "log_softmax"): F.log_softmax,
+        (F, "layer_norm"): F.layer_norm,
+        (torch, "pow"): torch.pow,
+    }
+    half = (torch.float16, torch.bfloat16)
+
+    def upcast(t: Any) -> Any:
+        """``t`` in fp32 if CPU autocast is on and ``t`` is a half-precision tensor (else unchanged)."""
+        if isinstance(t, torch.Tensor) and t.dtype in half and torch.is_autocast_enabled("cpu"):
+            return t.float()
+        return t
 
     def dropout(input: Any, p: float = 0.5, training: bool = True, inplace: bool = False) -> Any:
         if not training or not 0.0 < p < 1.0:
-            return original_dropout(input, p, training, inplace)
+            return originals[F, "dropout"](input, p, training, inplace)
         out, _mask = torch.native_dropout(input, p, True)
         return input.copy_(out) if inplace else out
 
@@ -194,15 +212,37 @@ def _cuda_like_kernels() -> Iterator[None]:
             args = (*args[:4], 0.0, *args[5:])
         else:
             kwargs["dropout_p"] = 0.0
-        return original_sdpa(*args, **kwargs)
+        return originals[F, "scaled_dot_product_attention"](*args, **kwargs)
 
-    F.dropout = dropout  # type: ignore[assignment]
-    F.scaled_dot_product_attention = sdpa  # type: ignore[assignment]
+    def softmax(input: Any, dim: Any = None, _stacklevel: int = 3, dtype: Any = None) -> Any:
+        return originals[F, "softmax"](upcast(input) if dtype is None else input, dim, _stacklevel, dtype)
+
+    def log_softmax(input: Any, dim: Any = None, _stacklevel: int = 3, dtype: Any = None) -> Any:
+        return originals[F, "log_softmax"](upcast(input) if dtype is None else input, dim, _stacklevel, dtype)
+
+    def layer_norm(input: Any, shape: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5) -> Any:
+        if upcast(input) is input:
+            return originals[F, "layer_norm"](input, shape, weight, bias, eps)
+        return originals[F, "layer_norm"](upcast(input), shape, upcast(weight), upcast(bias), eps)
+
+    def pow(input: Any, exponent: Any, **kwargs: Any) -> Any:
+        return originals[torch, "pow"](upcast(input), upcast(exponent), **kwargs)
+
+    replacements: dict[tuple[Any, str], Callable[..., Any]] = {
+        (F, "dropout"): dropout,
+        (F, "scaled_dot_product_attention"): sdpa,
+        (F, "softmax"): softmax,
+        (F, "log_softmax"): log_softmax,
+        (F, "layer_norm"): layer_norm,
+        (torch, "pow"): pow,
+    }
+    for (module, name), function in replacements.items():
+        setattr(module, name, function)
     try:
         yield
     finally:
-        F.dropout = original_dropout
-        F.scaled_dot_product_attention = original_sdpa
+        for (module, name), function in originals.items():
+            setattr(module, name, function)
 
 
 def _snapshot_total(snap: Mapping[Any, Mapping[Any, int]]) -> tuple[int, dict[str, int]]:
@@ -425,7 +465,9 @@ def measure_training_step(
         else contextlib.nullcontext()
     )
     module_acts: dict[str, int] = {}
-    with _block_rounding(block_bytes), FakeTensorMode(), _cuda_like_kernels():
+    with _block_rounding(block_bytes), FakeTensorMode(), _cuda_like_kernels(), warnings.catch_warnings():
+        # ModTracker warns when a module made in forward (e.g. a loss helper) is gone by backward; harmless.
+        warnings.filterwarnings("ignore", message="Module is None. Skipping", category=UserWarning)
         module = module_factory()
         module.train()
         optimizer = make_optimizer(module.parameters())

@@ -3,7 +3,10 @@
 from frenzy_core.scheduling.jobs import GPURequest, TrainingJob
 from frenzy_core.scheduling.policies import POLICIES, get_policy
 from frenzy_core.scheduling.policy import Placement, Policy
-from frenzy_core.scheduling.simulator import JobRecord, JobStatus, SimulationError, SimulationResult, simulate
+from frenzy_core.scheduling.report import compare, plot_results
+from frenzy_core.scheduling.result import JobRecord, JobStatus, SimulationResult, Utilisation
+from frenzy_core.scheduling.simulator import SimulationError, simulate
+from frenzy_core.scheduling.throughput import PlannedThroughput
 from frenzy_core.scheduling.state import ClusterState
 from frenzy_core.scheduling.synthetic import LogNormalWork, MixEntry, synthetic_jobs
 from frenzy_core.scheduling.traces import (
@@ -22,6 +25,6 @@ __all__ = [
     "DEFAULT_SIZE_BUCKETS", "POLICIES", "ClusterState", "GPURequest", "JobRecord", "JobStatus",
     "LogNormalWork", "MixEntry", "OnError", "Placement", "Policy", "SimulationError", "SimulationResult",
     "SizeBucket", "SkippedRow", "ThroughputFn", "TraceFormat", "TraceJob", "TraceLoad", "TraceWarning",
-    "TrainingJob", "get_policy",
-    "jobs_from_trace", "load_trace", "read_trace", "simulate", "synthetic_jobs",
+    "TrainingJob", "Utilisation", "PlannedThroughput", "compare", "get_policy",
+    "jobs_from_trace", "plot_results", "load_trace", "read_trace", "simulate", "synthetic_jobs",
 ]

@@ -11,6 +11,7 @@ import abc
 from dataclasses import dataclass, field
 
 from frenzy_core.scheduling.jobs import TrainingJob
+from frenzy_core.scheduling.rates import RateBook
 from frenzy_core.scheduling.state import Allocation, ClusterState
 from frenzy_core.scheduling.workload import ThroughputFn
 
@@ -44,6 +45,8 @@ class Policy(abc.ABC):
     """Tokens per second of a model on an allocation (set by :meth:`start`)."""
     seed: int
     """Seed for randomised policies (set by :meth:`start`)."""
+    rates: RateBook
+    """Tokens/s per job, GPU type and count, cached (set by :meth:`start`)."""
 
     def __init__(self) -> None:
         self.rejected: dict[str, str] = {}
@@ -53,6 +56,12 @@ class Policy(abc.ABC):
         self.state = state
         self.throughput = throughput
         self.seed = seed
+        self.rates = RateBook(throughput, state.gpu_types)
+
+    @property
+    def queued(self) -> int:
+        """Jobs waiting to be placed (0 for a policy that keeps no queue)."""
+        return 0
 
     @abc.abstractmethod
     def submit(self, job: TrainingJob, now: float) -> None:

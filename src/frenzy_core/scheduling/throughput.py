@@ -1,15 +1,27 @@
-"""Default throughput of an allocation: the planner's fastest layout on that many GPUs of one type."""
+"""Default throughput of an allocation: the planner's fastest layout on that many GPUs of one type.
+
+:class:`PlannedThroughput` answers the same question for every GPU count at once: one vectorised candidate
+table per (model, recipe, GPU type), reduced to the best tokens/s per world size. Policies that weigh many
+counts per job use :meth:`PlannedThroughput.curve`; a plain call is one entry of that curve.
+"""
 
 from __future__ import annotations
 
 import math
+from typing import Protocol, runtime_checkable
+
+import numpy as np
 
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.training import TrainingConfig
+from frenzy_core.errors import InfeasiblePlanError
 from frenzy_core.hardware.cluster import Cluster
 from frenzy_core.hardware.gpus import get_gpu_spec
 
-__all__ = ["homogeneous_cluster", "planned_tokens_per_s"]
+__all__ = ["PlannedThroughput", "ThroughputCurve", "homogeneous_cluster", "planned_tokens_per_s"]
+
+_MIN_CURVE_GPUS = 64
+"""Smallest curve computed (counts are rounded up to a power of two at least this): one table serves most jobs."""
 
 
 def homogeneous_cluster(gpu_type: str, num_gpus: int) -> Cluster:
@@ -28,3 +40,60 @@ def planned_tokens_per_s(model: ModelConfig, training: TrainingConfig, gpu_type:
     plan = plan_job(model, homogeneous_cluster(gpu_type, num_gpus), training, objective="throughput",
                     constraints={"num_gpus": num_gpus, "gpu_types": [get_gpu_spec(gpu_type).id]}, top_k=0)
     return float(plan.time.tokens_per_s)
+
+
+@runtime_checkable
+class ThroughputCurve(Protocol):
+    """A throughput function that also rates every GPU count of one type at once."""
+
+    def __call__(self, model: ModelConfig, training: TrainingConfig, gpu_type: str, num_gpus: int) -> float:
+        """Tokens/s of ``num_gpus`` GPUs; raises InfeasiblePlanError when no layout fits."""
+
+    def curve(self, model: ModelConfig, training: TrainingConfig, gpu_type: str, max_gpus: int) -> np.ndarray:
+        """Tokens/s for 0..``max_gpus`` GPUs (index = count); NaN where no layout fits."""
+
+
+def _placeable(tp: np.ndarray, world: np.ndarray, gpus_per_node: int) -> np.ndarray:
+    """Whether the smallest cluster of typical nodes holding ``world`` GPUs has room for its TP groups (a TP
+    group stays in one node): the check :func:`planned_tokens_per_s`'s placement makes on that cluster."""
+    nodes = -(-world // gpus_per_node)
+    return world // tp <= nodes * (gpus_per_node // tp)
+
+
+class PlannedThroughput:
+    """:func:`planned_tokens_per_s` for all counts at once, computed once per (model, recipe, GPU type) and
+    kept for the life of the object (share one object between simulations of the same workload)."""
+
+    def __init__(self) -> None:
+        self._curves: dict[tuple[ModelConfig, TrainingConfig, str], np.ndarray] = {}
+
+    def __call__(self, model: ModelConfig, training: TrainingConfig, gpu_type: str, num_gpus: int) -> float:
+        rate = float(self.curve(model, training, gpu_type, num_gpus)[num_gpus])
+        if math.isnan(rate):
+            raise InfeasiblePlanError(f"no layout of {model.name or 'the model'} fits {num_gpus} x {gpu_type}")
+        return rate
+
+    def curve(self, model: ModelConfig, training: TrainingConfig, gpu_type: str, max_gpus: int) -> np.ndarray:
+        gpu_id = get_gpu_spec(gpu_type).id
+        key = (model, training, gpu_id)
+        known = self._curves.get(key)
+        if known is None or known.size <= max_gpus:
+            size = max(_MIN_CURVE_GPUS, 1 << max(max_gpus - 1, 1).bit_length())
+            known = self._compute(model, training, gpu_id, size)
+            self._curves[key] = known
+        return known[: max_gpus + 1]
+
+    @staticmethod
+    def _compute(model: ModelConfig, training: TrainingConfig, gpu_id: str, max_gpus: int) -> np.ndarray:
+        """Best tokens/s per world size 0..max_gpus from one candidate table (NaN: nothing fits)."""
+        from frenzy_core.planning.planner import make_search
+
+        search = make_search(model, homogeneous_cluster(gpu_id, max_gpus), training, "throughput",
+                             {"max_gpus": max_gpus, "gpu_types": [gpu_id]})
+        table = search.table()
+        out = np.full(max_gpus + 1, np.nan)
+        ok = _placeable(table.tp, table.world, search.pool.max_node_size(gpu_id)) & np.isfinite(table.tokens_per_s)
+        best = np.full(max_gpus + 1, -np.inf)
+        np.maximum.at(best, table.world[ok], table.tokens_per_s[ok])
+        out[np.isfinite(best)] = best[np.isfinite(best)]
+        return out

@@ -6,12 +6,20 @@ from collections.abc import Callable
 
 from frenzy_core.errors import UnknownNameError
 from frenzy_core.scheduling.policies.fifo_requested import FifoRequested
+from frenzy_core.scheduling.policies.frenzy_core_policy import FrenzyCore
+from frenzy_core.scheduling.policies.gavel_like import GavelLike
+from frenzy_core.scheduling.policies.has import FrenzyHAS
+from frenzy_core.scheduling.policies.sia_like import SiaLike
 from frenzy_core.scheduling.policy import Policy
 
-__all__ = ["POLICIES", "FifoRequested", "get_policy"]
+__all__ = ["POLICIES", "FifoRequested", "FrenzyCore", "FrenzyHAS", "GavelLike", "SiaLike", "get_policy"]
 
 POLICIES: dict[str, Callable[[], Policy]] = {
     "fifo-requested": FifoRequested,
+    "frenzy-has": FrenzyHAS,
+    "gavel-like": GavelLike,
+    "sia-like": SiaLike,
+    "frenzy-core": FrenzyCore,
 }
 """Policy name -> factory of a fresh policy."""
 

@@ -1,0 +1,134 @@
+"""``QueuePolicy``: the arrival-ordered queue and submit-time checks that the built-in policies share."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from frenzy_core.scheduling.jobs import TrainingJob
+from frenzy_core.scheduling.policy import Placement, Policy
+from frenzy_core.scheduling.rates import JobOptions, power_of_two_counts
+from frenzy_core.scheduling.state import ClusterState
+
+__all__ = ["ELASTIC_FACTOR", "QueuePolicy", "QueueTable", "elastic_counts"]
+
+ELASTIC_FACTOR = 2
+"""Policies that choose a job's GPU count keep it within this factor of its request (our choice: Sia and Pollux
+bound a job's scale by its batch-size limits; a factor of two keeps a job near the size its user tested, uses
+idle GPUs, and never stretches a job to many times its expected run time, which without preemption it would
+keep to the end)."""
+
+
+def elastic_counts(job: TrainingJob, usable: int) -> list[int]:
+    """Counts a resizing policy weighs for ``job`` on a type with ``usable`` GPUs: the request, and powers of two
+    from the request over ``ELASTIC_FACTOR`` to ``ELASTIC_FACTOR`` times it (every power of two up to the usable
+    GPUs without a request)."""
+    if job.request is None:
+        return power_of_two_counts(usable)
+    n = job.request.num_gpus
+    low = -(-n // ELASTIC_FACTOR)
+    return [c for c in power_of_two_counts(min(usable, ELASTIC_FACTOR * n), [n]) if c >= low]
+
+
+@dataclass(frozen=True)
+class QueueTable:
+    """The options of every queued job in one set of arrays (queue order, each job's options together)."""
+
+    owner: np.ndarray
+    """Queue position of the option's job."""
+    gpu: np.ndarray
+    count: np.ndarray
+    tokens_per_s: np.ndarray
+    run_s: np.ndarray
+    first: np.ndarray
+    """Index of each job's first option (for ``np.minimum.reduceat`` and friends)."""
+
+    def per_job_min(self, values: np.ndarray) -> np.ndarray:
+        """The least of ``values`` (one per option) over each job's options."""
+        return np.minimum.reduceat(values, self.first) if self.first.size else np.zeros(0)
+
+
+class QueuePolicy(Policy):
+    """Jobs wait in arrival order; on arrival each gets its options (the allocations it fits in memory),
+    and a job with none is rejected at once with the reason."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.queue: list[TrainingJob] = []
+        self.options: dict[str, JobOptions] = {}
+        self._table: QueueTable | None = None
+
+    def table(self) -> QueueTable:
+        """The queued jobs' options as flat arrays; rebuilt only after the queue changed."""
+        if self._table is None:
+            opts = [self.options[j.id] for j in self.queue]
+            sizes = np.array([len(o) for o in opts], dtype=np.int64)
+            cat = (lambda name: np.concatenate([getattr(o, name) for o in opts])) if opts else (
+                lambda name: np.zeros(0))
+            self._table = QueueTable(owner=np.repeat(np.arange(len(opts)), sizes), gpu=cat("gpu").astype(np.int64),
+                                     count=cat("count").astype(np.int64), tokens_per_s=cat("tokens_per_s"),
+                                     run_s=cat("run_s"), first=np.concatenate([[0], np.cumsum(sizes)[:-1]])
+                                     if opts else np.zeros(0, np.int64))
+        return self._table
+
+    @property
+    def queued(self) -> int:
+        return len(self.queue)
+
+    @abc.abstractmethod
+    def job_options(self, job: TrainingJob, allowed: list[str]) -> JobOptions:
+        """The allocations the policy may give ``job`` on the ``allowed`` types that fit it in memory."""
+
+    def counted_options(self, job: TrainingJob, allowed: list[str],
+                        counts: Callable[[str], Sequence[int]]) -> JobOptions:
+        """Every count ``counts(type)`` of every allowed type, kept where the job fits in memory."""
+        return self.rates.options(job, [counts(t) if t in allowed else [] for t in self.state.gpu_types])
+
+    def allowed_types(self, job: TrainingJob) -> list[str]:
+        """GPU types the job may run on: the one it asked for, else every type of the cluster."""
+        if job.request is not None and job.request.gpu_type is not None:
+            return [job.request.gpu_type] if job.request.gpu_type in self.state.gpu_types else []
+        return list(self.state.gpu_types)
+
+    def submit(self, job: TrainingJob, now: float) -> None:
+        allowed = self.allowed_types(job)
+        if not allowed:
+            assert job.request is not None and job.request.gpu_type is not None
+            self.rejected[job.id] = (f"asks for {job.request.gpu_type}, which the cluster lacks "
+                                     f"(it has {', '.join(self.state.gpu_types)})")
+            return
+        options = self.job_options(job, allowed)
+        if not len(options):
+            self.rejected[job.id] = (f"{job.model.name or 'the model'} fits in memory on none of the allocations "
+                                     f"{self.name} may give it on {', '.join(allowed)}")
+            return
+        self.options[job.id] = options
+        self.queue.append(job)
+        self._table = None
+
+    def on_finish(self, job_id: str, now: float) -> None:
+        """Nothing to update: the freed GPUs are visible in the cluster state."""
+
+    def dequeue(self, started: set[str]) -> None:
+        """Drop the jobs just placed from the queue."""
+        if started:
+            self.queue = [j for j in self.queue if j.id not in started]
+            for job_id in started:
+                del self.options[job_id]
+            self._table = None
+
+    def place(self, job: TrainingJob, option: int, free: ClusterState) -> Placement:
+        """Start ``job`` with its option ``option`` on ``free`` (best fit), which must have room for it."""
+        opts = self.options[job.id]
+        gpu_type = self.state.gpu_types[int(opts.gpu[option])]
+        allocation = free.find(gpu_type, int(opts.count[option]))
+        assert allocation is not None, "the round's choice exceeds the free GPUs of its type"
+        free.take(allocation)
+        return Placement(job.id, gpu_type, allocation, float(opts.tokens_per_s[option]))
+
+    def free_per_type(self, free: ClusterState) -> np.ndarray:
+        """Free GPUs of each type, in cluster order of types."""
+        return np.array([free.free_gpus(t) for t in self.state.gpu_types], dtype=np.int64)

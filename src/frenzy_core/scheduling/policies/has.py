@@ -1,0 +1,77 @@
+"""``frenzy-has``: a replica of Frenzy's Heterogeneity-Aware Scheduling (Chang et al., arXiv:2412.14479, 2024).
+
+For each job MARP lists resource configurations, fewest GPUs first (:func:`frenzy_core.planning.marp_configs`,
+the replica of the authors' predictor); HAS walks the list and takes the first configuration for which enough
+free GPUs have at least the predicted memory, matching the smallest sufficient memory size first, and places
+it best fit (the fullest nodes that hold it). There is no layout search and no choice of count by speed.
+
+Adaptations, ours: MARP has no gradient accumulation (a rank runs ``global_batch / dp`` samples at once), which
+with our recipes' 1,536-sequence batches would ask for hundreds of GPUs; we evaluate MARP with one micro-batch
+per rank, as the jobs run (so its list is tensor-parallel sizes 1..64). A configuration is placed on GPUs of one
+type (the simulator's allocations do not mix types; HAS may mix types of equal memory). The job runs at the
+throughput of the fastest layout of that allocation, like under every policy, and a configuration whose
+allocation fits no layout by frenzy_core's memory model is skipped (zero OOM). The queue is walked in arrival
+order; a job that cannot be placed now does not block the ones behind it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from frenzy_core.errors import ConfigError
+from frenzy_core.hardware.gpus import get_gpu_spec
+from frenzy_core.planning import marp_configs
+from frenzy_core.scheduling.jobs import TrainingJob
+from frenzy_core.scheduling.policies._queue import QueuePolicy
+from frenzy_core.scheduling.policy import Placement
+from frenzy_core.scheduling.rates import JobOptions
+
+__all__ = ["FrenzyHAS"]
+
+
+class FrenzyHAS(QueuePolicy):
+    """MARP's configurations in priority order, the smallest sufficient memory size first, best fit."""
+
+    name = "frenzy-has"
+
+    def job_options(self, job: TrainingJob, allowed: list[str]) -> JobOptions:
+        """(type, count) pairs in HAS's priority order: MARP's list, then memory size ascending."""
+        training = job.training.replace(global_batch_size=job.training.micro_batch_size)
+        try:
+            configs = marp_configs(job.model, training)
+        except ConfigError:
+            configs = []
+        memory = {t: get_gpu_spec(t).nominal_memory_bytes for t in allowed}
+        by_size = sorted(allowed, key=lambda t: (memory[t], self.state.gpu_types.index(t)))
+        gpu, count, rate = [], [], []
+        seen: set[tuple[str, int]] = set()
+        for cfg in configs:
+            for t in by_size:
+                if memory[t] < cfg.bytes_per_gpu or cfg.num_gpus > self.state.usable_gpus(t):
+                    continue
+                if (t, cfg.num_gpus) in seen:
+                    continue
+                seen.add((t, cfg.num_gpus))
+                r = self.rates.rate(job, t, cfg.num_gpus)
+                if r is not None:
+                    gpu.append(self.state.gpu_types.index(t))
+                    count.append(cfg.num_gpus)
+                    rate.append(r)
+        tokens = np.asarray(rate, dtype=np.float64)
+        return JobOptions(gpu=np.asarray(gpu, dtype=np.int64), count=np.asarray(count, dtype=np.int64),
+                          tokens_per_s=tokens, run_s=job.total_tokens / tokens if tokens.size else tokens)
+
+    def schedule(self, now: float) -> list[Placement]:
+        placements: list[Placement] = []
+        free = self.state.copy()
+        left = self.free_per_type(free)
+        for job in self.queue:
+            if not left.any():
+                break
+            opts = self.options[job.id]
+            fits = np.flatnonzero(opts.count <= left[opts.gpu])
+            if fits.size:  # the first configuration in priority order that has room
+                placements.append(self.place(job, int(fits[0]), free))
+                left[opts.gpu[fits[0]]] -= opts.count[fits[0]]
+        self.dequeue({p.job_id for p in placements})
+        return placements

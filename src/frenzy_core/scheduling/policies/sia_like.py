@@ -1,0 +1,59 @@
+"""``sia-like``: Sia's per-round ILP over job x GPU type x count (Jayaram Subramanya et al., SOSP'23).
+
+Sia rates every (job, type, count) by goodput normalised to the job's least configuration, and solves
+
+    minimise  sum_{j,o} x_{j,o} G_{j,o}^p  +  lambda (1 - sum_o x_{j,o})   (p < 0: fairness, lambda: a
+    penalty per job left without GPUs),
+
+with at most one configuration per job and each type's GPUs as capacity. Here goodput is throughput (our time
+model has no statistical efficiency) and the ILP, rewritten as maximising ``sum x (lambda - G^p)``, is solved
+by CP-SAT (:mod:`._choice`). Sia also re-solves for running jobs with a restart penalty; this variant does not
+preempt, so only queued jobs are allocated. Counts: :func:`._queue.elastic_counts`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from frenzy_core.scheduling.jobs import TrainingJob
+from frenzy_core.scheduling.policies._choice import choose
+from frenzy_core.scheduling.policies._queue import QueuePolicy, elastic_counts
+from frenzy_core.scheduling.policy import Placement
+from frenzy_core.scheduling.rates import JobOptions
+
+__all__ = ["SIA_LAMBDA", "SIA_P", "SiaLike"]
+
+SIA_P = -0.5
+"""Sia's fairness exponent on normalised goodput (negative: diminishing returns); Sia's default, as we read it."""
+SIA_LAMBDA = 1.1
+"""Cost of leaving a job unallocated, above the worst allocated cost of 1 (our choice: every job that fits
+is worth starting)."""
+_SCALE = 10**6
+"""Integer scaling of the objective."""
+
+
+class SiaLike(QueuePolicy):
+    """Goodput-normalised ILP per round over type and count; no preemption."""
+
+    name = "sia-like"
+
+    def __init__(self, round_budget: float = 0.05) -> None:
+        super().__init__()
+        self.round_budget = round_budget
+
+    def job_options(self, job: TrainingJob, allowed: list[str]) -> JobOptions:
+        return self.counted_options(job, allowed, lambda t: elastic_counts(job, self.state.usable_gpus(t)))
+
+    def schedule(self, now: float) -> list[Placement]:
+        free = self.state.copy()
+        left = self.free_per_type(free)
+        if not self.queue or not left.any():
+            return []
+        opts = [self.options[j.id] for j in self.queue]
+        values = [np.rint(_SCALE * (SIA_LAMBDA - (o.tokens_per_s / o.tokens_per_s.min()) ** SIA_P)).astype(np.int64)
+                  for o in opts]
+        choice = choose([o.gpu for o in opts], [o.count for o in opts], values, left,
+                        deterministic_time=self.round_budget, seed=self.seed)
+        placements = [self.place(job, int(pick), free) for job, pick in zip(self.queue, choice.picks) if pick >= 0]
+        self.dequeue({p.job_id for p in placements})
+        return placements

@@ -1,0 +1,74 @@
+"""Comparing simulations: a text table (``compare``) and a figure (``plot_results``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from frenzy_core.errors import OptionalDependencyError
+from frenzy_core.scheduling.result import SimulationResult
+
+__all__ = ["compare", "plot_results"]
+
+
+def _hours(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds / 3600:.2f}"
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.1f}"
+
+
+def compare(results: Sequence[SimulationResult]) -> str:
+    """A plain-text table, one row per result: jobs finished, OOM, unschedulable, JCT (h), queue delay (h),
+    makespan (h), mean GPU utilisation, median round latency (ms), and avg JCT relative to the first row."""
+    head = ["policy", "finished", "OOM", "unsched", "avg JCT h", "median JCT h", "p99 JCT h", "avg queue h",
+            "makespan h", "util %", "round ms", "vs first"]
+    base = results[0].avg_jct_s if results else None
+    rows = []
+    for r in results:
+        util = r.mean_utilisation()
+        busy = (sum(util[t] * r.utilisation.capacity_gpus[t] for t in util) / max(
+            1, sum(r.utilisation.capacity_gpus.values()))) if util and r.utilisation else None
+        rel = "-" if base is None or r.avg_jct_s is None else f"{r.avg_jct_s / base - 1:+.1%}"
+        rows.append([r.policy, str(r.finished), str(r.oom_placements), str(len(r.unschedulable)),
+                     _hours(r.avg_jct_s), _hours(r.median_jct_s), _hours(r.p99_jct_s), _hours(r.avg_queue_delay_s),
+                     _hours(r.makespan_s), "-" if busy is None else f"{100 * busy:.1f}", _ms(r.median_round_s),
+                     rel])
+    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
+    lines = ["  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(head, widths)))]
+    lines += ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+              for row in rows]
+    return "\n".join(lines)
+
+
+def plot_results(results: Sequence[SimulationResult], path: str | Path) -> None:
+    """Save a figure: the JCT CDF of every result (one line per policy), and below it the busy fraction of
+    all GPUs over time per policy."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise OptionalDependencyError("matplotlib", "plot", "SimulationResult.plot") from None
+    fig, (cdf, util) = plt.subplots(2, 1, figsize=(7, 7))
+    for res in results:
+        jct_h = np.sort([r.jct_s / 3600 for r in res.jobs if r.jct_s is not None])
+        if jct_h.size:
+            cdf.step(jct_h, np.arange(1, jct_h.size + 1) / jct_h.size, where="post", label=res.policy)
+        u = res.utilisation
+        if u is not None and u.times_s:
+            total = max(1, sum(u.capacity_gpus.values()))
+            busy = np.sum([np.asarray(b) for b in u.busy_gpus.values()], axis=0) / total
+            util.step(np.asarray(u.times_s) / 3600, busy, where="post", label=res.policy)
+    cdf.set(xlabel="job completion time (h)", ylabel="fraction of finished jobs", xscale="log")
+    util.set(xlabel="time (h)", ylabel="busy fraction of all GPUs", ylim=(0, 1.05))
+    for ax in (cdf, util):
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from typing import Any
 
 import pytest
 
@@ -13,7 +14,7 @@ from frenzy_core.errors import ConfigError
 
 torch = pytest.importorskip("torch")
 
-from frenzy_core.memory.probe import CUDA_BLOCK_BYTES, Phase, measure_training_step, probe_memory
+from frenzy_core.memory.probe import CUDA_BLOCK_BYTES, Phase, ProbeResult, measure_training_step, probe_memory
 
 _FEATURES = 256
 _BATCH = 4
@@ -33,7 +34,7 @@ def _square_sum(output: torch.Tensor) -> torch.Tensor:
     return output.pow(2).sum()
 
 
-def _measure(optimizer: str = "sgd", **kwargs: object) -> object:
+def _measure(optimizer: str = "sgd", **kwargs: Any) -> ProbeResult:
     factories = {
         "sgd": lambda p: torch.optim.SGD(p, lr=0.1),
         "adam-foreach": lambda p: torch.optim.Adam(p, foreach=True),
@@ -342,3 +343,20 @@ def test_package_imports_without_torch_and_the_probe_says_what_to_install() -> N
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("OK") and "frenzy_core[torch]" in out.stdout
+
+
+def test_probing_a_model_config_without_transformers_says_what_to_install() -> None:
+    code = textwrap.dedent("""
+        import sys
+        sys.modules["transformers"] = None  # import transformers now raises ImportError
+        from frenzy_core.config import ModelConfig, TrainingConfig
+        from frenzy_core.errors import OptionalDependencyError
+        from frenzy_core.memory.probe import probe_memory
+        try:
+            probe_memory(ModelConfig.preset("gpt2"), TrainingConfig())
+        except OptionalDependencyError as exc:
+            print("OK", exc)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("OK") and "'transformers'" in out.stdout and "frenzy_core[hf]" in out.stdout

@@ -74,7 +74,7 @@ def _import_hf() -> tuple[Any, Any]:
         import torch
         import transformers
     except ImportError as exc:
-        package = "torch" if "torch" in str(exc) else "transformers"
+        package = "torch" if (exc.name or "").split(".")[0] == "torch" else "transformers"
         raise OptionalDependencyError(package, "hf", "probing a ModelConfig") from None
     return torch, transformers
 

@@ -120,6 +120,11 @@ class QueuePolicy(Policy):
                 del self.options[job_id]
             self._table = None
 
+    def place_row(self, table: QueueTable, row: int, free: ClusterState) -> Placement:
+        """:meth:`place` for row ``row`` of the queue table."""
+        j = int(table.owner[row])
+        return self.place(self.queue[j], row - int(table.first[j]), free)
+
     def place(self, job: TrainingJob, option: int, free: ClusterState) -> Placement:
         """Start ``job`` with its option ``option`` on ``free`` (best fit), which must have room for it."""
         opts = self.options[job.id]

@@ -22,7 +22,7 @@ import numpy as np
 
 from frenzy_core.scheduling.jobs import TrainingJob
 from frenzy_core.scheduling.policies._choice import choose
-from frenzy_core.scheduling.policies._queue import QueuePolicy, elastic_counts
+from frenzy_core.scheduling.policies._queue import QueuePolicy, QueueTable, elastic_counts
 from frenzy_core.scheduling.policy import Placement
 from frenzy_core.scheduling.rates import JobOptions
 from frenzy_core.scheduling.state import ClusterState
@@ -76,68 +76,72 @@ class FrenzyCore(QueuePolicy):
             out.append((times, freed.astype(np.int64)))
         return out
 
-    def _eligible(self, job: TrainingJob, now: float, release: list[tuple[np.ndarray, np.ndarray]]
-                  ) -> tuple[np.ndarray, int]:
-        """Which options are worth starting now rather than waiting for a better one, and the option with the
-        earliest expected completion (waiting for its GPUs to be released, other queued jobs aside)."""
-        opts = self.options[job.id]
-        start = np.empty(len(opts))
-        for o in range(len(opts)):
-            times, freed = release[int(opts.gpu[o])]
-            k = int(np.searchsorted(freed, opts.count[o], side="left"))
-            start[o] = times[k] if k < times.size else np.inf
-        finish = start + opts.run_s
-        best = int(np.argmin(finish))
-        return opts.run_s <= self.stretch * (finish[best] - now), best
+    def _earliest_start(self, table: QueueTable, rows: np.ndarray, now: float) -> np.ndarray:
+        """When each option's GPUs would be free if the running jobs end as expected (queued jobs aside)."""
+        start = np.full(rows.size, np.inf)
+        for g, (times, freed) in enumerate(self._release_times(now)):
+            on_g = table.gpu[rows] == g
+            k = np.searchsorted(freed, table.count[rows][on_g], side="left")
+            start[on_g] = np.where(k < times.size, times[np.minimum(k, times.size - 1)], np.inf)
+        return start
 
-    def _starving(self, job: TrainingJob, now: float) -> bool:
-        return now - job.submit_time_s >= self.starvation_factor * float(self.options[job.id].run_s.min())
+    def _serve_starving(self, table: QueueTable, starving: np.ndarray, now: float, left: np.ndarray,
+                        free: ClusterState) -> tuple[list[Placement], set[int]]:
+        """Starving jobs, oldest first: each starts with its fastest option that fits now and is within the
+        stretch of its earliest completion; the first that cannot reserves its best type. Returns the
+        placements and the reserved type indices."""
+        placements: list[Placement] = []
+        reserved: set[int] = set()
+        rows = np.flatnonzero(starving[table.owner])
+        finish = self._earliest_start(table, rows, now) + table.run_s[rows]
+        owners = table.owner[rows]
+        best_finish = np.full(len(self.queue), np.inf)
+        np.minimum.at(best_finish, owners, finish)
+        within = table.run_s[rows] <= self.stretch * (best_finish[owners] - now)
+        blocked = np.zeros(left.size, dtype=bool)
+        bounds = np.searchsorted(owners, np.flatnonzero(starving), side="left")
+        for j, lo in zip(np.flatnonzero(starving), bounds):
+            if reserved and not left[~blocked].any():
+                break  # nothing left to start, and the reservation is made
+            hi = int(np.searchsorted(owners, j, side="right"))
+            r, fin, ok = rows[lo:hi], finish[lo:hi], within[lo:hi].copy()
+            ok &= (table.count[r] <= left[table.gpu[r]]) & ~blocked[table.gpu[r]]
+            if ok.any():
+                row = int(r[ok][np.argmin(table.run_s[r][ok])])
+                placements.append(self.place_row(table, row, free))
+                left[table.gpu[row]] -= table.count[row]
+            elif not reserved:
+                reserved.add(int(table.gpu[r[int(np.argmin(fin))]]))
+                blocked[list(reserved)] = True
+        return placements, reserved
 
     def schedule(self, now: float) -> list[Placement]:
         free = self.state.copy()
-        placements: list[Placement] = []
         left = self.free_per_type(free)
-        if not self.queue or not left.any():
-            return []
-        release = self._release_times(now)
-        reserved: set[int] = set()
-        rest: list[tuple[TrainingJob, np.ndarray]] = []
-        for job in self.queue:
-            eligible, best = self._eligible(job, now, release)
-            if not self._starving(job, now):
-                rest.append((job, eligible))
-                continue
-            opts = self.options[job.id]
-            fits = np.flatnonzero(eligible & (opts.count <= left[opts.gpu]) & ~np.isin(opts.gpu, list(reserved)))
-            if fits.size:
-                pick = int(fits[np.argmin(opts.run_s[fits])])
-                placements.append(self.place(job, pick, free))
-                left[opts.gpu[pick]] -= opts.count[pick]
-            elif not reserved:
-                reserved.add(int(opts.gpu[best]))
+        table = self.table()
+        if not (table.count <= left[table.gpu]).any():
+            return []  # nothing can start, and a reservation would change nothing this round
+        fast = table.per_job_min(table.run_s)
+        waited = now - np.array([j.submit_time_s for j in self.queue])
+        starving = waited >= self.starvation_factor * fast
+        placements, reserved = self._serve_starving(table, starving, now, left, free) if starving.any() else ([], set())
         for g in reserved:
             left[g] = 0
-        if rest and left.any():
-            capacity = sum(self.capacity.values())
-            runs = [self.options[j.id].run_s for j, _ in rest]
-            areas = [float((self.options[j.id].count * r).min()) for (j, _), r in zip(rest, runs)]
-            horizon = sum(areas) / capacity  # draining the queue at full speed
-            smallest = min(areas)
-            values = []
-            for run, area in zip(runs, areas):
-                fast = float(run.min())
-                ok = run - fast <= max((self.stretch - 1.0) * fast, horizon)
-                worth = VALUE_SCALE * (smallest / area) * (fast / run)
-                values.append(np.where(ok, np.maximum(1, np.rint(worth)), 0).astype(np.int64))
-            choice = choose([self.options[j.id].gpu for j, _ in rest], [self.options[j.id].count for j, _ in rest],
-                            values, left, deterministic_time=self.round_budget, seed=self.seed)
-            for (job, _), pick in zip(rest, choice.picks):
-                if pick >= 0:
-                    placements.append(self.place(job, int(pick), free))
+        if left.any():
+            # value: (least queued GPU-seconds / the job's) x (its fastest run / this run), within the stretch
+            area = table.per_job_min(table.count * table.run_s)
+            horizon = float(area.sum()) / sum(self.capacity.values())  # draining the queue at full speed
+            fast_o, area_o = fast[table.owner], area[table.owner]
+            ok = (table.run_s - fast_o <= np.maximum((self.stretch - 1.0) * fast_o, horizon)) & ~starving[table.owner]
+            worth = VALUE_SCALE * (float(area.min()) / area_o) * (fast_o / table.run_s)
+            values = np.where(ok, np.maximum(1, np.rint(worth)), 0).astype(np.int64)
+            choice = choose(table.owner, table.gpu, table.count, values, left, len(self.queue),
+                            deterministic_time=self.round_budget, seed=self.seed)
+            placements += [self.place_row(table, int(row), free) for row in choice.picks if row >= 0]
+        work = {j.id: j.total_tokens for j in self.queue}
         for p in placements:
-            job = next(j for j in self.queue if j.id == p.job_id)
             assert p.tokens_per_s is not None
-            self.running[p.job_id] = (now + job.total_tokens / p.tokens_per_s,
+            self.running[p.job_id] = (now + work[p.job_id] / p.tokens_per_s,
                                       self.state.gpu_types.index(p.gpu_type), p.num_gpus)
         self.dequeue({p.job_id for p in placements})
         return placements

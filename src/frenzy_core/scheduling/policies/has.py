@@ -65,13 +65,14 @@ class FrenzyHAS(QueuePolicy):
         placements: list[Placement] = []
         free = self.state.copy()
         left = self.free_per_type(free)
-        for job in self.queue:
-            if not left.any():
-                break
-            opts = self.options[job.id]
-            fits = np.flatnonzero(opts.count <= left[opts.gpu])
+        table = self.table()
+        ends = np.append(table.first[1:], table.owner.size).astype(np.int64)
+        # only jobs with a configuration that fits the free GPUs before any placement can start
+        for j in np.unique(table.owner[table.count <= left[table.gpu]]):
+            rows = np.arange(table.first[j], ends[j])
+            fits = rows[table.count[rows] <= left[table.gpu[rows]]]
             if fits.size:  # the first configuration in priority order that has room
-                placements.append(self.place(job, int(fits[0]), free))
-                left[opts.gpu[fits[0]]] -= opts.count[fits[0]]
+                placements.append(self.place_row(table, int(fits[0]), free))
+                left[table.gpu[fits[0]]] -= table.count[fits[0]]
         self.dequeue({p.job_id for p in placements})
         return placements

@@ -49,11 +49,11 @@ class SiaLike(QueuePolicy):
         left = self.free_per_type(free)
         if not self.queue or not left.any():
             return []
-        opts = [self.options[j.id] for j in self.queue]
-        values = [np.rint(_SCALE * (SIA_LAMBDA - (o.tokens_per_s / o.tokens_per_s.min()) ** SIA_P)).astype(np.int64)
-                  for o in opts]
-        choice = choose([o.gpu for o in opts], [o.count for o in opts], values, left,
+        table = self.table()
+        least = table.per_job_min(table.tokens_per_s)[table.owner]
+        values = np.rint(_SCALE * (SIA_LAMBDA - (table.tokens_per_s / least) ** SIA_P)).astype(np.int64)
+        choice = choose(table.owner, table.gpu, table.count, values, left, len(self.queue),
                         deterministic_time=self.round_budget, seed=self.seed)
-        placements = [self.place(job, int(pick), free) for job, pick in zip(self.queue, choice.picks) if pick >= 0]
+        placements = [self.place_row(table, int(row), free) for row in choice.picks if row >= 0]
         self.dequeue({p.job_id for p in placements})
         return placements

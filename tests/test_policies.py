@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from frenzy_core import Cluster, InfeasiblePlanError, ModelConfig, TrainingConfig
 from frenzy_core.scheduling import POLICIES, simulate
-from frenzy_core.scheduling.policies import FrenzyCore
 from frenzy_core.scheduling.jobs import GPURequest, TrainingJob
+from frenzy_core.scheduling.policies import FrenzyCore
 from frenzy_core.scheduling.result import JobStatus, SimulationResult
 
 GPT2 = ModelConfig.preset("gpt2")

@@ -32,6 +32,7 @@ from frenzy_core.errors import (
 )
 from frenzy_core.memory.result import MemoryEstimate, StageMemory
 # -- exports added by subpackages below (one import per line) --
+from frenzy_core.scheduling import POLICIES, compare
 from frenzy_core.memory.probe import PhasePeak, ProbeResult, measure_training_step, probe_memory
 from frenzy_core.memory import BatchEstimate, estimate_memory, estimate_memory_batch
 from frenzy_core.planning import Objective, Plan, PlanConstraints, plan_job
@@ -50,6 +51,7 @@ __all__ = [
     "OptionalDependencyError", "ParallelConfig", "PipelineSchedule", "PositionEmbedding", "Precision", "Recompute",
     "RecomputeMethod", "StageMemory", "TrainingConfig", "UnknownNameError", "count_parameters", "validate_layout",
     # -- names added by subpackages below --
+    "POLICIES", "compare",
     "PhasePeak", "ProbeResult", "measure_training_step", "probe_memory",
     "BatchEstimate", "estimate_memory", "estimate_memory_batch",
     "Objective", "Plan", "PlanConstraints", "plan_job",

@@ -46,6 +46,9 @@ class LayerActivations:
     """The layer input: all full recomputation keeps per checkpointed chunk."""
     dispatch: FloatArray
     """Transient token-dispatcher buffers of one MoE layer (Megatron all-to-all output and its sorted copy)."""
+    score_grad: FloatArray
+    """Eager attention's backward: the gradient of the s x s probabilities (in the softmax's dtype) that exists
+    beside the saved tensors while a layer runs its backward; 0 for fused kernels."""
 
 
 def _bytes(training: TrainingConfig) -> tuple[int, int, int]:
@@ -237,7 +240,13 @@ def layer_activations(model: ModelConfig, training: TrainingConfig, *, tp: npt.A
         # (forward and backward); their backward needs only indices, so neither is saved.
         routed = model.moe.top_k * (model.moe.capacity_factor or 1.0)
         dispatch = 2.0 * _bytes(training)[1] * model.hidden_size * routed * tokens
+    score_grad = np.zeros_like(tokens)
+    if training.attention is Attention.EAGER:
+        torch_fp32_softmax = training.framework is Framework.TORCH and _hf_style(model) in ("llama", "fused_rope")
+        softmax_bytes = FP32 if (training.precision.is_amp or torch_fp32_softmax) else _bytes(training)[1]
+        score_grad = model.num_attention_heads / tp_a * s_loc * softmax_bytes * tokens
     return LayerActivations(dense=tokens * dense, moe=tokens * moe, core_dense=tokens * core, dispatch=dispatch,
+                            score_grad=score_grad,
                             layer_input=tokens * inp)
 
 

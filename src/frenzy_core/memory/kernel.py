@@ -89,6 +89,8 @@ class _Activations:
     """Saved tensors of every in-flight micro-batch at the start of backward."""
     work: FloatArray
     """Backward working set: what recomputation rebuilds for one layer/chunk."""
+    top: FloatArray
+    """Working set while the top layer runs its backward: ``work`` plus the gradient temporaries."""
     late: FloatArray
     """When the stage's first layer runs its backward: other micro-batches' tensors, this one's input, the work."""
     inflight: FloatArray
@@ -156,7 +158,10 @@ def _activations(model: ModelConfig, training: TrainingConfig, c: ConfigArrays, 
 
     one_mb = saved_layers + last * ea.head
     late = acts - one_mb + np.minimum(la.layer_input, saved_layers) + work
-    return _Activations(forward=acts_fwd, backward=acts, work=work, late=np.maximum(late, 0.0), inflight=inflight)
+    # While a layer runs its backward, eager attention's probability gradient exists beside its saved tensors.
+    top = work + np.where(n > 0, la.score_grad, 0.0)
+    return _Activations(forward=acts_fwd, backward=acts, work=work, top=top, late=np.maximum(late, 0.0),
+                        inflight=inflight)
 
 
 def stage_arrays(model: ModelConfig, training: TrainingConfig, c: ConfigArrays, stage: IntArray) -> StageArrays:
@@ -253,7 +258,7 @@ def stage_arrays(model: ModelConfig, training: TrainingConfig, c: ConfigArrays, 
          "optimizer_temporaries": temps, "comm_buffers": comm_step},
         {**common, "gradients": grads_late, "activations": acts_late, "logits_loss": logits_others,
          "optimizer_temporaries": zero, "comm_buffers": comm_fb},
-        {**common, "gradients": grads_top + tied_buffer, "activations": acts + work, "logits_loss": logits_others,
+        {**common, "gradients": grads_top + tied_buffer, "activations": acts + act.top, "logits_loss": logits_others,
          "optimizer_temporaries": zero, "comm_buffers": comm_fb},
     ]
     shape_all = np.broadcast(stage, c.tp, c.pp, c.dp, c.seq_len, c.micro_batch_size).shape

@@ -6,9 +6,9 @@ from frenzy_core.scheduling.policy import Placement, Policy
 from frenzy_core.scheduling.report import compare, plot_results
 from frenzy_core.scheduling.result import JobRecord, JobStatus, SimulationResult, Utilisation
 from frenzy_core.scheduling.simulator import SimulationError, simulate
-from frenzy_core.scheduling.throughput import PlannedThroughput
 from frenzy_core.scheduling.state import ClusterState
 from frenzy_core.scheduling.synthetic import LogNormalWork, MixEntry, synthetic_jobs
+from frenzy_core.scheduling.throughput import PlannedThroughput
 from frenzy_core.scheduling.traces import (
     OnError,
     SkippedRow,
@@ -22,9 +22,35 @@ from frenzy_core.scheduling.traces import (
 from frenzy_core.scheduling.workload import DEFAULT_SIZE_BUCKETS, SizeBucket, ThroughputFn, jobs_from_trace
 
 __all__ = [
-    "DEFAULT_SIZE_BUCKETS", "POLICIES", "ClusterState", "GPURequest", "JobRecord", "JobStatus",
-    "LogNormalWork", "MixEntry", "OnError", "Placement", "Policy", "SimulationError", "SimulationResult",
-    "SizeBucket", "SkippedRow", "ThroughputFn", "TraceFormat", "TraceJob", "TraceLoad", "TraceWarning",
-    "TrainingJob", "Utilisation", "PlannedThroughput", "compare", "get_policy",
-    "jobs_from_trace", "plot_results", "load_trace", "read_trace", "simulate", "synthetic_jobs",
+    "DEFAULT_SIZE_BUCKETS",
+    "POLICIES",
+    "ClusterState",
+    "GPURequest",
+    "JobRecord",
+    "JobStatus",
+    "LogNormalWork",
+    "MixEntry",
+    "OnError",
+    "Placement",
+    "PlannedThroughput",
+    "Policy",
+    "SimulationError",
+    "SimulationResult",
+    "SizeBucket",
+    "SkippedRow",
+    "ThroughputFn",
+    "TraceFormat",
+    "TraceJob",
+    "TraceLoad",
+    "TraceWarning",
+    "TrainingJob",
+    "Utilisation",
+    "compare",
+    "get_policy",
+    "jobs_from_trace",
+    "load_trace",
+    "plot_results",
+    "read_trace",
+    "simulate",
+    "synthetic_jobs",
 ]

@@ -73,17 +73,17 @@ def choose(owner: np.ndarray, gpu: np.ndarray, count: np.ndarray, value: np.ndar
     by_job: dict[int, list[int]] = {}
     for k, i in enumerate(items):
         by_job.setdefault(int(owner[i]), []).append(k)
-    for ks in by_job.values():
-        if len(ks) > 1:
-            model.add_at_most_one(x[k] for k in ks)
+    for mine in by_job.values():
+        if len(mine) > 1:
+            model.add_at_most_one(x[k] for k in mine)
     for g in np.unique(gpu[items]):
-        ks = np.flatnonzero(gpu[items] == g)
-        model.add(cp_model.LinearExpr.weighted_sum([x[k] for k in ks], [int(c) for c in count[items[ks]]])
+        on_g = np.flatnonzero(gpu[items] == g)
+        model.add(cp_model.LinearExpr.weighted_sum([x[k] for k in on_g], [int(c) for c in count[items[on_g]]])
                   <= int(free[g]))
     # -- objective -----------------------------------------------------------------------------------------
     model.maximize(cp_model.LinearExpr.weighted_sum(x, [int(v) for v in value[items]]))
     # -- greedy hint, solve, read ------------------------------------------------------------------------
-    chosen = set(int(i) for i in picks[picks >= 0])
+    chosen = {int(i) for i in picks[picks >= 0]}
     for k, i in enumerate(items):
         model.add_hint(x[k], int(i) in chosen)
     solver = cp_model.CpSolver()
@@ -96,5 +96,5 @@ def choose(owner: np.ndarray, gpu: np.ndarray, count: np.ndarray, value: np.ndar
         for k, i in enumerate(items):
             if solver.value(x[k]):
                 out[int(owner[i])] = i
-        return Choice(out, int(round(solver.objective_value)), "cp-sat")
+        return Choice(out, round(solver.objective_value), "cp-sat")
     return Choice(picks, greedy_value, "greedy")

@@ -43,12 +43,41 @@ class QueueTable:
     count: np.ndarray
     tokens_per_s: np.ndarray
     run_s: np.ndarray
-    first: np.ndarray
-    """Index of each job's first option (for ``np.minimum.reduceat`` and friends)."""
+    sizes: np.ndarray
+    """Options per job (queue order)."""
+    submit_s: np.ndarray
+    """Submit time per job (queue order)."""
+
+    @property
+    def first(self) -> np.ndarray:
+        """Index of each job's first option (for ``np.minimum.reduceat`` and friends)."""
+        return np.cumsum(self.sizes) - self.sizes
 
     def per_job_min(self, values: np.ndarray) -> np.ndarray:
         """The least of ``values`` (one per option) over each job's options."""
-        return np.minimum.reduceat(values, self.first) if self.first.size else np.zeros(0)
+        return np.minimum.reduceat(values, self.first) if self.sizes.size else np.zeros(0)
+
+    @staticmethod
+    def empty() -> QueueTable:
+        i, f = np.zeros(0, np.int64), np.zeros(0)
+        return QueueTable(owner=i, gpu=i, count=i, tokens_per_s=f, run_s=f, sizes=i, submit_s=f)
+
+    def appended(self, options: JobOptions, submit_s: float) -> QueueTable:
+        """This table with one more job at the end of the queue."""
+        n = len(options)
+        return QueueTable(owner=np.append(self.owner, np.full(n, self.sizes.size, dtype=np.int64)),
+                          gpu=np.append(self.gpu, options.gpu), count=np.append(self.count, options.count),
+                          tokens_per_s=np.append(self.tokens_per_s, options.tokens_per_s),
+                          run_s=np.append(self.run_s, options.run_s), sizes=np.append(self.sizes, n),
+                          submit_s=np.append(self.submit_s, submit_s))
+
+    def kept(self, keep: np.ndarray) -> QueueTable:
+        """This table with only the jobs where ``keep`` (one bool per job) is true."""
+        rows = np.repeat(keep, self.sizes)
+        sizes = self.sizes[keep]
+        return QueueTable(owner=np.repeat(np.arange(sizes.size), sizes), gpu=self.gpu[rows], count=self.count[rows],
+                          tokens_per_s=self.tokens_per_s[rows], run_s=self.run_s[rows], sizes=sizes,
+                          submit_s=self.submit_s[keep])
 
 
 class QueuePolicy(Policy):
@@ -59,19 +88,10 @@ class QueuePolicy(Policy):
         super().__init__()
         self.queue: list[TrainingJob] = []
         self.options: dict[str, JobOptions] = {}
-        self._table: QueueTable | None = None
+        self._table = QueueTable.empty()
 
     def table(self) -> QueueTable:
-        """The queued jobs' options as flat arrays; rebuilt only after the queue changed."""
-        if self._table is None:
-            opts = [self.options[j.id] for j in self.queue]
-            sizes = np.array([len(o) for o in opts], dtype=np.int64)
-            cat = (lambda name: np.concatenate([getattr(o, name) for o in opts])) if opts else (
-                lambda name: np.zeros(0))
-            self._table = QueueTable(owner=np.repeat(np.arange(len(opts)), sizes), gpu=cat("gpu").astype(np.int64),
-                                     count=cat("count").astype(np.int64), tokens_per_s=cat("tokens_per_s"),
-                                     run_s=cat("run_s"), first=np.concatenate([[0], np.cumsum(sizes)[:-1]])
-                                     if opts else np.zeros(0, np.int64))
+        """The queued jobs' options as flat arrays (kept in step with the queue)."""
         return self._table
 
     @property
@@ -107,7 +127,7 @@ class QueuePolicy(Policy):
             return
         self.options[job.id] = options
         self.queue.append(job)
-        self._table = None
+        self._table = self._table.appended(options, job.submit_time_s)
 
     def on_finish(self, job_id: str, now: float) -> None:
         """Nothing to update: the freed GPUs are visible in the cluster state."""
@@ -115,10 +135,11 @@ class QueuePolicy(Policy):
     def dequeue(self, started: set[str]) -> None:
         """Drop the jobs just placed from the queue."""
         if started:
-            self.queue = [j for j in self.queue if j.id not in started]
+            keep = np.array([j.id not in started for j in self.queue], dtype=bool)
+            self.queue = [j for j, k in zip(self.queue, keep) if k]
             for job_id in started:
                 del self.options[job_id]
-            self._table = None
+            self._table = self._table.kept(keep)
 
     def place_row(self, table: QueueTable, row: int, free: ClusterState) -> Placement:
         """:meth:`place` for row ``row`` of the queue table."""

@@ -98,21 +98,23 @@ class FrenzyCore(QueuePolicy):
         best_finish = np.full(len(self.queue), np.inf)
         np.minimum.at(best_finish, owners, finish)
         within = table.run_s[rows] <= self.stretch * (best_finish[owners] - now)
+        # free GPUs only shrink during the round: a job with no option that fits now never will
+        hopeful = set(owners[within & (table.count[rows] <= left[table.gpu[rows]])].tolist())
         blocked = np.zeros(left.size, dtype=bool)
-        bounds = np.searchsorted(owners, np.flatnonzero(starving), side="left")
-        for j, lo in zip(np.flatnonzero(starving), bounds):
-            if reserved and not left[~blocked].any():
-                break  # nothing left to start, and the reservation is made
-            hi = int(np.searchsorted(owners, j, side="right"))
-            r, fin, ok = rows[lo:hi], finish[lo:hi], within[lo:hi].copy()
-            ok &= (table.count[r] <= left[table.gpu[r]]) & ~blocked[table.gpu[r]]
+        for j in np.flatnonzero(starving):
+            lo, hi = np.searchsorted(owners, [j, j + 1])
+            r = rows[lo:hi]
+            ok = within[lo:hi] & (table.count[r] <= left[table.gpu[r]]) & ~blocked[table.gpu[r]] if j in hopeful \
+                else np.zeros(r.size, dtype=bool)
             if ok.any():
                 row = int(r[ok][np.argmin(table.run_s[r][ok])])
                 placements.append(self.place_row(table, row, free))
                 left[table.gpu[row]] -= table.count[row]
             elif not reserved:
-                reserved.add(int(table.gpu[r[int(np.argmin(fin))]]))
+                reserved.add(int(table.gpu[r[int(np.argmin(finish[lo:hi]))]]))
                 blocked[list(reserved)] = True
+            if reserved and not hopeful.difference(range(j + 1)):
+                break  # the reservation is made and no younger starving job can start
         return placements, reserved
 
     def schedule(self, now: float) -> list[Placement]:
@@ -122,7 +124,7 @@ class FrenzyCore(QueuePolicy):
         if not (table.count <= left[table.gpu]).any():
             return []  # nothing can start, and a reservation would change nothing this round
         fast = table.per_job_min(table.run_s)
-        waited = now - np.array([j.submit_time_s for j in self.queue])
+        waited = now - table.submit_s
         starving = waited >= self.starvation_factor * fast
         placements, reserved = self._serve_starving(table, starving, now, left, free) if starving.any() else ([], set())
         for g in reserved:
@@ -138,7 +140,10 @@ class FrenzyCore(QueuePolicy):
             choice = choose(table.owner, table.gpu, table.count, values, left, len(self.queue),
                             deterministic_time=self.round_budget, seed=self.seed)
             placements += [self.place_row(table, int(row), free) for row in choice.picks if row >= 0]
-        work = {j.id: j.total_tokens for j in self.queue}
+        work = {p.job_id: 0 for p in placements}
+        for job in self.queue:
+            if job.id in work:
+                work[job.id] = job.total_tokens
         for p in placements:
             assert p.tokens_per_s is not None
             self.running[p.job_id] = (now + work[p.job_id] / p.tokens_per_s,

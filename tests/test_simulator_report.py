@@ -1,0 +1,46 @@
+"""``compare`` and ``plot_results``: the comparison table and figure of simulation results."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from frenzy_core import OptionalDependencyError, compare
+from frenzy_core.scheduling.result import JobRecord, JobStatus, SimulationResult, Utilisation, summarise
+
+
+def _result(policy: str, jcts: list[float]) -> SimulationResult:
+    records = [JobRecord(id=f"j{i}", status=JobStatus.FINISHED, submit_time_s=0.0, start_time_s=0.0,
+                         finish_time_s=j, gpu_type="a100-80gb", num_gpus=4) for i, j in enumerate(jcts)]
+    records.append(JobRecord(id="never", status=JobStatus.UNSCHEDULABLE, submit_time_s=0.0, reason="too big"))
+    # 4 of 8 GPUs busy for the first 3,600 s, none after: 25% over the 7,200 s makespan
+    util = Utilisation(times_s=[0.0, 3600.0], busy_gpus={"a100-80gb": [4, 0]}, capacity_gpus={"a100-80gb": 8})
+    return summarise(policy, records, util, [0.001, 0.003, 0.002])
+
+
+def test_summary_figures_and_utilisation() -> None:
+    r = _result("p", [3600.0, 7200.0])
+    assert (r.avg_jct_s, r.median_jct_s, r.makespan_s, r.avg_queue_delay_s) == (5400.0, 5400.0, 7200.0, 0.0)
+    assert r.unschedulable == ["never"] and r.median_round_s == 0.002
+    assert r.mean_utilisation() == {"a100-80gb": 0.25}
+
+
+def test_compare_lists_every_policy_against_the_first() -> None:
+    text = compare([_result("fifo", [3600.0, 7200.0]), _result("fast", [1800.0, 3600.0])])
+    header, fifo, fast = text.splitlines()
+    assert header.split()[:3] == ["policy", "finished", "OOM"]
+    # finished, OOM, unschedulable, avg JCT h 1.50 / 0.75, mean utilisation 25.0%, round 2.0 ms, -50% vs first
+    assert fifo.split() == ["fifo", "2", "0", "1", "1.50", "1.50", "1.99", "0.00", "2.00", "25.0", "2.0", "+0.0%"]
+    assert fast.split()[4] == "0.75" and fast.split()[-1] == "-50.0%"
+
+
+def test_plot_writes_a_figure_or_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "sim.png"
+    _result("a", [3600.0]).plot(out, _result("b", [1800.0]))
+    assert out.stat().st_size > 0
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(OptionalDependencyError, match="frenzy_core\\[plot\\]"):
+        _result("a", [3600.0]).plot(tmp_path / "again.png")

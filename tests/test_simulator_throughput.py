@@ -1,0 +1,50 @@
+"""``PlannedThroughput``: the per-count curve agrees with one planner call per count."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from frenzy_core import InfeasiblePlanError, ModelConfig
+from frenzy_core.hardware.gpus import get_gpu_spec
+from frenzy_core.scheduling.rates import RateBook, power_of_two_counts
+from frenzy_core.scheduling.recipe import default_training
+from frenzy_core.scheduling.throughput import PlannedThroughput, ThroughputCurve, planned_tokens_per_s
+
+
+@pytest.mark.parametrize(("preset", "gpu", "counts"), [
+    ("gpt2", "v100-32gb", [1, 3, 8, 12]),
+    ("llama-2-13b", "rtx-3090", [4, 16, 24]),
+])
+def test_curve_matches_the_planner_count_by_count(preset: str, gpu: str, counts: list[int]) -> None:
+    model = ModelConfig.preset(preset)
+    training = default_training(model, get_gpu_spec("v100-32gb"), 16)
+    planned = PlannedThroughput()
+    curve = planned.curve(model, training, gpu, max(counts))
+    for n in counts:
+        try:
+            expected = planned_tokens_per_s(model, training, gpu, n)
+        except InfeasiblePlanError:
+            assert math.isnan(curve[n])
+            with pytest.raises(InfeasiblePlanError):
+                planned(model, training, gpu, n)
+            continue
+        assert curve[n] == pytest.approx(expected, rel=1e-12)
+        assert planned(model, training, gpu, n) == pytest.approx(expected, rel=1e-12)
+
+
+def test_rate_book_uses_the_curve_and_stubs_alike() -> None:
+    model = ModelConfig.preset("gpt2")
+    training = default_training(model)
+    planned = PlannedThroughput()
+    assert isinstance(planned, ThroughputCurve)
+    from frenzy_core.scheduling.jobs import TrainingJob
+
+    job = TrainingJob(id="j", submit_time_s=0, model=model, training=training, work_tokens=10**9)
+    book = RateBook(planned, ["a100-80gb"])
+    stub_book = RateBook(lambda m, t, g, n: 10.0 * n, ["a100-80gb"])
+    assert book.rate(job, "a100-80gb", 8) == planned(model, training, "a100-80gb", 8)
+    options = stub_book.options(job, [[1, 2, 4]])
+    assert options.count.tolist() == [1, 2, 4] and options.run_s.tolist() == [10**8, 5 * 10**7, 2.5 * 10**7]
+    assert power_of_two_counts(12, [6, 20]) == [1, 2, 4, 6, 8]

@@ -98,14 +98,22 @@ class FrenzyCore(QueuePolicy):
         best_finish = np.full(len(self.queue), np.inf)
         np.minimum.at(best_finish, owners, finish)
         within = table.run_s[rows] <= self.stretch * (best_finish[owners] - now)
-        # free GPUs only shrink during the round: a job with no option that fits now never will
-        hopeful = set(owners[within & (table.count[rows] <= left[table.gpu[rows]])].tolist())
+        # free GPUs only shrink during the round: a job with no option that fits now never will, so only those
+        # that might start, and the oldest that cannot (it makes the reservation), need a look
+        hopeful = np.zeros(len(self.queue), dtype=bool)
+        hopeful[owners[within & (table.count[rows] <= left[table.gpu[rows]])]] = True
+        hopeless = np.flatnonzero(starving & ~hopeful)
+        look = np.flatnonzero(hopeful)
+        if hopeless.size:
+            look = np.sort(np.append(look, hopeless[0]))
         blocked = np.zeros(left.size, dtype=bool)
-        for j in np.flatnonzero(starving):
+        least = int(table.count[rows].min())
+        for j in look:
+            if reserved and int(left[~blocked].max(initial=0)) < least:
+                break  # the reservation is made and no starving job can start any more
             lo, hi = np.searchsorted(owners, [j, j + 1])
             r = rows[lo:hi]
-            ok = within[lo:hi] & (table.count[r] <= left[table.gpu[r]]) & ~blocked[table.gpu[r]] if j in hopeful \
-                else np.zeros(r.size, dtype=bool)
+            ok = within[lo:hi] & (table.count[r] <= left[table.gpu[r]]) & ~blocked[table.gpu[r]]
             if ok.any():
                 row = int(r[ok][np.argmin(table.run_s[r][ok])])
                 placements.append(self.place_row(table, row, free))
@@ -113,8 +121,6 @@ class FrenzyCore(QueuePolicy):
             elif not reserved:
                 reserved.add(int(table.gpu[r[int(np.argmin(finish[lo:hi]))]]))
                 blocked[list(reserved)] = True
-            if reserved and not hopeful.difference(range(j + 1)):
-                break  # the reservation is made and no younger starving job can start
         return placements, reserved
 
     def schedule(self, now: float) -> list[Placement]:

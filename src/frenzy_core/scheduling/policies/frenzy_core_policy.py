@@ -2,18 +2,20 @@
 
 Per scheduling round (every arrival or completion):
 
-1. Starvation bound. A job that has waited at least ``starvation_factor`` times its fastest run time is
-   starving. Starving jobs are served first, oldest first, each with its fastest option that fits now. The
-   oldest starving job that does not fit reserves its type: nothing else starts on that type this round, so
-   GPUs drain towards it (EASY-backfilling's reservation, without run-time estimates of the running jobs).
-2. The other queued jobs: one option (type, count) or none each, chosen jointly with CP-SAT
-   (:mod:`._choice`), maximising the summed completion rates ``sum 1 / run_s`` of the jobs started now. On a
-   full cluster this starts the jobs that finish soonest per GPU (shortest-job-first generalised to
-   heterogeneous, resizable jobs); on an idle one it gives jobs the faster types and more GPUs.
+1. Starvation bound. A job that has waited ``starvation_factor`` times its fastest run time is starving.
+   Starving jobs go first, oldest first, each with its fastest option that fits now and whose run time is within
+   ``stretch`` of the time to its earliest expected completion (waiting for the running jobs to end). The oldest
+   starving job that cannot start reserves the type of its earliest-completing option: nothing else starts on
+   that type this round, so GPUs drain towards it (EASY backfilling's reservation, without run-time estimates).
+2. The other queued jobs: one option (type, count) or none each, chosen jointly by CP-SAT (:mod:`._choice`),
+   maximising the sum of ``(least GPU-seconds in the queue / the job's) x (its fastest run / this run)`` over the
+   jobs started now: shortest-job-first by area (which minimises average JCT), preferring faster types and
+   counts. An option whose run time exceeds the job's fastest by more than ``stretch - 1`` of it and more than
+   the time to drain the queue at full speed is worth 0 (the job waits for a better one).
 
-Options are every type the job may use with counts from :func:`._queue.elastic_counts` (powers of two up to
-twice the request, and the request), kept where the planner's candidate table finds a layout that fits in
-memory; the job runs at that layout's throughput. No preemption: a started job keeps its allocation.
+Options are every type the job may use with counts from :func:`._queue.elastic_counts` (half to twice the
+request), kept where the planner's candidate table finds a layout that fits in memory; the job runs at that
+layout's throughput. No preemption: a started job keeps its allocation.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ __all__ = ["DEFAULT_ROUND_BUDGET", "DEFAULT_STARVATION_FACTOR", "FrenzyCore"]
 DEFAULT_STARVATION_FACTOR = 4.0
 """A job starves once its wait reaches this many times its fastest run time (a slowdown of 5; our choice)."""
 DEFAULT_ROUND_BUDGET = 0.05
-"""CP-SAT deterministic time per round (about seconds on one core; our choice, within the 100 ms target)."""
+"""CP-SAT deterministic time per round (OR-Tools' work units, roughly seconds on one core; our choice, well within
+the 100 ms round target; deterministic, unlike a wall-clock limit, so runs repeat exactly)."""
 DEFAULT_STRETCH = 1.25
 """An option is started now only if its run time is at most this many times the time until the job's
 earliest-completing option would finish (waiting for a faster type or more GPUs otherwise; our choice)."""
@@ -53,8 +56,9 @@ class FrenzyCore(QueuePolicy):
         self.round_budget = round_budget
         self.stretch = stretch
         self.running: dict[str, tuple[float, int, int]] = {}
-        self.capacity: dict[str, int] = {}
         """Job id -> (expected end, GPU type index, GPUs) of the jobs this policy started."""
+        self.capacity: dict[str, int] = {}
+        """GPU type -> GPUs usable at the start."""
 
     def job_options(self, job: TrainingJob, allowed: list[str]) -> JobOptions:
         return self.counted_options(job, allowed, lambda t: elastic_counts(job, self.state.usable_gpus(t)))
@@ -98,29 +102,30 @@ class FrenzyCore(QueuePolicy):
         best_finish = np.full(len(self.queue), np.inf)
         np.minimum.at(best_finish, owners, finish)
         within = table.run_s[rows] <= self.stretch * (best_finish[owners] - now)
-        # free GPUs only shrink during the round: a job with no option that fits now never will, so only those
-        # that might start, and the oldest that cannot (it makes the reservation), need a look
-        hopeful = np.zeros(len(self.queue), dtype=bool)
-        hopeful[owners[within & (table.count[rows] <= left[table.gpu[rows]])]] = True
-        hopeless = np.flatnonzero(starving & ~hopeful)
-        look = np.flatnonzero(hopeful)
-        if hopeless.size:
-            look = np.sort(np.append(look, hopeless[0]))
+        # free GPUs only shrink during the round, so each step looks at the jobs after the last one served: the
+        # first that can start does, unless an older one that cannot must first make the reservation
+        nq = len(self.queue)
         blocked = np.zeros(left.size, dtype=bool)
-        least = int(table.count[rows].min())
-        for j in look:
-            if reserved and int(left[~blocked].max(initial=0)) < least:
-                break  # the reservation is made and no starving job can start any more
-            lo, hi = np.searchsorted(owners, [j, j + 1])
-            r = rows[lo:hi]
-            ok = within[lo:hi] & (table.count[r] <= left[table.gpu[r]]) & ~blocked[table.gpu[r]]
-            if ok.any():
-                row = int(r[ok][np.argmin(table.run_s[r][ok])])
-                placements.append(self.place_row(table, row, free))
-                left[table.gpu[row]] -= table.count[row]
-            elif not reserved:
-                reserved.add(int(table.gpu[r[int(np.argmin(finish[lo:hi]))]]))
+        done = 0  # queue positions below this are settled
+        while True:
+            ok = within & (table.count[rows] <= left[table.gpu[rows]]) & ~blocked[table.gpu[rows]] & (owners >= done)
+            can = np.zeros(nq, dtype=bool)
+            can[owners[ok]] = True
+            good = np.flatnonzero(can)
+            bad = np.flatnonzero(starving & ~can & (np.arange(nq) >= done))
+            if not reserved and bad.size and (not good.size or bad[0] < good[0]):
+                lo, hi = np.searchsorted(owners, [bad[0], bad[0] + 1])
+                reserved.add(int(table.gpu[rows[lo + int(np.argmin(finish[lo:hi]))]]))
                 blocked[list(reserved)] = True
+                done = int(bad[0]) + 1
+                continue
+            if not good.size:
+                break
+            mine = ok & (owners == good[0])
+            row = int(rows[mine][np.argmin(table.run_s[rows][mine])])
+            placements.append(self.place_row(table, row, free))
+            left[table.gpu[row]] -= table.count[row]
+            done = int(good[0]) + 1
         return placements, reserved
 
     def schedule(self, now: float) -> list[Placement]:
@@ -146,13 +151,11 @@ class FrenzyCore(QueuePolicy):
             choice = choose(table.owner, table.gpu, table.count, values, left, len(self.queue),
                             deterministic_time=self.round_budget, seed=self.seed)
             placements += [self.place_row(table, int(row), free) for row in choice.picks if row >= 0]
-        work = {p.job_id: 0 for p in placements}
-        for job in self.queue:
-            if job.id in work:
-                work[job.id] = job.total_tokens
         for p in placements:
             assert p.tokens_per_s is not None
-            self.running[p.job_id] = (now + work[p.job_id] / p.tokens_per_s,
+            opts = self.options[p.job_id]
+            work_tokens = float(opts.run_s[0] * opts.tokens_per_s[0])
+            self.running[p.job_id] = (now + work_tokens / p.tokens_per_s,
                                       self.state.gpu_types.index(p.gpu_type), p.num_gpus)
         self.dequeue({p.job_id for p in placements})
         return placements

@@ -634,10 +634,11 @@ def to_hf_config(model: ModelConfig) -> dict[str, Any]:
                           f"{exc}", field=exc.field, value=exc.value,
                           hint=f"change the model to fit {family!r}") from None
     ours, theirs = _canonical(model), _canonical(back)
-    differ = {k: (ours[k], theirs[k]) for k in ours if ours[k] != theirs[k]}
+    differ = {k: (ours.get(k), theirs.get(k)) for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k)}
     if differ:
-        shown = ", ".join(f"{k}={mine!r} (would be {got!r})" for k, (mine, got) in differ.items())
+        shown = ", ".join(f"{k}={differ[k][0]!r} (would be {differ[k][1]!r})" for k in sorted(differ))
+        first = sorted(differ)[0]
         raise ConfigError(f"no Hugging Face family expresses this model; closest is {family!r}, which differs in "
-                          f"{shown}", field=next(iter(differ)), value=ours[next(iter(differ))],
+                          f"{shown}", field=first, value=ours.get(first),
                           hint=f"change those fields to the {family!r} values to export it")
     return d

@@ -14,6 +14,7 @@ import numpy.typing as npt
 
 from frenzy_core.config.model import ArchKind, MLPKind, ModelConfig, NormKind, PositionEmbedding
 from frenzy_core.config.training import Attention, Framework, Precision, TrainingConfig
+from frenzy_core.errors import ConfigError
 
 __all__ = [
     "EdgeActivations",
@@ -70,7 +71,7 @@ def _hf_family(model: ModelConfig) -> str:
 
     try:
         return str(to_hf_config(model)["model_type"])
-    except Exception:  # noqa: BLE001 - best effort: any architecture it cannot map falls back to the guess below
+    except ConfigError:  # no Hugging Face family expresses the model: follow the closest module layout
         if model.arch is ArchKind.ENCODER:
             return "bert"
         if model.position_embedding is PositionEmbedding.LEARNED and model.mlp is MLPKind.GELU:

@@ -14,7 +14,7 @@ from frenzy_core.errors import ConfigError
 
 torch = pytest.importorskip("torch")
 
-from frenzy_core.memory.probe import CUDA_BLOCK_BYTES, Phase, ProbeResult, measure_training_step, probe_memory
+from frenzy_core.memory.probe import CUDA_BLOCK_BYTES, Phase, ProbeResult, measure_training_step, probe_memory  # noqa: E402
 
 _FEATURES = 256
 _BATCH = 4

@@ -23,6 +23,7 @@ from frenzy_core.config import (
     count_parameters,
     validate_layout,
 )
+from frenzy_core.config.megatron import MegatronJob, from_megatron_args, parse_megatron_args, to_megatron_args
 from frenzy_core.errors import (
     ConfigError,
     FrenzyError,
@@ -30,36 +31,105 @@ from frenzy_core.errors import (
     OptionalDependencyError,
     UnknownNameError,
 )
-from frenzy_core.memory.result import MemoryEstimate, StageMemory
-# -- exports added by subpackages below (one import per line) --
-from frenzy_core.scheduling import POLICIES, compare
-from frenzy_core.memory.probe import PhasePeak, ProbeResult, measure_training_step, probe_memory
+from frenzy_core.hardware import Cluster, ClusterSummary, GPUSpec, LinkKind, Node, get_gpu_spec, load_gpu_specs
 from frenzy_core.memory import BatchEstimate, estimate_memory, estimate_memory_batch
+from frenzy_core.memory.probe import PhasePeak, ProbeResult, measure_training_step, probe_memory
+from frenzy_core.memory.result import MemoryEstimate, StageMemory
 from frenzy_core.planning import Objective, Plan, PlanConstraints, plan_job
-from frenzy_core.timing import TimeEstimate, TimeModelParams, estimate_iteration_time, estimate_iteration_time_batch
-from frenzy_core.timing import CalibrationResult, Measurement, calibrate
-from frenzy_core.scheduling import GPURequest, SimulationResult, TraceFormat, TraceJob, TrainingJob, jobs_from_trace, load_trace, read_trace, simulate, synthetic_jobs
-from frenzy_core.config.megatron import MegatronJob, from_megatron_args, parse_megatron_args, to_megatron_args
-from frenzy_core.hardware import GPUSpec, LinkKind, get_gpu_spec, load_gpu_specs
-from frenzy_core.hardware import Cluster, ClusterSummary, Node
+
+# -- exports added by subpackages below (one import per line) --
+from frenzy_core.scheduling import (
+    POLICIES,
+    GPURequest,
+    SimulationResult,
+    TraceFormat,
+    TraceJob,
+    TrainingJob,
+    compare,
+    jobs_from_trace,
+    load_trace,
+    read_trace,
+    simulate,
+    synthetic_jobs,
+)
+from frenzy_core.timing import (
+    CalibrationResult,
+    Measurement,
+    TimeEstimate,
+    TimeModelParams,
+    calibrate,
+    estimate_iteration_time,
+    estimate_iteration_time_batch,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "ArchKind", "Attention", "ConfigError", "Framework", "FrenzyError", "InfeasiblePlanError", "MLPKind",
-    "MemoryEstimate", "ModelConfig", "MoEConfig", "NormKind", "Optimizer", "OptimizerImpl",
-    "OptionalDependencyError", "ParallelConfig", "PipelineSchedule", "PositionEmbedding", "Precision", "Recompute",
-    "RecomputeMethod", "StageMemory", "TrainingConfig", "UnknownNameError", "count_parameters", "validate_layout",
     # -- names added by subpackages below --
-    "POLICIES", "compare",
-    "PhasePeak", "ProbeResult", "measure_training_step", "probe_memory",
-    "BatchEstimate", "estimate_memory", "estimate_memory_batch",
-    "Objective", "Plan", "PlanConstraints", "plan_job",
-    "TimeEstimate", "TimeModelParams", "estimate_iteration_time", "estimate_iteration_time_batch",
-    "CalibrationResult", "Measurement", "calibrate",
-    "GPURequest", "SimulationResult", "TraceFormat", "TraceJob", "TrainingJob", "jobs_from_trace", "load_trace",
-    "read_trace", "simulate", "synthetic_jobs",
-    "MegatronJob", "from_megatron_args", "parse_megatron_args", "to_megatron_args",
-    "GPUSpec", "LinkKind", "get_gpu_spec", "load_gpu_specs",
-    "Cluster", "ClusterSummary", "Node",
+    "POLICIES",
+    "ArchKind",
+    "Attention",
+    "BatchEstimate",
+    "CalibrationResult",
+    "Cluster",
+    "ClusterSummary",
+    "ConfigError",
+    "Framework",
+    "FrenzyError",
+    "GPURequest",
+    "GPUSpec",
+    "InfeasiblePlanError",
+    "LinkKind",
+    "MLPKind",
+    "Measurement",
+    "MegatronJob",
+    "MemoryEstimate",
+    "MoEConfig",
+    "ModelConfig",
+    "Node",
+    "NormKind",
+    "Objective",
+    "Optimizer",
+    "OptimizerImpl",
+    "OptionalDependencyError",
+    "ParallelConfig",
+    "PhasePeak",
+    "PipelineSchedule",
+    "Plan",
+    "PlanConstraints",
+    "PositionEmbedding",
+    "Precision",
+    "ProbeResult",
+    "Recompute",
+    "RecomputeMethod",
+    "SimulationResult",
+    "StageMemory",
+    "TimeEstimate",
+    "TimeModelParams",
+    "TraceFormat",
+    "TraceJob",
+    "TrainingConfig",
+    "TrainingJob",
+    "UnknownNameError",
+    "calibrate",
+    "compare",
+    "count_parameters",
+    "estimate_iteration_time",
+    "estimate_iteration_time_batch",
+    "estimate_memory",
+    "estimate_memory_batch",
+    "from_megatron_args",
+    "get_gpu_spec",
+    "jobs_from_trace",
+    "load_gpu_specs",
+    "load_trace",
+    "measure_training_step",
+    "parse_megatron_args",
+    "plan_job",
+    "probe_memory",
+    "read_trace",
+    "simulate",
+    "synthetic_jobs",
+    "to_megatron_args",
+    "validate_layout",
 ]

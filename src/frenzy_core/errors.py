@@ -6,11 +6,11 @@ import difflib
 from collections.abc import Iterable, Sequence
 
 __all__ = [
-    "FrenzyError",
     "ConfigError",
-    "UnknownNameError",
+    "FrenzyError",
     "InfeasiblePlanError",
     "OptionalDependencyError",
+    "UnknownNameError",
     "closest_names",
 ]
 

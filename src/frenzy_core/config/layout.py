@@ -7,7 +7,7 @@ from frenzy_core.config.parallel import ParallelConfig
 from frenzy_core.config.training import TrainingConfig
 from frenzy_core.errors import ConfigError
 
-__all__ = ["validate_layout", "num_microbatches", "global_batch_size"]
+__all__ = ["global_batch_size", "num_microbatches", "validate_layout"]
 
 
 def _divisors(n: int) -> list[int]:

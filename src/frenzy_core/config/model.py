@@ -10,7 +10,7 @@ from pydantic import Field, model_validator
 
 from frenzy_core._base import FrozenModel
 
-__all__ = ["ArchKind", "MLPKind", "NormKind", "PositionEmbedding", "MoEConfig", "ModelConfig"]
+__all__ = ["ArchKind", "MLPKind", "MoEConfig", "ModelConfig", "NormKind", "PositionEmbedding"]
 
 
 class ArchKind(str, enum.Enum):

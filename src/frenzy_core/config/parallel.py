@@ -8,7 +8,7 @@ from pydantic import Field, model_validator
 
 from frenzy_core._base import FrozenModel
 
-__all__ = ["PipelineSchedule", "ParallelConfig"]
+__all__ = ["ParallelConfig", "PipelineSchedule"]
 
 
 class PipelineSchedule(str, enum.Enum):

@@ -5,8 +5,16 @@ from __future__ import annotations
 from frenzy_core._base import FrozenModel
 from frenzy_core.config.model import ArchKind, ModelConfig, NormKind, PositionEmbedding
 
-__all__ = ["ParamCounts", "LayerParams", "count_parameters", "layer_parameters", "embedding_parameters",
-           "head_parameters", "norm_parameters", "mlp_parameters"]
+__all__ = [
+    "LayerParams",
+    "ParamCounts",
+    "count_parameters",
+    "embedding_parameters",
+    "head_parameters",
+    "layer_parameters",
+    "mlp_parameters",
+    "norm_parameters",
+]
 
 
 class LayerParams(FrozenModel):

@@ -12,7 +12,7 @@ from frenzy_core._base import FrozenModel
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.errors import ConfigError, UnknownNameError
 
-__all__ = ["ModelPreset", "load_model_preset", "model_preset_names", "model_preset_info"]
+__all__ = ["ModelPreset", "load_model_preset", "model_preset_info", "model_preset_names"]
 
 _META_KEYS = ("published_params", "source")
 

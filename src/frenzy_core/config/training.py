@@ -8,8 +8,16 @@ from pydantic import Field, model_validator
 
 from frenzy_core._base import FrozenModel
 
-__all__ = ["Precision", "Optimizer", "OptimizerImpl", "Recompute", "RecomputeMethod", "Attention", "Framework",
-           "TrainingConfig"]
+__all__ = [
+    "Attention",
+    "Framework",
+    "Optimizer",
+    "OptimizerImpl",
+    "Precision",
+    "Recompute",
+    "RecomputeMethod",
+    "TrainingConfig",
+]
 
 
 class Precision(str, enum.Enum):

@@ -136,7 +136,7 @@ def calibrate(measurements: Sequence[Measurement], params: TimeModelParams | Non
 
     z, damping, steps = z0.copy(), 1e-3, 0
     r = residuals(z)
-    for steps in range(1, _MAX_ITERATIONS + 1):
+    for steps in range(1, _MAX_ITERATIONS + 1):  # noqa: B007 - the count is reported after the loop
         jac = np.empty((r.size, z.size))
         for j in range(z.size):
             dz = np.zeros_like(z)

@@ -240,5 +240,8 @@ def test_default_throughput_runs_jobs_at_the_planned_rate() -> None:
                       request=GPURequest(num_gpus=2, gpu_type="a100"))
     result = simulate([job], _cluster(("a100", 8, 1)), "fifo-requested", progress=False)
     rate = planned_tokens_per_s(GPT2, RECIPE, "a100-80gb", 2)
-    assert result.jobs[0].tokens_per_s == rate
+    assert result.jobs[0].tokens_per_s == pytest.approx(rate, rel=1e-12)
     assert result.jobs[0].finish_time_s == pytest.approx(10**9 / rate)
+    # the record names the layout: its dp x tp x pp is the 2 GPUs
+    degrees = {p[:2]: int(p[2:]) for p in str(result.jobs[0].layout).split() if p[:2] in ("dp", "tp", "pp")}
+    assert degrees["dp"] * degrees["tp"] * degrees["pp"] == 2

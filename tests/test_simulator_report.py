@@ -44,3 +44,21 @@ def test_plot_writes_a_figure_or_names_the_extra(tmp_path: Path, monkeypatch: py
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     with pytest.raises(OptionalDependencyError, match="frenzy_core\\[plot\\]"):
         _result("a", [3600.0]).plot(tmp_path / "again.png")
+
+
+def test_scheduler_docs_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first example of docs/scheduler.md, on the shared copy of the Philly trace."""
+    pytest.importorskip("matplotlib")
+    trace = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "philly_2017_sep_nov.csv"
+    if not trace.is_file():
+        pytest.skip(f"the shared Philly trace is not at {trace}")
+    docs = Path(__file__).resolve().parents[1] / "docs" / "scheduler.md"
+    example = docs.read_text(encoding="utf-8").split("```python\n")[1].split("```")[0]
+    assert '"philly_2017_sep_nov.csv"' in example
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, object] = {}
+    exec(example.replace('"philly_2017_sep_nov.csv"', repr(str(trace))), namespace)  # noqa: S102
+    results = namespace["results"]
+    assert isinstance(results, list) and len(results) == 5
+    assert all(r.oom_placements == 0 and r.finished + len(r.unschedulable) == 200 for r in results)
+    assert (tmp_path / "sim.png").stat().st_size > 0

@@ -27,6 +27,8 @@ class Placement:
     gpu_type: str
     allocation: Allocation = field(hash=False)
     tokens_per_s: float | None
+    layout: str | None = None
+    """The layout it runs with, in words (``dp4 tp2 pp1 mbs2``), where the throughput function names it."""
 
     @property
     def num_gpus(self) -> int:
@@ -57,11 +59,6 @@ class Policy(abc.ABC):
         self.throughput = throughput
         self.seed = seed
         self.rates = RateBook(throughput, state.gpu_types)
-
-    @property
-    def queued(self) -> int:
-        """Jobs waiting to be placed (0 for a policy that keeps no queue)."""
-        return 0
 
     @abc.abstractmethod
     def submit(self, job: TrainingJob, now: float) -> None:

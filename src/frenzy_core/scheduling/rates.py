@@ -58,6 +58,12 @@ class RateBook:
         value = float(self.rates(job, gpu_type, [num_gpus])[0])
         return None if math.isnan(value) else value
 
+    def layout(self, job: TrainingJob, gpu_type: str, num_gpus: int) -> str | None:
+        """The layout the job would run with, in words, when the throughput function names it."""
+        if isinstance(self.throughput, ThroughputCurve):
+            return self.throughput.layout(job.model, job.training, gpu_type, num_gpus)
+        return None
+
     def rates(self, job: TrainingJob, gpu_type: str, counts: Sequence[int]) -> np.ndarray:
         """Tokens/s per count (NaN where no layout fits)."""
         if not counts:

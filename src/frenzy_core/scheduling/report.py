@@ -45,8 +45,8 @@ def compare(results: Sequence[SimulationResult]) -> str:
 
 
 def plot_results(results: Sequence[SimulationResult], path: str | Path) -> None:
-    """Save a figure: the JCT CDF of every result (one line per policy), and below it the busy fraction of
-    all GPUs over time per policy."""
+    """Save a figure: the JCT CDF of every result (one line per policy), then one panel per result with the busy
+    fraction of each GPU type over time."""
     try:
         import matplotlib
 
@@ -54,21 +54,23 @@ def plot_results(results: Sequence[SimulationResult], path: str | Path) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         raise OptionalDependencyError("matplotlib", "plot", "SimulationResult.plot") from None
-    fig, (cdf, util) = plt.subplots(2, 1, figsize=(7, 7))
-    for res in results:
+    fig, axes = plt.subplots(1 + len(results), 1, figsize=(7, 3.2 * (1 + len(results))), squeeze=False)
+    cdf = axes[0][0]
+    for res, (util,) in zip(results, axes[1:]):
         jct_h = np.sort([r.jct_s / 3600 for r in res.jobs if r.jct_s is not None])
         if jct_h.size:
             cdf.step(jct_h, np.arange(1, jct_h.size + 1) / jct_h.size, where="post", label=res.policy)
         u = res.utilisation
         if u is not None and u.times_s:
-            total = max(1, sum(u.capacity_gpus.values()))
-            busy = np.sum([np.asarray(b) for b in u.busy_gpus.values()], axis=0) / total
-            util.step(np.asarray(u.times_s) / 3600, busy, where="post", label=res.policy)
+            for gpu_type, busy in u.busy_gpus.items():
+                share = np.asarray(busy) / max(1, u.capacity_gpus[gpu_type])
+                util.step(np.asarray(u.times_s) / 3600, share, where="post", label=gpu_type)
+        util.set(title=res.policy, xlabel="time (h)", ylabel="busy fraction", ylim=(0, 1.05))
     cdf.set(xlabel="job completion time (h)", ylabel="fraction of finished jobs", xscale="log")
-    util.set(xlabel="time (h)", ylabel="busy fraction of all GPUs", ylim=(0, 1.05))
-    for ax in (cdf, util):
+    for (ax,) in axes:
         ax.grid(True, alpha=0.3)
-        ax.legend()
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

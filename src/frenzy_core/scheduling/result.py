@@ -35,6 +35,7 @@ class JobRecord(FrozenModel):
     gpu_type: str | None = None
     num_gpus: int | None = None
     tokens_per_s: float | None = Field(default=None, description="Throughput of the layout it ran with.")
+    layout: str | None = Field(default=None, description="That layout in words, where the policy named it.")
     reason: str | None = Field(default=None, description="Why it failed or was never placed.")
 
     @property

@@ -97,7 +97,7 @@ class _Run:
         self.records[job.id] = JobRecord(
             id=job.id, status=JobStatus.OOM if rate is None else JobStatus.FINISHED,
             submit_time_s=job.submit_time_s, start_time_s=now, finish_time_s=end, gpu_type=placement.gpu_type,
-            num_gpus=placement.num_gpus, tokens_per_s=rate,
+            num_gpus=placement.num_gpus, tokens_per_s=rate, layout=placement.layout,
             reason="no layout fits the allocation's memory" if rate is None else None)
         heapq.heappush(self.ends, (end, len(self.records), job.id))
 

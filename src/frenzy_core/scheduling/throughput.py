@@ -13,10 +13,11 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from frenzy_core.config.model import ModelConfig
-from frenzy_core.config.training import TrainingConfig
+from frenzy_core.config.training import Recompute, TrainingConfig
 from frenzy_core.errors import InfeasiblePlanError
 from frenzy_core.hardware.cluster import Cluster
 from frenzy_core.hardware.gpus import get_gpu_spec
+from frenzy_core.planning.layouts import RECOMPUTE_ORDER, LayoutBatch
 
 __all__ = ["PlannedThroughput", "ThroughputCurve", "homogeneous_cluster", "planned_tokens_per_s"]
 
@@ -44,13 +45,16 @@ def planned_tokens_per_s(model: ModelConfig, training: TrainingConfig, gpu_type:
 
 @runtime_checkable
 class ThroughputCurve(Protocol):
-    """A throughput function that also rates every GPU count of one type at once."""
+    """A throughput function that also rates every GPU count of one type at once and names the layouts."""
 
     def __call__(self, model: ModelConfig, training: TrainingConfig, gpu_type: str, num_gpus: int) -> float:
         """Tokens/s of ``num_gpus`` GPUs; raises InfeasiblePlanError when no layout fits."""
 
     def curve(self, model: ModelConfig, training: TrainingConfig, gpu_type: str, max_gpus: int) -> np.ndarray:
         """Tokens/s for 0..``max_gpus`` GPUs (index = count); NaN where no layout fits."""
+
+    def layout(self, model: ModelConfig, training: TrainingConfig, gpu_type: str, num_gpus: int) -> str | None:
+        """The layout the rate of ``num_gpus`` GPUs comes from, in words; None when none fits."""
 
 
 def _placeable(tp: np.ndarray, world: np.ndarray, gpus_per_node: int) -> np.ndarray:
@@ -66,6 +70,7 @@ class PlannedThroughput:
 
     def __init__(self) -> None:
         self._curves: dict[tuple[ModelConfig, TrainingConfig, str], np.ndarray] = {}
+        self._layouts: dict[tuple[ModelConfig, TrainingConfig, str], list[str | None]] = {}
 
     def __call__(self, model: ModelConfig, training: TrainingConfig, gpu_type: str, num_gpus: int) -> float:
         rate = float(self.curve(model, training, gpu_type, num_gpus)[num_gpus])
@@ -79,21 +84,51 @@ class PlannedThroughput:
         known = self._curves.get(key)
         if known is None or known.size <= max_gpus:
             size = max(_MIN_CURVE_GPUS, 1 << max(max_gpus - 1, 1).bit_length())
-            known = self._compute(model, training, gpu_id, size)
+            known, self._layouts[key] = self._compute(model, training, gpu_id, size)
             self._curves[key] = known
         return known[: max_gpus + 1]
 
+    def layout(self, model: ModelConfig, training: TrainingConfig, gpu_type: str, num_gpus: int) -> str | None:
+        """The layout behind ``curve``'s rate for ``num_gpus`` GPUs, in words (``dp4 tp2 pp1 mbs2 selective``);
+        None when none fits."""
+        self.curve(model, training, gpu_type, num_gpus)
+        return self._layouts[(model, training, get_gpu_spec(gpu_type).id)][num_gpus]
+
     @staticmethod
-    def _compute(model: ModelConfig, training: TrainingConfig, gpu_id: str, max_gpus: int) -> np.ndarray:
-        """Best tokens/s per world size 0..max_gpus from one candidate table (NaN: nothing fits)."""
+    def _compute(model: ModelConfig, training: TrainingConfig, gpu_id: str, max_gpus: int
+                 ) -> tuple[np.ndarray, list[str | None]]:
+        """Best tokens/s per world size 0..max_gpus from one candidate table (NaN: nothing fits), and the layout
+        of each."""
         from frenzy_core.planning.planner import make_search
 
         search = make_search(model, homogeneous_cluster(gpu_id, max_gpus), training, "throughput",
                              {"max_gpus": max_gpus, "gpu_types": [gpu_id]})
         table = search.table()
         out = np.full(max_gpus + 1, np.nan)
-        ok = _placeable(table.tp, table.world, search.pool.max_node_size(gpu_id)) & np.isfinite(table.tokens_per_s)
-        best = np.full(max_gpus + 1, -np.inf)
-        np.maximum.at(best, table.world[ok], table.tokens_per_s[ok])
-        out[np.isfinite(best)] = best[np.isfinite(best)]
-        return out
+        names: list[str | None] = [None] * (max_gpus + 1)
+        ok = np.flatnonzero(_placeable(table.tp, table.world, search.pool.max_node_size(gpu_id))
+                            & np.isfinite(table.tokens_per_s))
+        # fastest first (ties: the planner's canonical order); the first row of each world size is its best
+        ranked = ok[np.lexsort((table.order[ok], -table.tokens_per_s[ok]))]
+        worlds, first = np.unique(table.world[ranked], return_index=True)
+        for world, row in zip(worlds, ranked[first]):
+            out[world] = table.tokens_per_s[row]
+            names[int(world)] = _describe(table.layouts, int(table.layout[row]))
+        return out, names
+
+
+def _describe(layouts: LayoutBatch, i: int) -> str:
+    """One layout in words: degrees (vpp, cp, ep only when > 1), micro-batch, recompute, ZeRO/distributed optimizer."""
+    parts = [f"dp{layouts.dp[i]}", f"tp{layouts.tp[i]}", f"pp{layouts.pp[i]}"]
+    parts += [f"{name}{getattr(layouts, name)[i]}" for name in ("vpp", "cp", "ep") if getattr(layouts, name)[i] > 1]
+    parts.append(f"mbs{layouts.micro_batch_size[i]}")
+    recompute = RECOMPUTE_ORDER[int(layouts.recompute[i])]
+    if recompute is not Recompute.NONE:
+        parts.append(f"recompute={recompute.value}")
+    if layouts.zero_stage[i]:
+        parts.append(f"zero{layouts.zero_stage[i]}")
+    if layouts.distributed_optimizer[i]:
+        parts.append("dist-opt")
+    if layouts.sequence_parallel[i]:
+        parts.append("sp")
+    return " ".join(parts)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -48,7 +49,7 @@ class QueueTable:
     submit_s: np.ndarray
     """Submit time per job (queue order)."""
 
-    @property
+    @functools.cached_property
     def first(self) -> np.ndarray:
         """Index of each job's first option (for ``np.minimum.reduceat`` and friends)."""
         return np.cumsum(self.sizes) - self.sizes
@@ -58,18 +59,27 @@ class QueueTable:
         return np.minimum.reduceat(values, self.first) if self.sizes.size else np.zeros(0)
 
     @staticmethod
-    def empty() -> QueueTable:
-        i, f = np.zeros(0, np.int64), np.zeros(0)
-        return QueueTable(owner=i, gpu=i, count=i, tokens_per_s=f, run_s=f, sizes=i, submit_s=f)
+    def of(options: Sequence[JobOptions], submit_s: Sequence[float]) -> QueueTable:
+        """The table of jobs with these options and submit times, in this order."""
+        sizes = np.array([len(o) for o in options], dtype=np.int64)
+        if not options:
+            i, f = np.zeros(0, np.int64), np.zeros(0)
+            return QueueTable(owner=i, gpu=i, count=i, tokens_per_s=f, run_s=f, sizes=i, submit_s=f)
+        return QueueTable(owner=np.repeat(np.arange(sizes.size), sizes),
+                          gpu=np.concatenate([o.gpu for o in options]).astype(np.int64),
+                          count=np.concatenate([o.count for o in options]).astype(np.int64),
+                          tokens_per_s=np.concatenate([o.tokens_per_s for o in options]),
+                          run_s=np.concatenate([o.run_s for o in options]), sizes=sizes,
+                          submit_s=np.asarray(submit_s, dtype=np.float64))
 
-    def appended(self, options: JobOptions, submit_s: float) -> QueueTable:
-        """This table with one more job at the end of the queue."""
-        n = len(options)
-        return QueueTable(owner=np.append(self.owner, np.full(n, self.sizes.size, dtype=np.int64)),
-                          gpu=np.append(self.gpu, options.gpu), count=np.append(self.count, options.count),
-                          tokens_per_s=np.append(self.tokens_per_s, options.tokens_per_s),
-                          run_s=np.append(self.run_s, options.run_s), sizes=np.append(self.sizes, n),
-                          submit_s=np.append(self.submit_s, submit_s))
+    def extended(self, other: QueueTable) -> QueueTable:
+        """This table followed by ``other``'s jobs."""
+        return QueueTable(owner=np.concatenate([self.owner, other.owner + self.sizes.size]),
+                          gpu=np.concatenate([self.gpu, other.gpu]), count=np.concatenate([self.count, other.count]),
+                          tokens_per_s=np.concatenate([self.tokens_per_s, other.tokens_per_s]),
+                          run_s=np.concatenate([self.run_s, other.run_s]),
+                          sizes=np.concatenate([self.sizes, other.sizes]),
+                          submit_s=np.concatenate([self.submit_s, other.submit_s]))
 
     def kept(self, keep: np.ndarray) -> QueueTable:
         """This table with only the jobs where ``keep`` (one bool per job) is true."""
@@ -88,15 +98,20 @@ class QueuePolicy(Policy):
         super().__init__()
         self.queue: list[TrainingJob] = []
         self.options: dict[str, JobOptions] = {}
-        self._table = QueueTable.empty()
+        self._table: QueueTable | None = None
+        """The options of the queue's first ``len(queue) - len(_pending)`` jobs; None until first asked for."""
+        self._pending: list[TrainingJob] = []
+        """Jobs queued since the table was last brought up to date."""
 
     def table(self) -> QueueTable:
-        """The queued jobs' options as flat arrays (kept in step with the queue)."""
+        """The queued jobs' options as flat arrays (built on first use, then kept in step with the queue)."""
+        if self._table is None:
+            self._table = QueueTable.of([self.options[j.id] for j in self.queue], [j.submit_time_s for j in self.queue])
+        elif self._pending:
+            more = QueueTable.of([self.options[j.id] for j in self._pending], [j.submit_time_s for j in self._pending])
+            self._table = self._table.extended(more)
+        self._pending = []
         return self._table
-
-    @property
-    def queued(self) -> int:
-        return len(self.queue)
 
     @abc.abstractmethod
     def job_options(self, job: TrainingJob, allowed: list[str]) -> JobOptions:
@@ -127,19 +142,28 @@ class QueuePolicy(Policy):
             return
         self.options[job.id] = options
         self.queue.append(job)
-        self._table = self._table.appended(options, job.submit_time_s)
+        if self._table is not None:
+            self._pending.append(job)
 
     def on_finish(self, job_id: str, now: float) -> None:
         """Nothing to update: the freed GPUs are visible in the cluster state."""
 
     def dequeue(self, started: set[str]) -> None:
         """Drop the jobs just placed from the queue."""
-        if started:
+        if not started:
+            return
+        table = None if self._table is None else self.table()  # up to date with the queue before it changes
+        k = len(started)
+        if all(j.id in started for j in self.queue[:k]):  # the head of the queue (always, for FIFO)
+            keep = np.arange(len(self.queue)) >= k
+            self.queue = self.queue[k:]
+        else:
             keep = np.array([j.id not in started for j in self.queue], dtype=bool)
-            self.queue = [j for j, k in zip(self.queue, keep) if k]
-            for job_id in started:
-                del self.options[job_id]
-            self._table = self._table.kept(keep)
+            self.queue = [j for j, kept in zip(self.queue, keep) if kept]
+        for job_id in started:
+            del self.options[job_id]
+        if table is not None:
+            self._table = table.kept(keep)
 
     def place_row(self, table: QueueTable, row: int, free: ClusterState) -> Placement:
         """:meth:`place` for row ``row`` of the queue table."""
@@ -150,10 +174,12 @@ class QueuePolicy(Policy):
         """Start ``job`` with its option ``option`` on ``free`` (best fit), which must have room for it."""
         opts = self.options[job.id]
         gpu_type = self.state.gpu_types[int(opts.gpu[option])]
-        allocation = free.find(gpu_type, int(opts.count[option]))
+        allocation = free.find(gpu_type, int(opts.count[option]))  # best fit
         assert allocation is not None, "the round's choice exceeds the free GPUs of its type"
         free.take(allocation)
-        return Placement(job.id, gpu_type, allocation, float(opts.tokens_per_s[option]))
+        count = int(opts.count[option])
+        return Placement(job.id, gpu_type, allocation, float(opts.tokens_per_s[option]),
+                         self.rates.layout(job, gpu_type, count))
 
     def free_per_type(self, free: ClusterState) -> np.ndarray:
         """Free GPUs of each type, in cluster order of types."""

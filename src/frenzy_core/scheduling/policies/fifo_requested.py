@@ -8,6 +8,8 @@ of that allocation that fits. A request that fits in memory on no type it allows
 
 from __future__ import annotations
 
+import numpy as np
+
 from frenzy_core.scheduling.jobs import TrainingJob
 from frenzy_core.scheduling.policies._queue import QueuePolicy
 from frenzy_core.scheduling.policy import Placement
@@ -42,16 +44,13 @@ class FifoRequested(QueuePolicy):
     def schedule(self, now: float) -> list[Placement]:
         placements: list[Placement] = []
         free = self.state.copy()  # what is left after the placements made so far in this call
+        left = self.free_per_type(free)
         for job in self.queue:
-            opts = self.options[job.id]
-            for g, n, rate in zip(opts.gpu, opts.count, opts.tokens_per_s):  # cluster order of types
-                gpu_type = self.state.gpu_types[int(g)]
-                allocation = free.find(gpu_type, int(n))
-                if allocation is not None:
-                    break
-            else:
+            opts = self.options[job.id]  # one option per type that fits, in cluster order of types
+            fits = np.flatnonzero(opts.count <= left[opts.gpu])
+            if not fits.size:
                 break  # the head waits; nothing behind it passes
-            free.take(allocation)
-            placements.append(Placement(job.id, gpu_type, allocation, float(rate)))
+            placements.append(self.place(job, int(fits[0]), free))
+            left[opts.gpu[fits[0]]] -= opts.count[fits[0]]
         self.dequeue({p.job_id for p in placements})
         return placements

@@ -78,7 +78,7 @@ class GavelLike(QueuePolicy):
             return []
         placements: list[Placement] = []
         started: set[int] = set()
-        for value, j, o in sorted(self._allocation(left), key=lambda t: (-t[0], t[1], t[2])):
+        for _x, j, o in sorted(self._allocation(left), key=lambda t: (-t[0], t[1], t[2])):
             opts = self.options[self.queue[j].id]
             g, n = int(opts.gpu[o]), int(opts.count[o])
             if j in started or n > left[g]:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from frenzy_core.errors import ConfigError
 from frenzy_core.hardware.gpus import get_gpu_spec
 from frenzy_core.planning import marp_configs
 from frenzy_core.scheduling.jobs import TrainingJob
@@ -37,10 +36,7 @@ class FrenzyHAS(QueuePolicy):
     def job_options(self, job: TrainingJob, allowed: list[str]) -> JobOptions:
         """(type, count) pairs in HAS's priority order: MARP's list, then memory size ascending."""
         training = job.training.replace(global_batch_size=job.training.micro_batch_size)
-        try:
-            configs = marp_configs(job.model, training)
-        except ConfigError:
-            configs = []
+        configs = marp_configs(job.model, training)  # the batch is set, so MARP accepts it
         memory = {t: get_gpu_spec(t).nominal_memory_bytes for t in allowed}
         by_size = sorted(allowed, key=lambda t: (memory[t], self.state.gpu_types.index(t)))
         gpu, count, rate = [], [], []
@@ -66,10 +62,11 @@ class FrenzyHAS(QueuePolicy):
         free = self.state.copy()
         left = self.free_per_type(free)
         table = self.table()
-        ends = np.append(table.first[1:], table.owner.size).astype(np.int64)
+        first = table.first
+        ends = np.append(first[1:], table.owner.size).astype(np.int64)
         # only jobs with a configuration that fits the free GPUs before any placement can start
         for j in np.unique(table.owner[table.count <= left[table.gpu]]):
-            rows = np.arange(table.first[j], ends[j])
+            rows = np.arange(first[j], ends[j])
             fits = rows[table.count[rows] <= left[table.gpu[rows]]]
             if fits.size:  # the first configuration in priority order that has room
                 placements.append(self.place_row(table, int(fits[0]), free))

@@ -33,8 +33,8 @@ from frenzy_core.config.megatron import (
     from_megatron_args,
     megatron_padded_vocab_size,
     parse_megatron_args,
-    to_megatron_args,
 )
+from frenzy_core.config.megatron_writer import to_megatron_args
 from frenzy_core.errors import ConfigError
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"

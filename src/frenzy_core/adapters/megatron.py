@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import Field
 
 from frenzy_core.adapters.base import Adapter, AdapterOptions, OutputFormat
-from frenzy_core.config.megatron import to_megatron_args
+from frenzy_core.config.megatron_writer import to_megatron_args
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.planning.plan import Plan
 

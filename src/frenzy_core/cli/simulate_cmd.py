@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -18,63 +18,12 @@ from frenzy_core.cli._common import (
     print_json,
     require_positive,
 )
-from frenzy_core.config.model import ModelConfig
-from frenzy_core.config.training import TrainingConfig
-from frenzy_core.errors import ConfigError, InfeasiblePlanError, OptionalDependencyError
+from frenzy_core.errors import ConfigError
 from frenzy_core.scheduling import TraceFormat
+from frenzy_core.scheduling.report import plot_results
+from frenzy_core.scheduling.throughput import PlannedThroughput
 
 __all__ = ["simulate"]
-
-
-class _CachedThroughput:
-    """The planner's tokens/s, computed once per (model, recipe, GPU type, count) for the trace mapping and
-    every policy (each call runs the planner, which dominates a simulation's run time)."""
-
-    def __init__(self) -> None:
-        from frenzy_core.scheduling.workload import default_throughput
-
-        self._inner = default_throughput
-        self._cache: dict[tuple[str, str, str, int], float | InfeasiblePlanError] = {}
-
-    def __call__(self, model: ModelConfig, training: TrainingConfig, gpu_type: str, num_gpus: int) -> float:
-        key = (model.model_dump_json(), training.model_dump_json(), gpu_type, num_gpus)
-        if key not in self._cache:
-            try:
-                self._cache[key] = self._inner(model, training, gpu_type, num_gpus)
-            except (
-                InfeasiblePlanError
-            ) as exc:  # an infeasible size is an answer too: replay it to every caller
-                self._cache[key] = exc
-        value = self._cache[key]
-        if isinstance(value, InfeasiblePlanError):
-            raise value
-        return value
-
-
-def _jct_plot(results: list[Any], path: Path) -> None:
-    """CDF of job completion times, one line per policy, saved to ``path``."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise OptionalDependencyError("matplotlib", "plot", "frenzy simulate --plot") from None
-    import numpy as np
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for res in results:
-        jct_h = np.sort([r.jct_s / 3600 for r in res.jobs if r.jct_s is not None])
-        if jct_h.size:
-            ax.step(jct_h, np.arange(1, jct_h.size + 1) / jct_h.size, where="post", label=res.policy)
-    ax.set_xlabel("job completion time (h)")
-    ax.set_ylabel("fraction of finished jobs")
-    ax.set_xscale("log")
-    ax.grid(True, alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def _hours(seconds: float | None) -> str:
@@ -169,7 +118,7 @@ def simulate(
             field="--default-duration",
             hint="pass --default-duration SECONDS to give them one, e.g. --default-duration 3600",
         )
-    throughput = _CachedThroughput()
+    throughput = PlannedThroughput()  # one planner table per (model, recipe, GPU type), shared by every policy
     if not json_out:
         console.print(
             f"Replaying {len(trace_jobs)} of {len(loaded.jobs)} jobs from {trace.name} on {where.describe()}",
@@ -190,7 +139,7 @@ def simulate(
         for name in names
     ]
     if plot is not None:
-        _jct_plot(results, plot)
+        plot_results(results, plot)
     if json_out:
         print_json(
             {

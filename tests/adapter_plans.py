@@ -14,7 +14,7 @@ def make_plan(model: ModelConfig, gpu_type: str, placement: dict[str, list[int]]
     """A Plan with real memory and time estimates for a layout chosen by the test."""
     time = estimate_iteration_time(model, training, parallel, gpu_type)
     return Plan(
-        gpu_type=gpu_type, num_gpus=parallel.world_size, placement=placement, parallel=parallel,
+        model=model, gpu_type=gpu_type, num_gpus=parallel.world_size, placement=placement, parallel=parallel,
         training=training, memory=estimate_memory(model, training, parallel), time=time,
         usable_bytes=get_gpu_spec(gpu_type).memory_bytes, price_per_hour_usd=None,
         objective=Objective.THROUGHPUT, objective_value=time.tokens_per_s, stranded_gpus=0, optimal=True,

@@ -65,9 +65,13 @@ def test_shell_string_and_text_hold_the_same_tokens() -> None:
     assert shlex.split(text.replace("\\\n", " ")) == ["pretrain_gpt.py", *data["args"]]
 
 
-def test_model_is_required() -> None:
-    with pytest.raises(ConfigError, match="model"):
-        megatron(single_gpu())
+def test_model_defaults_to_the_plans_own() -> None:
+    plan = single_gpu()
+    assert megatron(plan)["args"] == megatron(plan, model=plan.model)["args"]
+    assert "--num-layers" in megatron(plan)["args"]
+    # A plan read back from JSON still launches: it carries its model.
+    again = type(plan).model_validate_json(plan.model_dump_json())
+    assert megatron(again)["args"] == megatron(plan)["args"]
 
 
 def test_zero_2_cannot_be_written_as_megatron_flags() -> None:

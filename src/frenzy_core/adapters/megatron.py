@@ -16,15 +16,16 @@ __all__ = ["MEGATRON", "MegatronOptions"]
 
 
 class MegatronOptions(AdapterOptions):
-    """Options of the megatron adapter: the plan does not carry the model, so it is passed here."""
+    """Options of the megatron adapter."""
 
-    model: ModelConfig = Field(description="The model the plan was made for (model shape flags).")
+    model: ModelConfig | None = Field(default=None, description="Model shape flags from this model instead of "
+                                      "the plan's own (default: plan.model).")
     script: str = Field(default="pretrain_gpt.py", description="Megatron-LM entry point the shell line starts.")
 
 
 def build_megatron(plan: Plan, options: MegatronOptions) -> dict[str, Any]:
     """``args``: the flag tokens; ``shell``: them quoted on one line; ``world_size``: GPUs to launch them on."""
-    args = to_megatron_args(options.model, plan.training, plan.parallel)
+    args = to_megatron_args(options.model or plan.model, plan.training, plan.parallel)
     return {"world_size": plan.num_gpus, "script": options.script, "args": args, "shell": shlex.join(args)}
 
 

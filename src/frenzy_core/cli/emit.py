@@ -7,7 +7,6 @@ from typing import Any
 
 import yaml
 
-from frenzy_core.config.model import ModelConfig
 from frenzy_core.errors import ConfigError
 from frenzy_core.planning.plan import Plan
 
@@ -50,15 +49,12 @@ def parse_emit_options(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
-def launcher_options(launcher: str, options: dict[str, Any], model: ModelConfig) -> dict[str, Any]:
-    """The options for ``launcher``, with ``model`` added where the adapter takes one (Megatron's flags);
-    fails before planning on an unknown launcher or options it does not take (ConfigError)."""
+def launcher_options(launcher: str, options: dict[str, Any]) -> dict[str, Any]:
+    """The options for ``launcher``, checked before planning: an unknown launcher or an option it does not take
+    is a ConfigError."""
     from frenzy_core.adapters import get_adapter
 
-    adapter = get_adapter(launcher)
-    if "model" in adapter.options.model_fields and "model" not in options:
-        options = {**options, "model": model}
-    adapter.options.model_validate(options)
+    get_adapter(launcher).options.model_validate(options)
     return options
 
 

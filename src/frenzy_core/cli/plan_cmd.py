@@ -174,7 +174,7 @@ def plan(
         )
     cfg = load_model_arg(model)
     if emit is not None:
-        emit_options = launcher_options(emit, emit_options, cfg)
+        emit_options = launcher_options(emit, emit_options)
     where = load_cluster_arg(cluster)
     training = TrainingConfig(
         seq_len=seq_len,

@@ -7,6 +7,7 @@ import enum
 from pydantic import Field
 
 from frenzy_core._base import FrozenModel
+from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.parallel import ParallelConfig
 from frenzy_core.config.training import Recompute, TrainingConfig
 from frenzy_core.memory.result import MemoryEstimate
@@ -70,6 +71,7 @@ class Alternative(FrozenModel):
 class Plan(FrozenModel):
     """Which GPUs a job gets and how it runs on them; ``explain()`` says why."""
 
+    model: ModelConfig = Field(description="The model the plan is for (so a plan is enough to launch the job).")
     gpu_type: str = Field(description="GPU type id of every GPU in the plan.")
     num_gpus: int = Field(gt=0)
     placement: dict[str, list[int]] = Field(description="Node name -> GPU indices the job takes on it.")

@@ -207,7 +207,7 @@ def build_plan(search: Search, table: CandidateTable, solution: Solution, top_k:
     rows, feasible = placement_options(table, search.pool)
     pph = float(table.price_per_hour_usd[row])
     return Plan(
-        gpu_type=gpu_type, num_gpus=int(table.world[row]),
+        model=search.model, gpu_type=gpu_type, num_gpus=int(table.world[row]),
         placement=search.pool.assign(gpu_type, parallel.tp, list(solution.nodes_used), list(solution.groups)),
         parallel=parallel, training=training, memory=memory, time=time,
         usable_bytes=int(table.reports[int(table.gpu[row])].usable_bytes),

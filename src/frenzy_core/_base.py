@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from frenzy_core.errors import ConfigError
 
 __all__ = ["FrozenModel", "config_error_from_validation", "load_yaml_mapping"]
+
+
+_INT_ANNOTATIONS: tuple[Any, ...] = (int, int | None)
 
 
 def config_error_from_validation(model_name: str, exc: ValidationError) -> ConfigError:
@@ -48,6 +51,16 @@ class FrozenModel(BaseModel):
     """Immutable, strict-about-extras model; every validation failure is a ConfigError."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_for_int(cls, data: Any) -> Any:
+        # pydantic's lax mode turns True into 1 for int fields; a bool there is always a mistake.
+        if isinstance(data, dict):
+            for name, field in cls.model_fields.items():
+                if field.annotation in _INT_ANNOTATIONS and isinstance(data.get(name), bool):
+                    raise ValueError(f"{name} must be an integer, got {data[name]!r}")
+        return data
 
     def __init__(self, **data: Any) -> None:
         try:

@@ -12,6 +12,8 @@ __all__ = [
     "OptionalDependencyError",
     "UnknownNameError",
     "closest_names",
+    "require_instance",
+    "require_name",
 ]
 
 
@@ -67,6 +69,21 @@ class OptionalDependencyError(FrenzyError, ImportError):
             f"{feature} needs {package!r}, which is not installed; "
             f"install it with: pip install 'frenzy_core[{extra}]'"
         )
+
+
+def require_instance(field: str, value: object, cls: type, hint: str | None = None) -> None:
+    """A ConfigError naming ``field`` when ``value`` is not a ``cls`` (entry points check their arguments)."""
+    if not isinstance(value, cls):
+        raise ConfigError(f"{field} must be a {cls.__name__}, got {type(value).__name__}", field=field, value=value,
+                          hint=hint)
+
+
+def require_name(kind: str, name: object) -> str:
+    """``name`` as given, when it is a string; a ConfigError naming ``kind`` otherwise."""
+    if not isinstance(name, str):
+        raise ConfigError(f"a {kind} name must be a string, got {type(name).__name__} {name!r}", field=kind,
+                          value=name)
+    return name
 
 
 def closest_names(name: str, known: Iterable[str], n: int = 3) -> list[str]:

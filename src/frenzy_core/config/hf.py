@@ -9,6 +9,7 @@ as llama) has a writer for the inverse. A writer's output is read back and compa
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -42,9 +43,29 @@ class _HFConfig:
         value = self.data.get(key)
         return default if value is None else value
 
+    def req_int(self, key: str) -> int:
+        """A whole number the config must have."""
+        return self._int(key, self.req(key))
+
+    def get_int(self, key: str, default: int) -> int:
+        """An optional whole number (``default`` when absent or null)."""
+        return self._int(key, self.get(key, default))
+
+    def _int(self, key: str, value: Any) -> int:
+        # bool is an int subclass and 2.7 would truncate silently: both are mistakes in a config.json.
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or float(value) != int(value):
+            raise self.fail(f"{key}={value!r} is not a whole number", field=key, value=value,
+                            hint=f"give {key} as an integer")
+        return int(value)
+
     def architecture(self, default: str) -> str:
         """The model class named by ``architectures`` (its first entry), or the family's usual one."""
         archs = self.data.get("architectures") or [default]
+        if isinstance(archs, str):
+            archs = [archs]
+        if not isinstance(archs, list) or not archs:
+            raise self.fail(f"architectures={archs!r} is not a list of class names", field="architectures",
+                            value=archs, hint='e.g. "architectures": ["LlamaForCausalLM"]')
         return str(archs[0])
 
     def fail(self, message: str, *, field: str, value: object, hint: str) -> ConfigError:
@@ -86,20 +107,20 @@ def _rotary_decoder(cfg: _HFConfig, *, default_arch: str, prefix: str, mlp: MLPK
                     linear_bias: bool, tied_default: bool, head_dim: int | None = None,
                     hidden_dropout: float = 0.0) -> dict[str, Any]:
     """Fields shared by the Llama-like families: RMSNorm, rotary positions, gated MLP."""
-    hidden = int(cfg.req("hidden_size"))
-    heads = int(cfg.req("num_attention_heads"))
+    hidden = cfg.req_int("hidden_size")
+    heads = cfg.req_int("num_attention_heads")
     return {
         "arch": ArchKind.DECODER,
-        "num_layers": int(cfg.req("num_hidden_layers")),
+        "num_layers": cfg.req_int("num_hidden_layers"),
         "hidden_size": hidden,
         "num_attention_heads": heads,
-        "num_kv_heads": int(cfg.get("num_key_value_heads", heads)),
-        "head_dim": int(cfg.get("head_dim", head_dim or hidden // heads)),
-        "ffn_hidden_size": int(cfg.req("intermediate_size")),
+        "num_kv_heads": cfg.get_int("num_key_value_heads", heads),
+        "head_dim": cfg.get_int("head_dim", head_dim or (hidden // heads if heads > 0 else 0)),
+        "ffn_hidden_size": cfg.req_int("intermediate_size"),
         "mlp": mlp,
         "norm": NormKind.RMSNORM,
-        "vocab_size": int(cfg.req("vocab_size")),
-        "max_position_embeddings": int(cfg.get("max_position_embeddings", 2048)),
+        "vocab_size": cfg.req_int("vocab_size"),
+        "max_position_embeddings": cfg.get_int("max_position_embeddings", 2048),
         "position_embedding": PositionEmbedding.ROTARY,
         "tied_embeddings": bool(cfg.get("tie_word_embeddings", tied_default)),
         "qkv_bias": qkv_bias,
@@ -175,8 +196,8 @@ def _read_mixtral(cfg: _HFConfig) -> dict[str, Any]:
     fields = _rotary_decoder(cfg, default_arch="MixtralForCausalLM", prefix="Mixtral",
                              mlp=_gated_mlp(cfg, "hidden_act", "silu"), qkv_bias=False, linear_bias=False,
                              tied_default=False)
-    fields["moe"] = MoEConfig(num_experts=int(cfg.get("num_local_experts", 8)),
-                              top_k=int(cfg.get("num_experts_per_tok", 2)),
+    fields["moe"] = MoEConfig(num_experts=cfg.get_int("num_local_experts", 8),
+                              top_k=cfg.get_int("num_experts_per_tok", 2),
                               expert_ffn_hidden_size=fields["ffn_hidden_size"])
     return fields
 
@@ -187,7 +208,7 @@ def _sparse_layers(cfg: _HFConfig, num_layers: int) -> tuple[int, int] | None:
     A layer is sparse when it is not in ``mlp_only_layers`` and ``(layer + 1) % decoder_sparse_step == 0``
     (Qwen2MoeDecoderLayer); :class:`MoEConfig` expresses the patterns "every k-th layer after the first n".
     """
-    step = int(cfg.get("decoder_sparse_step", 1))
+    step = cfg.get_int("decoder_sparse_step", 1)
     dense = {int(i) for i in cfg.get("mlp_only_layers", [])}
     if step < 1:
         raise cfg.fail(f"decoder_sparse_step={step} is not positive", field="decoder_sparse_step", value=step,
@@ -212,11 +233,11 @@ def _read_qwen_moe(cfg: _HFConfig, *, prefix: str, qkv_bias: bool, shared: bool,
     layers = _sparse_layers(cfg, fields["num_layers"])
     if layers is None:
         return fields  # every layer is a dense MLP of intermediate_size
-    shared_size = int(cfg.get("shared_expert_intermediate_size", 0)) if shared else 0
+    shared_size = cfg.get_int("shared_expert_intermediate_size", 0) if shared else 0
     fields["moe"] = MoEConfig(
-        num_experts=int(cfg.req("num_experts")),
-        top_k=int(cfg.req("num_experts_per_tok")),
-        expert_ffn_hidden_size=int(cfg.req("moe_intermediate_size")),
+        num_experts=cfg.req_int("num_experts"),
+        top_k=cfg.req_int("num_experts_per_tok"),
+        expert_ffn_hidden_size=cfg.req_int("moe_intermediate_size"),
         num_shared_experts=1 if shared_size else 0,
         shared_expert_ffn_hidden_size=shared_size,
         shared_expert_gate=shared,  # Qwen2MoeSparseMoeBlock builds the gate even for a zero-size shared expert
@@ -245,17 +266,17 @@ def _read_qwen3_moe(cfg: _HFConfig) -> dict[str, Any]:
 
 def _read_gpt2(cfg: _HFConfig) -> dict[str, Any]:
     # GPT2Attention: fused c_attn and c_proj with biases; GPT2MLP: c_fc and c_proj with biases.
-    hidden = int(cfg.req("n_embd"))
+    hidden = cfg.req_int("n_embd")
     return {
         "arch": ArchKind.DECODER,
-        "num_layers": int(cfg.req("n_layer")),
+        "num_layers": cfg.req_int("n_layer"),
         "hidden_size": hidden,
-        "num_attention_heads": int(cfg.req("n_head")),
-        "ffn_hidden_size": int(cfg.get("n_inner", 4 * hidden)),
+        "num_attention_heads": cfg.req_int("n_head"),
+        "ffn_hidden_size": cfg.get_int("n_inner", 4 * hidden),
         "mlp": _plain_mlp(cfg, "activation_function", "gelu_new"),
         "norm": NormKind.LAYERNORM,
-        "vocab_size": int(cfg.req("vocab_size")),
-        "max_position_embeddings": int(cfg.req("n_positions")),
+        "vocab_size": cfg.req_int("vocab_size"),
+        "max_position_embeddings": cfg.req_int("n_positions"),
         "position_embedding": PositionEmbedding.LEARNED,
         "tied_embeddings": bool(cfg.get("tie_word_embeddings", True)),
         "qkv_bias": True,
@@ -274,14 +295,14 @@ def _read_gpt_neox(cfg: _HFConfig) -> dict[str, Any]:
                        hint="its MLP keeps biases while attention loses them; set attention_bias true")
     return {
         "arch": ArchKind.DECODER,
-        "num_layers": int(cfg.req("num_hidden_layers")),
-        "hidden_size": int(cfg.req("hidden_size")),
-        "num_attention_heads": int(cfg.req("num_attention_heads")),
-        "ffn_hidden_size": int(cfg.req("intermediate_size")),
+        "num_layers": cfg.req_int("num_hidden_layers"),
+        "hidden_size": cfg.req_int("hidden_size"),
+        "num_attention_heads": cfg.req_int("num_attention_heads"),
+        "ffn_hidden_size": cfg.req_int("intermediate_size"),
         "mlp": _plain_mlp(cfg, "hidden_act", "gelu"),
         "norm": NormKind.LAYERNORM,
-        "vocab_size": int(cfg.req("vocab_size")),
-        "max_position_embeddings": int(cfg.get("max_position_embeddings", 2048)),
+        "vocab_size": cfg.req_int("vocab_size"),
+        "max_position_embeddings": cfg.get_int("max_position_embeddings", 2048),
         "position_embedding": PositionEmbedding.ROTARY,
         "tied_embeddings": bool(cfg.get("tie_word_embeddings", False)),
         "qkv_bias": True,
@@ -295,8 +316,8 @@ def _read_gpt_neox(cfg: _HFConfig) -> dict[str, Any]:
 
 def _read_opt(cfg: _HFConfig) -> dict[str, Any]:
     # OPTDecoder: learned positions with 2 extra rows; project_in/out when word_embed_proj_dim != hidden_size.
-    hidden = int(cfg.req("hidden_size"))
-    proj = int(cfg.get("word_embed_proj_dim", hidden))
+    hidden = cfg.req_int("hidden_size")
+    proj = cfg.get_int("word_embed_proj_dim", hidden)
     if proj != hidden:
         raise cfg.fail(f"word_embed_proj_dim={proj} differs from hidden_size={hidden}", field="word_embed_proj_dim",
                        value=proj, hint="embedding projections (OPT-350m) are not modelled; use equal sizes")
@@ -307,14 +328,14 @@ def _read_opt(cfg: _HFConfig) -> dict[str, Any]:
     final_norm = bool(cfg.get("do_layer_norm_before", True)) and not bool(cfg.get("_remove_final_layer_norm", False))
     return {
         "arch": ArchKind.DECODER,
-        "num_layers": int(cfg.req("num_hidden_layers")),
+        "num_layers": cfg.req_int("num_hidden_layers"),
         "hidden_size": hidden,
-        "num_attention_heads": int(cfg.req("num_attention_heads")),
-        "ffn_hidden_size": int(cfg.req("ffn_dim")),
+        "num_attention_heads": cfg.req_int("num_attention_heads"),
+        "ffn_hidden_size": cfg.req_int("ffn_dim"),
         "mlp": _plain_mlp(cfg, "activation_function", "relu"),
         "norm": NormKind.LAYERNORM,
-        "vocab_size": int(cfg.req("vocab_size")),
-        "max_position_embeddings": int(cfg.get("max_position_embeddings", 2048)) + _OPT_POSITION_OFFSET,
+        "vocab_size": cfg.req_int("vocab_size"),
+        "max_position_embeddings": cfg.get_int("max_position_embeddings", 2048) + _OPT_POSITION_OFFSET,
         "position_embedding": PositionEmbedding.LEARNED,
         "tied_embeddings": bool(cfg.get("tie_word_embeddings", True)),
         "qkv_bias": bias,
@@ -331,16 +352,16 @@ def _read_bert(cfg: _HFConfig) -> dict[str, Any]:
     lm_head = _head(cfg, "Bert", ("ForMaskedLM",), "BertForMaskedLM")
     return {
         "arch": ArchKind.ENCODER,
-        "num_layers": int(cfg.req("num_hidden_layers")),
-        "hidden_size": int(cfg.req("hidden_size")),
-        "num_attention_heads": int(cfg.req("num_attention_heads")),
-        "ffn_hidden_size": int(cfg.req("intermediate_size")),
+        "num_layers": cfg.req_int("num_hidden_layers"),
+        "hidden_size": cfg.req_int("hidden_size"),
+        "num_attention_heads": cfg.req_int("num_attention_heads"),
+        "ffn_hidden_size": cfg.req_int("intermediate_size"),
         "mlp": _plain_mlp(cfg, "hidden_act", "gelu"),
         "norm": NormKind.LAYERNORM,
-        "vocab_size": int(cfg.req("vocab_size")),
-        "max_position_embeddings": int(cfg.get("max_position_embeddings", 512)),
+        "vocab_size": cfg.req_int("vocab_size"),
+        "max_position_embeddings": cfg.get_int("max_position_embeddings", 512),
         "position_embedding": PositionEmbedding.LEARNED,
-        "type_vocab_size": int(cfg.get("type_vocab_size", 2)),
+        "type_vocab_size": cfg.get_int("type_vocab_size", 2),
         "tied_embeddings": bool(cfg.get("tie_word_embeddings", True)),
         "qkv_bias": True,
         "linear_bias": True,
@@ -376,6 +397,9 @@ SUPPORTED_HF_FAMILIES: tuple[str, ...] = tuple(sorted(_READERS))
 def _load(config: dict[str, Any] | str | Path) -> _HFConfig:
     if isinstance(config, dict):
         return _HFConfig(config, "config dict")
+    if not isinstance(config, (str, os.PathLike)):
+        raise ConfigError(f"a Hugging Face config must be a dict or a path, got {type(config).__name__}",
+                          field="config", value=config, hint="pass a config.json file, a folder holding one, or a dict")
     path = Path(config)
     folder_name = None
     if path.is_dir():
@@ -386,8 +410,8 @@ def _load(config: dict[str, Any] | str | Path) -> _HFConfig:
                           hint="pass a config.json file, a folder holding one, or the parsed dict")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}: invalid JSON: {exc}", field="config", value=str(path)) from None
+    except (json.JSONDecodeError, UnicodeDecodeError, OSError) as exc:
+        raise ConfigError(f"{path}: invalid JSON (or unreadable file): {exc}", field="config", value=str(path)) from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a JSON object, got {type(data).__name__}", field="config",
                           value=str(path))

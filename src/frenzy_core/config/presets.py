@@ -10,7 +10,7 @@ import yaml
 
 from frenzy_core._base import FrozenModel
 from frenzy_core.config.model import ModelConfig
-from frenzy_core.errors import ConfigError, UnknownNameError
+from frenzy_core.errors import ConfigError, UnknownNameError, require_name
 
 __all__ = ["ModelPreset", "load_model_preset", "model_preset_info", "model_preset_names"]
 
@@ -54,7 +54,7 @@ def model_preset_names() -> list[str]:
 def model_preset_info(name: str) -> ModelPreset:
     """The preset with its published parameter count and source."""
     presets = _load_all()
-    key = name.strip().lower()
+    key = require_name("model preset", name).strip().lower()
     if key not in presets:
         raise UnknownNameError("model preset", name, presets)
     return presets[key]

@@ -17,7 +17,7 @@ import yaml
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from frenzy_core._base import FrozenModel, load_yaml_mapping
-from frenzy_core.errors import ConfigError, UnknownNameError
+from frenzy_core.errors import ConfigError, UnknownNameError, require_name
 from frenzy_core.hardware.gpu import GPUSpec, LinkKind
 from frenzy_core.hardware.gpus import get_gpu_spec
 
@@ -261,7 +261,7 @@ def _load_presets() -> dict[str, ClusterPreset]:
 def cluster_preset_info(name: str) -> ClusterPreset:
     """The preset with its description and source; ``default`` is :data:`DEFAULT_PRESET`."""
     presets = _load_presets()
-    key = name.strip().lower()
+    key = require_name("cluster preset", name).strip().lower()
     key = DEFAULT_PRESET if key == "default" else key
     if key not in presets:
         raise UnknownNameError("cluster preset", name, [*presets, "default"])

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from frenzy_core._base import load_yaml_mapping
-from frenzy_core.errors import ConfigError, UnknownNameError
+from frenzy_core.errors import ConfigError, UnknownNameError, require_name
 from frenzy_core.hardware.gpu import GPUSpec
 
 __all__ = ["catalogue_markdown", "get_gpu_spec", "gpu_ids", "load_gpu_specs", "normalize_gpu_name"]
@@ -25,7 +25,7 @@ _VENDOR_PREFIXES = ("nvidia-", "tesla-", "amd-", "geforce-")
 
 def normalize_gpu_name(name: str) -> str:
     """Lowercase, with runs of spaces, underscores and dashes as one dash: the key every lookup compares."""
-    return re.sub(r"[\s_\-]+", "-", name.strip().lower()).strip("-")
+    return re.sub(r"[\s_\-]+", "-", require_name("GPU type", name).strip().lower()).strip("-")
 
 
 def _read_spec_file(text: str, origin: str, default_id: str) -> GPUSpec:

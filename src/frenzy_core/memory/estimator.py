@@ -8,6 +8,7 @@ from frenzy_core.config.layout import num_microbatches, validate_layout
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.parallel import ParallelConfig
 from frenzy_core.config.training import TrainingConfig
+from frenzy_core.errors import require_instance
 from frenzy_core.memory.kernel import PHASES, RECOMPUTE_CODES, SCHEDULE_CODES, ConfigArrays, stage_arrays
 from frenzy_core.memory.overhead import overhead_bytes
 from frenzy_core.memory.result import MEMORY_CATEGORIES, MemoryEstimate, StageMemory
@@ -38,6 +39,9 @@ def estimate_memory(model: ModelConfig, training: TrainingConfig,
     The peak is the largest total over the phases of an iteration (end of the last forward, start of backward,
     optimizer step), comparable with ``torch.cuda.max_memory_allocated``; see docs/memory-model.md.
     """
+    require_instance("model", model, ModelConfig, "use ModelConfig.preset(name) or ModelConfig(...)")
+    require_instance("training", training, TrainingConfig)
+    require_instance("parallel", parallel, ParallelConfig)
     validate_layout(model, training, parallel)
     arrays = stage_arrays(model, training, config_arrays(training, parallel),
                           np.arange(parallel.pp, dtype=np.int64))

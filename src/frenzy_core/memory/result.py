@@ -65,14 +65,15 @@ class MemoryEstimate(FrozenModel):
 
     def fits(self, gpu_memory_bytes: int, headroom: float = 0.0) -> bool:
         """Whether ``device_bytes`` fits in ``gpu_memory_bytes`` leaving ``headroom`` (a fraction) free."""
-        if gpu_memory_bytes <= 0:
-            from frenzy_core.errors import ConfigError
+        from frenzy_core.errors import ConfigError
 
-            raise ConfigError(f"gpu_memory_bytes must be positive, got {gpu_memory_bytes}")
-        if not 0.0 <= headroom < 1.0:
-            from frenzy_core.errors import ConfigError
-
-            raise ConfigError(f"headroom must be in [0, 1), got {headroom}")
+        if isinstance(gpu_memory_bytes, bool) or not isinstance(gpu_memory_bytes, (int, float)) \
+                or gpu_memory_bytes <= 0:
+            raise ConfigError(f"gpu_memory_bytes must be a positive number of bytes, got {gpu_memory_bytes!r}",
+                              field="gpu_memory_bytes", value=gpu_memory_bytes, hint="e.g. 80 * 2**30")
+        if not isinstance(headroom, (int, float)) or not 0.0 <= headroom < 1.0:
+            raise ConfigError(f"headroom must be a fraction in [0, 1), got {headroom!r}", field="headroom",
+                              value=headroom)
         return self.device_bytes <= gpu_memory_bytes * (1.0 - headroom)
 
     @property

@@ -114,6 +114,7 @@ def calibrate(measurements: Sequence[Measurement], params: TimeModelParams | Non
         raise ConfigError(f"prior_weight must be >= 0, got {prior_weight}", field="prior_weight", value=prior_weight)
     if not measurements:
         raise ConfigError("calibrate needs at least one measurement", field="measurements", value=0)
+    measurements = [m if isinstance(m, Measurement) else Measurement.model_validate(m) for m in measurements]
     ids = sorted({m.gpu.id for m in measurements})
     if len(ids) > 1:
         raise ConfigError(f"measurements span GPU types {ids}; calibrate one GPU type at a time",

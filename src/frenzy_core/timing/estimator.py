@@ -20,7 +20,7 @@ from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.parallel import ParallelConfig, PipelineSchedule
 from frenzy_core.config.params import count_parameters, embedding_parameters, head_parameters, norm_parameters
 from frenzy_core.config.training import Attention, Precision, Recompute, RecomputeMethod, TrainingConfig
-from frenzy_core.errors import ConfigError
+from frenzy_core.errors import ConfigError, require_instance
 from frenzy_core.hardware.gpu import GPUSpec
 from frenzy_core.timing.comm import group_bandwidth, links_for, ring_all_reduce_s, ring_one_way_s, send_s
 from frenzy_core.timing.flops import (
@@ -310,6 +310,19 @@ def estimate_iteration_time_batch(
     )
 
 
+def _check_cluster_holds(parallel: ParallelConfig, gpu: GPUSpec, cluster: object | None) -> None:
+    """A cluster with ``nodes`` must have at least ``world_size`` GPUs of the type (free or not)."""
+    nodes = getattr(cluster, "nodes", None)
+    if nodes is None:
+        return
+    total = sum(int(getattr(n, "gpus_per_node", 0)) * int(getattr(n, "count", 1)) for n in nodes
+                if getattr(n, "gpu", None) == gpu.id)
+    if 0 < total < parallel.world_size:
+        raise ConfigError(
+            f"the layout needs {parallel.world_size} GPUs (dp x tp x pp x cp) but the cluster has {total} {gpu.id}",
+            field="parallel", value=parallel.world_size, hint=f"use a layout of at most {total} GPUs")
+
+
 def estimate_iteration_time(model: ModelConfig, training: TrainingConfig, parallel: ParallelConfig,
                             gpu: GPUSpec | str, *, cluster: object | None = None,
                             params: TimeModelParams | None = None) -> TimeEstimate:
@@ -319,7 +332,11 @@ def estimate_iteration_time(model: ModelConfig, training: TrainingConfig, parall
     a cluster's ``gpus_per_node``/``intra_node_bytes_per_s``/``inter_node_bytes_per_s`` replace them.
     ``params`` defaults to :func:`default_time_model_params` of the GPU.
     """
+    require_instance("model", model, ModelConfig, "use ModelConfig.preset(name) or ModelConfig(...)")
+    require_instance("training", training, TrainingConfig)
+    require_instance("parallel", parallel, ParallelConfig)
     validate_layout(model, training, parallel)
+    _check_cluster_holds(parallel, resolve_gpu(gpu), cluster)
     batch = estimate_iteration_time_batch(
         model, training, gpu, dp=parallel.dp, tp=parallel.tp, pp=parallel.pp, vpp=parallel.vpp, cp=parallel.cp,
         ep=parallel.ep, schedule=parallel.schedule, cluster=cluster, params=params)

@@ -172,11 +172,19 @@ def test_memory_bad_input(tmp_path: Path) -> None:
     assert_user_error(invoke("memory", "lama-3.1-8b"), 2, "unknown model preset", "llama-3.1-8b")
     assert_user_error(invoke("memory", str(tmp_path / "missing.json")), 2, "does not exist")
     assert_user_error(invoke("memory", "gpt2", "--tp", "5", "--seq-len", "1024"), 2, "not divisible by tp=5")
-    assert_user_error(invoke("memory", "gpt2"), 2, "max_position_embeddings=1024")  # seq 2048 by default
+    assert_user_error(invoke("memory", "gpt2", "--seq-len", "2048"), 2, "max_position_embeddings=1024")
     assert invoke("memory", "gpt2", "--precision", "bf17").exit_code == 2
 
 
 # ---- plan -----------------------------------------------------------------------------------------------------
+
+
+def test_default_seq_len_fits_a_learned_position_table() -> None:
+    result = invoke("memory", "gpt2", "--json")
+    assert result.exit_code == 0, result.output
+    out = invoke("plan", "bert-base", "--json")
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.stdout)["plan"]["training"]["seq_len"] == 512
 
 
 def test_plan_defaults_to_the_default_cluster() -> None:

@@ -329,3 +329,18 @@ def test_explicit_training_fields_stay_fixed_and_defaults_are_searched() -> None
     overridden = plan_job(model, cluster, TrainingConfig(seq_len=1024, global_batch_size=64, recompute="full"),
                           constraints={"recompute": ["none", "selective"]})
     assert overridden.training.recompute.value != "full"
+
+
+def test_impossible_pins_are_bad_input_not_infeasible() -> None:
+    import pytest
+
+    from frenzy_core import Cluster, ConfigError, ModelConfig, TrainingConfig, plan_job
+
+    model = ModelConfig.preset("llama-3.1-8b")
+    cluster = Cluster.preset("frenzy-paper")
+    with pytest.raises(ConfigError, match="not divisible by tp=3"):
+        plan_job(model, cluster, constraints={"tp": 3})
+    with pytest.raises(ConfigError, match="pp=7 does not divide num_layers=32"):
+        plan_job(model, cluster, constraints={"pp": 7})
+    with pytest.raises(ConfigError, match="not divisible by any pinned micro-batch size"):
+        plan_job(model, cluster, TrainingConfig(global_batch_size=6), constraints={"micro_batch_sizes": [4]})

@@ -18,8 +18,7 @@ def _cluster(name: str) -> Cluster:
 
 
 def _training(model: ModelConfig) -> TrainingConfig:
-    seq = min(2048, model.max_position_embeddings) if model.position_embedding.value == "learned" else 2048
-    return TrainingConfig(seq_len=seq, global_batch_size=512)
+    return TrainingConfig(seq_len=model.default_seq_len(), global_batch_size=512)
 
 
 @pytest.mark.parametrize("cluster_name", ["frenzy-paper", "alibaba-spot-2026"])
@@ -41,3 +40,12 @@ def test_every_preset_plans_or_explains(preset: str, cluster_name: str) -> None:
     assert again.device_bytes <= spec.memory_bytes
     assert plan.num_gpus == plan.parallel.world_size == sum(len(g) for g in plan.placement.values())
     assert plan.time.tokens_per_s > 0
+
+
+@pytest.mark.parametrize("preset", ["gpt2", "bert-base", "llama-3.1-8b"])
+def test_default_recipe_runs_every_position_table(preset: str) -> None:
+    model = ModelConfig.preset(preset)
+    plan = plan_job(model, _cluster("frenzy-paper"), time_limit_s=5, top_k=0)
+    assert plan.training.seq_len == model.default_seq_len() <= 2048
+    # The plan records the global batch it chose (one micro-batch per data-parallel rank by default).
+    assert plan.training.global_batch_size == plan.training.micro_batch_size * plan.parallel.dp

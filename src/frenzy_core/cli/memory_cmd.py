@@ -75,7 +75,9 @@ def memory(
             metavar="MODEL", help="Preset name (see 'frenzy models') or path to a Hugging Face config.json."
         ),
     ],
-    seq_len: Annotated[int, typer.Option(min=1, help="Tokens per sample.")] = 2048,
+    seq_len: Annotated[
+        int | None, typer.Option(min=1, help="Tokens per sample (default 2048, capped by a learned position table).")
+    ] = None,
     micro_batch: Annotated[int, typer.Option(min=1, help="Samples per rank per forward pass.")] = 1,
     global_batch: Annotated[
         int | None, typer.Option(min=1, help="Samples per optimizer step (default: micro-batch x dp).")
@@ -129,6 +131,7 @@ def memory(
     from frenzy_core.memory import estimate_memory
 
     cfg = load_model_arg(model)
+    seq_len = cfg.default_seq_len() if seq_len is None else seq_len
     training = TrainingConfig(
         seq_len=seq_len,
         micro_batch_size=micro_batch,

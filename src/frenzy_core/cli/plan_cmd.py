@@ -70,7 +70,9 @@ def plan(
             ),
         ),
     ] = None,
-    seq_len: Annotated[int, typer.Option(min=1, help="Tokens per sample.")] = 2048,
+    seq_len: Annotated[
+        int | None, typer.Option(min=1, help="Tokens per sample (default 2048, capped by a learned position table).")
+    ] = None,
     global_batch: Annotated[
         int | None,
         typer.Option(
@@ -173,6 +175,7 @@ def plan(
             hint="e.g. --emit torchrun -o script=train.py",
         )
     cfg = load_model_arg(model)
+    seq_len = cfg.default_seq_len() if seq_len is None else seq_len
     if emit is not None:
         emit_options = launcher_options(emit, emit_options)
     where = load_cluster_arg(cluster)

@@ -206,6 +206,13 @@ class ModelConfig(FrozenModel):
         """How many layers are MoE."""
         return sum(self.is_moe_layer(i) for i in range(self.num_layers))
 
+    def default_seq_len(self, preferred: int = 2048) -> int:
+        """``preferred`` tokens per sample (2048: GPT-3's and Llama 1's context), capped by a learned position
+        table (GPT-2: 1024, BERT: 512) so that the default recipe always runs."""
+        if self.position_embedding is PositionEmbedding.LEARNED:
+            return min(preferred, self.max_position_embeddings)
+        return preferred
+
     def num_params(self) -> int:
         """Total parameters (unique; tied embeddings counted once)."""
         from frenzy_core.config.params import count_parameters

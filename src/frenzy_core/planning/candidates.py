@@ -198,7 +198,8 @@ def _objective_keys(objective: Objective, world: np.ndarray, tokens_per_s: np.nd
     if objective is Objective.GPUS:
         return np.stack([world, -tok, money]), world.astype(np.float64)
     assert token_budget is not None, "cost and time_to_train need token_budget (checked by plan_job)"
-    seconds = token_budget / tokens_per_s
+    with np.errstate(divide="ignore"):  # a type that cannot run the recipe has 0 tokens/s: infinite time
+        seconds = token_budget / tokens_per_s
     if objective is Objective.TIME_TO_TRAIN:
         return np.stack([np.rint(seconds).astype(np.int64), money, world]), seconds
     dollars = np.nan_to_num(price_per_hour) * seconds / 3600.0
@@ -295,7 +296,8 @@ def _limits(c: PlanConstraints, objective: Objective, price: float | None, pph: 
                            f"{c.max_price_per_hour_usd:g} (cheapest ${float(pph.min()):.2f}/h)")
         keep &= ok
     if c.deadline_s is not None and c.token_budget is not None:
-        seconds = c.token_budget / tokens_per_s
+        with np.errstate(divide="ignore"):  # 0 tokens/s (recipe not runnable): never meets the deadline
+            seconds = c.token_budget / tokens_per_s
         ok = seconds <= c.deadline_s
         if keep.any() and not (keep & ok).any():
             reasons.append(f"no fitting layout trains {c.token_budget:,} tokens within deadline_s="

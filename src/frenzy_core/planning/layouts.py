@@ -60,8 +60,10 @@ class LayoutBatch:
                               cp=int(self.cp[i]), ep=int(self.ep[i]), schedule=schedule)
 
     def training(self, i: int, base: TrainingConfig) -> TrainingConfig:
-        """``base`` with row ``i``'s searched fields."""
+        """``base`` with row ``i``'s searched fields and its global batch (one micro-batch per DP rank when
+        ``base`` leaves it open)."""
         return base.replace(  # type: ignore[no-any-return]
+            global_batch_size=base.global_batch_size or int(self.micro_batch_size[i] * self.dp[i]),
             micro_batch_size=int(self.micro_batch_size[i]),
             recompute=RECOMPUTE_ORDER[int(self.recompute[i])],
             zero_stage=int(self.zero_stage[i]),

@@ -104,6 +104,29 @@ def _pin_explicit_fields(training: TrainingConfig, cons: PlanConstraints) -> Pla
     return cons.replace(**pins) if pins else cons
 
 
+def _check_pins(model: ModelConfig, training: TrainingConfig, cons: PlanConstraints) -> None:
+    """Pinned tp/pp/micro-batch sizes that no layout of this model and batch can use are bad input, not an
+    infeasible plan: ConfigError naming the pin."""
+    free = training.replace(micro_batch_size=1, global_batch_size=None)
+    if cons.tp is not None:
+        validate_layout(model, free, ParallelConfig(tp=cons.tp))
+    if cons.pp is not None:
+        validate_layout(model, free, ParallelConfig(pp=cons.pp))
+        if model.num_layers % cons.pp != 0:
+            even = [d for d in range(1, model.num_layers + 1) if model.num_layers % d == 0]
+            raise ConfigError(f"pp={cons.pp} does not divide num_layers={model.num_layers} (the planner gives every "
+                              "stage the same number of layers)", field="constraints.pp", value=cons.pp,
+                              hint=f"use pp in {even}")
+    gbs = training.global_batch_size
+    if gbs is not None and cons.micro_batch_sizes is not None:
+        usable = [m for m in cons.micro_batch_sizes if gbs % m == 0]
+        if not usable:
+            raise ConfigError(
+                f"global_batch_size={gbs} is not divisible by any pinned micro-batch size {cons.micro_batch_sizes}",
+                field="constraints.micro_batch_sizes", value=cons.micro_batch_sizes,
+                hint=f"use a divisor of {gbs}")
+
+
 def _objective(objective: Objective | str) -> Objective:
     try:
         return Objective(objective)
@@ -119,12 +142,13 @@ def make_search(model: ModelConfig, cluster: Any, training: TrainingConfig | Non
     if not isinstance(model, ModelConfig):
         raise ConfigError(f"model must be a ModelConfig, got {type(model).__name__}", field="model",
                           hint="use ModelConfig.preset(name) or ModelConfig(...)")
-    training = TrainingConfig() if training is None else training
+    training = TrainingConfig(seq_len=model.default_seq_len()) if training is None else training
     if not isinstance(training, TrainingConfig):
         raise ConfigError(f"training must be a TrainingConfig, got {type(training).__name__}", field="training")
     validate_layout(model, training.replace(micro_batch_size=1), ParallelConfig())  # model and recipe agree
     obj = _objective(objective)
     cons = _pin_explicit_fields(training, _constraints(constraints))
+    _check_pins(model, training, cons)
     if isinstance(cluster, Mapping):
         from frenzy_core.hardware.cluster import Cluster
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from frenzy_core.config.model import ModelConfig, PositionEmbedding
+from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.training import Framework, Precision, TrainingConfig
 from frenzy_core.hardware.gpu import GPUSpec
 
@@ -31,9 +31,7 @@ def default_training(model: ModelConfig, gpu: GPUSpec | None = None, num_gpus: i
     """Megatron-style mixed precision with the distributed optimizer and flash attention: bf16 where ``gpu``
     has it (fp16 on pre-Ampere GPUs such as the V100, which lack bf16), the context capped by a learned
     position table (GPT-2: 1024), the global batch from :func:`global_batch_for` ``num_gpus``."""
-    seq_len = DEFAULT_SEQ_LEN
-    if model.position_embedding is PositionEmbedding.LEARNED:
-        seq_len = min(seq_len, model.max_position_embeddings)
+    seq_len = model.default_seq_len(DEFAULT_SEQ_LEN)
     bf16 = gpu is None or "bf16" in gpu.peak_tflops
     return TrainingConfig(
         seq_len=seq_len,

@@ -283,6 +283,10 @@ def test_simulate_bad_input(tmp_path: Path) -> None:
     assert_user_error(invoke("simulate", str(trace), "--policies", "sjf"), 2, "unknown policies")
     assert_user_error(invoke("simulate", str(trace), "--format", "sia"), 2, "sia")
     assert_user_error(invoke("simulate", str(trace), "--plot", str(tmp_path / "x.txt")), 2, "--plot")
+    assert_user_error(invoke("simulate", str(trace), "--on-error", "ignore"), 2, "--on-error")
+    bad = tmp_path / "bad.csv"
+    bad.write_text(PHILLY + "12,soon,1,10,vc1\n", encoding="utf-8")
+    assert_user_error(invoke("simulate", str(bad), "--on-error", "fail"), 2, "'soon' is not a number")
 
 
 # ---- help and surface -----------------------------------------------------------------------------------------
@@ -294,7 +298,7 @@ SURFACE = {
     "memory": {"--seq-len", "--micro-batch", "--global-batch", "--precision", "--optimizer", "--optimizer-impl",
                "--zero", "--distributed-optimizer", "--recompute", "--attention", "--sp", "--framework", "--dp",
                "--tp", "--pp", "--vpp", "--cp", "--ep", "--schedule", "--headroom", "--json"},
-    "simulate": {"--format", "--cluster", "--scale", "--policies", "--limit", "--seed", "--default-duration",
+    "simulate": {"--format", "--cluster", "--scale", "--policies", "--limit", "--on-error", "--seed", "--default-duration",
                  "--plot", "--json"},
     "models": {"--json"},
     "gpus": {"--json"},

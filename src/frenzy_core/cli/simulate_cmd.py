@@ -51,6 +51,9 @@ def simulate(
     limit: Annotated[
         int | None, typer.Option(min=1, help="Replay only the first N jobs (in arrival order).")
     ] = None,
+    on_error: Annotated[
+        str, typer.Option(help="Malformed trace rows: 'skip' them (with a note) or 'fail' on the first one.")
+    ] = "skip",
     seed: Annotated[int, typer.Option(help="Seed of the trace-to-model mapping and of the policies.")] = 0,
     default_duration: Annotated[
         float | None,
@@ -95,7 +98,10 @@ def simulate(
     if not trace.is_file():
         raise ConfigError(f"trace file {str(trace)!r} does not exist", field="TRACE", value=str(trace))
     where = load_cluster_arg(cluster, scale)
-    loaded = read_trace(trace, format, on_error="skip")
+    if on_error not in ("skip", "fail"):
+        raise ConfigError(f"--on-error must be 'skip' or 'fail', got {on_error!r}", field="--on-error",
+                          value=on_error)
+    loaded = read_trace(trace, format, on_error=on_error)
     trace_jobs = loaded.jobs[:limit] if limit is not None else loaded.jobs
     if loaded.skipped:
         first = loaded.skipped[0].describe(trace.name)

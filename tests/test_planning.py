@@ -344,3 +344,20 @@ def test_impossible_pins_are_bad_input_not_infeasible() -> None:
         plan_job(model, cluster, constraints={"pp": 7})
     with pytest.raises(ConfigError, match="not divisible by any pinned micro-batch size"):
         plan_job(model, cluster, TrainingConfig(global_batch_size=6), constraints={"micro_batch_sizes": [4]})
+
+
+def test_too_small_cluster_suggests_how_many_gpus_would_do() -> None:
+    import pytest
+
+    from frenzy_core import Cluster, InfeasiblePlanError, ModelConfig, TrainingConfig, plan_job
+
+    cluster = Cluster.from_dict({"nodes": [{"gpu": "a100-80gb", "gpus_per_node": 8, "count": 1}]})
+    with pytest.raises(InfeasiblePlanError) as info:
+        plan_job(ModelConfig.preset("llama-2-70b"), cluster, TrainingConfig(seq_len=4096, global_batch_size=64))
+    (suggestion,) = [s for s in info.value.suggestions if "a cluster with at least" in s]
+    need = int(suggestion.split("at least ")[1].split()[0])
+    assert need > 8 and "(this one has 8)" in suggestion
+    # The suggestion is right: a cluster of that many GPUs does get a plan.
+    bigger = Cluster.from_dict({"nodes": [{"gpu": "a100-80gb", "gpus_per_node": 8, "count": -(-need // 8)}]})
+    plan = plan_job(ModelConfig.preset("llama-2-70b"), bigger, TrainingConfig(seq_len=4096, global_batch_size=64))
+    assert plan.num_gpus >= need

@@ -54,6 +54,32 @@ def _free_gpu_suggestions(search: Search) -> list[str]:
     return out
 
 
+MAX_CLUSTER_GROWTH = 64
+"""Largest multiple of a GPU type's node count tried when even an all-free cluster is too small."""
+
+
+def _larger_cluster_suggestions(search: Search) -> list[str]:
+    """When freeing every GPU does not help: the fewest GPUs of each type that would (the type's nodes doubled
+    until a layout fits, up to MAX_CLUSTER_GROWTH times), smallest first."""
+    out: list[tuple[int, str]] = []
+    for gpu_type in search.pool.gpu_types:
+        nodes = [n for n in search.pool.nodes if n.gpu_type == gpu_type]
+        have = sum(n.gpus_per_node for n in nodes)
+        factor = 2
+        while factor <= MAX_CLUSTER_GROWTH:
+            grown = NodePool(nodes=tuple(
+                FreeNode(f"{n.name}+{k}", gpu_type, n.gpus_per_node, tuple(range(n.gpus_per_node)))
+                for k in range(factor) for n in nodes))
+            table = replace(search, pool=grown).table()
+            rows, ok = placement_options(table, grown)
+            if ok.any():
+                need = int(min(int(table.world[r]) for r, fits in zip(rows, ok) if fits))
+                out.append((need, f"a cluster with at least {need} {gpu_type} GPUs (this one has {have})"))
+                break
+            factor *= 2
+    return [text for _, text in sorted(out)[:2]]
+
+
 def _pin_suggestions(search: Search) -> list[str]:
     """Lift one pin at a time; suggest the value the best placeable candidate then uses."""
     c = search.constraints
@@ -153,10 +179,13 @@ def infeasible_error(search: Search, table: CandidateTable) -> InfeasiblePlanErr
     reasons = [f"{r.gpu_type}: {r.message}" for r in type_rejections(table, search.pool, rows, ok, None, search.constraints)]
     suggestions = (_free_gpu_suggestions(search) + _pin_suggestions(search) + _limit_suggestions(search)
                    + _seq_len_suggestion(search))
+    if not suggestions:
+        suggestions = _larger_cluster_suggestions(search)
     model = search.model.name or "the model"
     message = f"no plan fits {model} on this cluster: " + "; ".join(reasons)
     if suggestions:
         message += ". Would make it feasible: " + ", or ".join(suggestions)
     else:
-        message += ". No single change tried (more free GPUs, lifting a pin or limit, a shorter sequence) helps"
+        message += (". No single change tried (more free GPUs, more GPUs up to "
+                    f"{MAX_CLUSTER_GROWTH}x, lifting a pin or limit, a shorter sequence) helps")
     return InfeasiblePlanError(message, reasons=reasons, suggestions=suggestions)

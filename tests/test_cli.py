@@ -294,7 +294,7 @@ def test_simulate_bad_input(tmp_path: Path) -> None:
 SURFACE = {
     "plan": {"--cluster", "--seq-len", "--global-batch", "--micro-batch", "--precision", "--optimizer", "--framework",
              "--objective", "--tokens", "--max-gpus", "--num-gpus", "--gpu-types", "--max-price-per-hour",
-             "--headroom", "--tp", "--pp", "--time-limit", "--runners-up", "--emit", "--emit-option", "--json"},
+             "--headroom", "--tp", "--pp", "--time-limit", "--runners-up", "--emit", "--emit-option", "--emit-to", "--json"},
     "memory": {"--seq-len", "--micro-batch", "--global-batch", "--precision", "--optimizer", "--optimizer-impl",
                "--zero", "--distributed-optimizer", "--recompute", "--attention", "--sp", "--framework", "--dp",
                "--tp", "--pp", "--vpp", "--cp", "--ep", "--schedule", "--headroom", "--json"},
@@ -354,3 +354,15 @@ def test_docs_examples_run_as_documented(command: str, code: int, first_line: st
     shown = first_line.split("...")[0].rstrip()
     actual = (result.stdout if code == 0 else result.stderr).splitlines()[0].rstrip()
     assert actual.startswith(shown), (actual, shown)
+
+
+def test_emit_to_writes_only_the_launcher_text(tmp_path: Path) -> None:
+    import yaml
+
+    target = tmp_path / "job.yaml"
+    result = invoke("plan", "gpt2", "--emit", "kubernetes", "--emit-to", str(target))
+    assert result.exit_code == 0, result.output
+    assert "Wrote the kubernetes config" in result.stdout
+    (manifest,) = list(yaml.safe_load_all(target.read_text(encoding="utf-8")))
+    assert manifest["kind"] == "PyTorchJob"
+    assert_user_error(invoke("plan", "gpt2", "--emit-to", str(target)), 2, "--emit-to needs --emit")

@@ -4,6 +4,7 @@ config for it (``--emit``)."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -133,6 +134,10 @@ def plan(
             help=("KEY=VALUE option of the --emit launcher (repeatable), e.g. -o script=train.py."),
         ),
     ] = None,
+    emit_to: Annotated[
+        Path | None,
+        typer.Option("--emit-to", help="Write the --emit launcher text to this file instead of stdout."),
+    ] = None,
     json_out: Annotated[
         bool, typer.Option("--json", help="Print the plan as JSON (nothing else on stdout).")
     ] = False,
@@ -168,6 +173,9 @@ def plan(
     require_positive(max_price_per_hour, "--max-price-per-hour")
     require_positive(time_limit, "--time-limit")
     emit_options = parse_emit_options(emit_option)
+    if emit_to is not None and emit is None:
+        raise ConfigError("--emit-to needs --emit (which launcher to write)", field="--emit-to",
+                          hint="e.g. --emit kubernetes --emit-to job.yaml")
     if emit_options and emit is None:
         raise ConfigError(
             "--emit-option needs --emit (which launcher the options are for)",
@@ -224,6 +232,12 @@ def plan(
     except ConfigError as exc:
         raise ConfigError(_in_option_words(str(exc)), field=exc.field, value=exc.value) from None
     launch = None if emit is None else emit_launcher(result, emit, emit_options)
+    if launch is not None and emit_to is not None:
+        try:
+            emit_to.write_text(launch.text, encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot write --emit-to {str(emit_to)!r}: {exc.strerror}", field="--emit-to",
+                              value=str(emit_to)) from None
     if json_out:
         out: dict[str, Any] = {
             "model": cfg.name or model,
@@ -241,6 +255,8 @@ def plan(
         print_json(out)
         return
     console.print(plan_renderables(result))
-    if launch is not None:
+    if launch is not None and emit_to is not None:
+        console.print(f"Wrote the {launch.launcher} config to {emit_to}", highlight=False)
+    elif launch is not None:
         console.rule(f"{launch.launcher} ({launch.summary})")
         typer.echo(launch.text, nl=not launch.text.endswith("\n"))

@@ -82,6 +82,13 @@ class FrozenModel(BaseModel):
         except ValidationError as exc:
             raise config_error_from_validation(cls.__name__, exc) from None
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name.startswith("_"):  # pydantic private attributes (caches) stay assignable
+            super().__setattr__(name, value)
+            return
+        raise ConfigError(f"{type(self).__name__} is frozen: {name} cannot be assigned", field=name, value=value,
+                          hint=f"make a changed copy with .replace({name}=...)")
+
     def replace(self, **changes: Any) -> Any:
         """A validated copy with ``changes`` applied (``model_copy`` would skip validation)."""
         data = self.model_dump()

@@ -12,12 +12,12 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any, Generic, TypeVar
 
 import yaml
 
 from frenzy_core._base import FrozenModel
+from frenzy_core._data import data_text
 from frenzy_core.config.layout import global_batch_size, num_microbatches
 from frenzy_core.errors import ConfigError
 from frenzy_core.hardware.gpus import get_gpu_spec
@@ -181,7 +181,7 @@ class _LauncherNames(FrozenModel):
 
 @functools.lru_cache(maxsize=1)
 def _launcher_names() -> _LauncherNames:
-    text = (resources.files("frenzy_core") / "data" / "launcher_gpu_names.yaml").read_text(encoding="utf-8")
+    text = data_text("launcher_gpu_names.yaml")
     names: _LauncherNames = _LauncherNames.model_validate(yaml.safe_load(text))
     return names
 

@@ -13,12 +13,12 @@ import functools
 import re
 import warnings
 from collections.abc import Mapping, Sequence
-from importlib import resources
 from typing import Literal
 
 import yaml
 
 from frenzy_core._base import FrozenModel
+from frenzy_core._data import data_text
 from frenzy_core.config.layout import validate_layout
 from frenzy_core.config.model import ArchKind, MLPKind, ModelConfig, MoEConfig, NormKind, PositionEmbedding
 from frenzy_core.config.parallel import ParallelConfig
@@ -75,7 +75,7 @@ class _FlagTable(FrozenModel):
 
 @functools.lru_cache(maxsize=1)
 def _flags() -> _FlagTable:
-    text = (resources.files("frenzy_core") / "data" / "megatron_flags.yaml").read_text(encoding="utf-8")
+    text = data_text("megatron_flags.yaml")
     table: _FlagTable = _FlagTable.model_validate(yaml.safe_load(text))
     return table
 

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import functools
-from importlib import resources
-from typing import Any
-
-import yaml
 
 from frenzy_core._base import FrozenModel
+from frenzy_core._data import data_yaml_files
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.errors import ConfigError, UnknownNameError, require_name
 
@@ -31,15 +28,10 @@ class ModelPreset(FrozenModel):
 @functools.lru_cache(maxsize=1)
 def _load_all() -> dict[str, ModelPreset]:
     out: dict[str, ModelPreset] = {}
-    folder = resources.files("frenzy_core") / "data" / "models"
-    for entry in sorted(folder.iterdir(), key=lambda p: p.name):
-        if not entry.name.endswith(".yaml"):
-            continue
-        name = entry.name[: -len(".yaml")]
-        data: dict[str, Any] = yaml.safe_load(entry.read_text(encoding="utf-8"))
+    for name, file_name, data in data_yaml_files("models"):
         meta = {k: data.pop(k, None) for k in _META_KEYS}
         if meta["published_params"] is None or meta["source"] is None:
-            raise ConfigError(f"model preset file {entry.name} lacks published_params or source")
+            raise ConfigError(f"model preset file {file_name} lacks published_params or source")
         data.setdefault("name", name)
         out[name] = ModelPreset(name=name, model=ModelConfig.model_validate(data), published_params=int(
             meta["published_params"]), source=str(meta["source"]))

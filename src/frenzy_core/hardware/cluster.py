@@ -9,14 +9,13 @@ from __future__ import annotations
 import contextvars
 import functools
 from collections.abc import Mapping
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import yaml
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from frenzy_core._base import FrozenModel, load_yaml_mapping
+from frenzy_core._data import data_yaml_files
 from frenzy_core.errors import ConfigError, UnknownNameError, require_name
 from frenzy_core.hardware.gpu import GPUSpec, LinkKind
 from frenzy_core.hardware.gpus import get_gpu_spec
@@ -241,19 +240,14 @@ class ClusterPreset(FrozenModel):
 @functools.lru_cache(maxsize=1)
 def _load_presets() -> dict[str, ClusterPreset]:
     out: dict[str, ClusterPreset] = {}
-    folder = resources.files("frenzy_core") / "data" / "clusters"
-    for entry in sorted(folder.iterdir(), key=lambda p: p.name):
-        if not entry.name.endswith(".yaml"):
-            continue
-        name = entry.name[: -len(".yaml")]
-        data = yaml.safe_load(entry.read_text(encoding="utf-8"))
+    for name, file_name, data in data_yaml_files("clusters"):
         meta = {k: data.pop(k, "") for k in ClusterPreset.META_KEYS}
         if not meta["source"] or not meta["description"]:
-            raise ConfigError(f"cluster preset file {entry.name} lacks description or source")
+            raise ConfigError(f"cluster preset file {file_name} lacks description or source")
         try:
             cluster = Cluster.from_dict({**data, "name": name})
         except ConfigError as exc:
-            raise ConfigError(f"cluster preset file {entry.name}: {exc}") from None
+            raise ConfigError(f"cluster preset file {file_name}: {exc}") from None
         out[name] = ClusterPreset(name=name, cluster=cluster, **meta)
     return out
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import functools
-from importlib import resources
 
 import numpy as np
 import numpy.typing as npt
 import yaml
 
 from frenzy_core._base import FrozenModel
+from frenzy_core._data import data_text
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.training import Framework, TrainingConfig
 
@@ -36,7 +36,7 @@ class OverheadModel(FrozenModel):
 @functools.lru_cache(maxsize=1)
 def overhead_model() -> OverheadModel:
     """The packaged constants."""
-    text = (resources.files("frenzy_core") / "data" / "memory_overhead.yaml").read_text(encoding="utf-8")
+    text = data_text("memory_overhead.yaml")
     return OverheadModel.model_validate(yaml.safe_load(text))
 
 

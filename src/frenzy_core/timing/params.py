@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import functools
-from importlib import resources
 from typing import Any
 
-import yaml
 from pydantic import Field
 
-from frenzy_core._base import FrozenModel
+from frenzy_core._base import FrozenModel, load_yaml_mapping
+from frenzy_core._data import data_text
 from frenzy_core.errors import ConfigError
 from frenzy_core.hardware.gpu import GPUSpec
 
@@ -36,8 +35,7 @@ class TimeModelParams(FrozenModel):
 
 @functools.lru_cache(maxsize=1)
 def _load_yaml() -> dict[str, Any]:
-    path = resources.files("frenzy_core") / "data" / "time_model.yaml"
-    data: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8"))
+    data = load_yaml_mapping(data_text("time_model.yaml"), "time_model.yaml")
     unknown = set(data["defaults"]) - set(TimeModelParams.model_fields)
     if unknown:
         raise ConfigError(f"time_model.yaml: unknown parameters {sorted(unknown)}")

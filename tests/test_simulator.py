@@ -74,13 +74,17 @@ def test_a_request_that_fits_no_memory_is_rejected_on_arrival() -> None:
     assert result.oom_placements == 0 and result.finished == 1
 
 
-class _Blind(Policy):
-    """Places every job on all 8 GPUs of node 0 without checking memory (rate None: no layout fits)."""
+class _NodeZero(Policy):
+    """A broken test policy: places waiting jobs on all 8 GPUs of node 0 without checking anything.
 
-    name = "blind"
+    ``rate`` None means "no layout fits" (an OOM placement); ``per_round`` jobs are placed per round.
+    """
 
-    def __init__(self) -> None:
+    name = "node-zero"
+
+    def __init__(self, rate: float | None, per_round: int | None) -> None:
         super().__init__()
+        self.rate, self.per_round = rate, per_round
         self.waiting: list[TrainingJob] = []
 
     def submit(self, job: TrainingJob, now: float) -> None:
@@ -90,16 +94,16 @@ class _Blind(Policy):
         pass
 
     def schedule(self, now: float) -> list[Placement]:
-        out = [Placement(j.id, "a100-80gb", {0: 8}, None) for j in self.waiting[:1]]
-        self.waiting = self.waiting[1:]
-        return out
+        taken = self.waiting[: self.per_round] if self.per_round is not None else self.waiting
+        self.waiting = self.waiting[len(taken):]
+        return [Placement(j.id, "a100-80gb", {0: 8}, self.rate) for j in taken]
 
 
 def test_an_oom_placement_is_a_policy_error_unless_allowed() -> None:
     jobs = [_job("big", 0, 8, 100, model=BIG), _job("next", 0, 8, 100, model=BIG)]
     with pytest.raises(SimulationError, match="where no layout fits in memory"):
-        _run(jobs, _cluster(("a100", 8, 1)), _Blind())
-    result = simulate(jobs, _cluster(("a100", 8, 1)), _Blind(), throughput=per_gpu_1000, progress=False,
+        _run(jobs, _cluster(("a100", 8, 1)), _NodeZero(rate=None, per_round=1))
+    result = simulate(jobs, _cluster(("a100", 8, 1)), _NodeZero(rate=None, per_round=1), throughput=per_gpu_1000, progress=False,
                       allow_oom=True)
     # each fails at once and frees its GPUs for the next (the second is placed at the same instant)
     assert [(r.status, r.start_time_s, r.finish_time_s) for r in result.jobs] == [(JobStatus.OOM, 0.0, 0.0)] * 2
@@ -148,30 +152,9 @@ def test_empty_workload_and_bad_input() -> None:
         get_policy("fifo-request")
 
 
-class _Greedy(Policy):
-    """A broken policy: places every job on node 0 whatever is free."""
-
-    name = "broken"
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.waiting: list[TrainingJob] = []
-
-    def submit(self, job: TrainingJob, now: float) -> None:
-        self.waiting.append(job)
-
-    def on_finish(self, job_id: str, now: float) -> None:
-        pass
-
-    def schedule(self, now: float) -> list[Placement]:
-        out = [Placement(j.id, "a100-80gb", {0: 8}, 1000.0) for j in self.waiting]
-        self.waiting = []
-        return out
-
-
 def test_a_placement_beyond_the_free_gpus_is_a_policy_error() -> None:
     with pytest.raises(SimulationError, match="placed 'B' on node 0"):
-        _run([_job("A", 0, 8, 10), _job("B", 0, 8, 10)], _cluster(("a100", 8, 1)), _Greedy())
+        _run([_job("A", 0, 8, 10), _job("B", 0, 8, 10)], _cluster(("a100", 8, 1)), _NodeZero(rate=1000.0, per_round=None))
 
 
 @settings(max_examples=40, deadline=None)

@@ -6,6 +6,7 @@ Everything public is importable from here; see ``__all__``.
 from frenzy_core.config import (
     ArchKind,
     Attention,
+    Fp8Recipe,
     Framework,
     MLPKind,
     ModelConfig,
@@ -75,6 +76,7 @@ __all__ = [
     "Cluster",
     "ClusterSummary",
     "ConfigError",
+    "Fp8Recipe",
     "Framework",
     "FrenzyError",
     "GPURequest",

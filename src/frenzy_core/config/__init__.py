@@ -6,6 +6,7 @@ from frenzy_core.config.parallel import ParallelConfig, PipelineSchedule
 from frenzy_core.config.params import ParamCounts, count_parameters
 from frenzy_core.config.training import (
     Attention,
+    Fp8Recipe,
     Framework,
     Optimizer,
     OptimizerImpl,
@@ -18,6 +19,7 @@ from frenzy_core.config.training import (
 __all__ = [
     "ArchKind",
     "Attention",
+    "Fp8Recipe",
     "Framework",
     "MLPKind",
     "MoEConfig",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from frenzy_core.cli import catalogues, memory_cmd, plan_cmd, simulate_cmd
+from frenzy_core.cli import calibrate_cmd, catalogues, memory_cmd, plan_cmd, simulate_cmd
 
 app = typer.Typer(
     name="frenzy",
@@ -20,6 +20,7 @@ app = typer.Typer(
 app.command("plan")(plan_cmd.plan)
 app.command("memory")(memory_cmd.memory)
 app.command("simulate")(simulate_cmd.simulate)
+app.command("calibrate")(calibrate_cmd.calibrate)
 app.command("models")(catalogues.models)
 app.command("gpus")(catalogues.gpus)
 app.command("clusters")(catalogues.clusters)

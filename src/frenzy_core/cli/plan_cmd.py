@@ -141,6 +141,10 @@ def plan(
     json_out: Annotated[
         bool, typer.Option("--json", help="Print the plan as JSON (nothing else on stdout).")
     ] = False,
+    time_model: Annotated[
+        Path | None,
+        typer.Option("--time-model", help="Calibrated time-model file from 'frenzy calibrate'."),
+    ] = None,
 ) -> None:
     """Choose GPU type, GPU count, nodes and parallel layout for training MODEL, and explain why.
 
@@ -220,6 +224,7 @@ def plan(
             constraints=constraints,
             time_limit_s=time_limit,
             top_k=runners_up,
+            time_model=time_model,
         )
     except InfeasiblePlanError as exc:
         raise InfeasiblePlanError(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -34,7 +35,25 @@ class LayoutEstimator(Protocol):
 
 
 class AnalyticEstimator:
-    """``frenzy_core.memory`` and ``frenzy_core.timing``: the library's own analytic models."""
+    """``frenzy_core.memory`` and ``frenzy_core.timing``: the library's own analytic models.
+
+    ``time_model``: a calibrated-parameter file (``frenzy calibrate``); GPU types it names use its parameters.
+    """
+
+    def __init__(self, time_model: str | Path | None = None) -> None:
+        self._fitted: dict[str, dict[str, float]] = {}
+        if time_model is not None:
+            from frenzy_core.timing.calibration_file import read_calibration_file
+
+            self._fitted = read_calibration_file(time_model)
+
+    def _params(self, gpu: GPUSpec) -> Any:
+        fitted = self._fitted.get(gpu.id)
+        if not fitted:
+            return None
+        from frenzy_core.timing import default_time_model_params
+
+        return default_time_model_params(gpu).replace(**fitted)
 
     def device_bytes(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutBatch) -> np.ndarray:
         from frenzy_core.memory import estimate_memory_batch
@@ -55,7 +74,8 @@ class AnalyticEstimator:
             model, training, gpu, dp=layouts.dp, tp=layouts.tp, pp=layouts.pp, vpp=layouts.vpp, cp=layouts.cp,
             ep=layouts.ep, micro_batch_size=layouts.micro_batch_size, recompute=layouts.recompute,
             sequence_parallel=layouts.sequence_parallel.astype(bool),
-            zero_stage=np.maximum(layouts.zero_stage, layouts.distributed_optimizer), cluster=cluster)
+            zero_stage=np.maximum(layouts.zero_stage, layouts.distributed_optimizer), cluster=cluster,
+            params=self._params(gpu))
         return np.asarray(result.iteration_s, dtype=np.float64)
 
     def memory(self, model: ModelConfig, training: TrainingConfig, parallel: ParallelConfig) -> Any:
@@ -67,4 +87,4 @@ class AnalyticEstimator:
              cluster: Any) -> Any:
         from frenzy_core.timing import estimate_iteration_time
 
-        return estimate_iteration_time(model, training, parallel, gpu, cluster=cluster)
+        return estimate_iteration_time(model, training, parallel, gpu, cluster=cluster, params=self._params(gpu))

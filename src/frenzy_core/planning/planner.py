@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -246,7 +247,8 @@ def build_plan(search: Search, table: CandidateTable, solution: Solution, top_k:
 def plan_job(model: ModelConfig, cluster: Any, training: TrainingConfig | None = None, *,
              objective: Objective | str = "throughput",
              constraints: PlanConstraints | Mapping[str, Any] | None = None, time_limit_s: float = 10,
-             top_k: int = 5, solver: str = "cp-sat", estimator: LayoutEstimator | None = None) -> Plan:
+             top_k: int = 5, solver: str = "cp-sat", estimator: LayoutEstimator | None = None,
+             time_model: str | Path | None = None) -> Plan:
     """The best plan for training ``model`` on the free GPUs of ``cluster``.
 
     Fixed: what ``training`` sets (sequence length, global batch, precision, optimizer, framework, ...).
@@ -255,8 +257,14 @@ def plan_job(model: ModelConfig, cluster: Any, training: TrainingConfig | None =
     explicitly (``TrainingConfig(recompute="full")`` keeps full recompute; fields left at their defaults are
     searched). Raises ConfigError on bad
     input and InfeasiblePlanError (with what blocked every option and the smallest change that would help)
-    when nothing fits. ``estimator`` replaces the analytic memory and time models.
+    when nothing fits. ``estimator`` replaces the analytic memory and time models; ``time_model`` (a file from
+    ``frenzy calibrate``) gives the analytic time model calibrated parameters.
     """
+    if time_model is not None:
+        if estimator is not None:
+            raise ConfigError("give estimator or time_model, not both", field="time_model",
+                              hint="pass AnalyticEstimator(time_model=...) as the estimator")
+        estimator = AnalyticEstimator(time_model=time_model)
     if solver not in SOLVERS:
         raise ConfigError(f"unknown solver {solver!r}", field="solver", value=solver,
                           hint="use one of " + ", ".join(repr(s) for s in SOLVERS))

@@ -18,7 +18,13 @@ import numpy.typing as npt
 from frenzy_core.config.layout import validate_layout
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.parallel import ParallelConfig, PipelineSchedule
-from frenzy_core.config.params import count_parameters, embedding_parameters, head_parameters, norm_parameters
+from frenzy_core.config.params import (
+    ParamCounts,
+    count_parameters,
+    embedding_parameters,
+    head_parameters,
+    norm_parameters,
+)
 from frenzy_core.config.training import Framework, Precision, Recompute, RecomputeMethod, TrainingConfig
 from frenzy_core.errors import ConfigError, require_instance
 from frenzy_core.hardware.gpu import GPUSpec
@@ -33,7 +39,8 @@ from frenzy_core.timing.comm import (
 )
 from frenzy_core.timing.efficiency import gemm_hardware
 from frenzy_core.timing.flops import training_flops
-from frenzy_core.timing.layer import Rates, layer_terms
+from frenzy_core.timing.layer import Rates
+from frenzy_core.timing.stage import distinct, stage_terms
 from frenzy_core.timing.overlap import data_parallel_exposure, fsdp_exposure, pipelined_hidden
 from frenzy_core.timing.params import TimeModelParams, default_time_model_params
 from frenzy_core.timing.result import TIME_CATEGORIES, TimeEstimate, TimeEstimateBatch
@@ -103,10 +110,9 @@ def _codes(values: ArrayLike | None, default: int, table: dict[Recompute, int] |
     return out
 
 
-def _stage_params(model: ModelConfig, pp: IntArray, layers_stage: IntArray, tp: FloatArray,
+def _stage_params(model: ModelConfig, counts: ParamCounts, pp: IntArray, layers_stage: IntArray, tp: FloatArray,
                   ep: IntArray) -> tuple[FloatArray, FloatArray]:
     """Dense and expert parameters held by one GPU of the busiest stage (after tp and ep sharding)."""
-    counts = count_parameters(model)
     dense_per_layer = (counts.layers - counts.experts) / model.num_layers
     expert_per_layer = counts.experts / model.num_layers
     embed = embedding_parameters(model)
@@ -195,52 +201,30 @@ def estimate_iteration_time_batch(
     share = min(p.comm_sms / hw.sms, 1.0)  # compute lost while a collective overlaps it
     rates = _rates(gpu, training, p, peak, mem_bw)
 
-    # ---- one micro-batch through one layer and the head, on the distinct shapes (timing/layer.py)
-    key = (((mb * (cp_.max() + 1) + cp_) * (tp_.max() + 1) + tp_) * (ep_.max() + 1) + ep_) * 2 + sp
-    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    lt = layer_terms(model, training, gpu, p, rates, links, hw, tokens[first].astype(np.float64), tpf[first],
-                     cpf[first], ep_[first].astype(np.float64), sp[first]).take(inverse.reshape(key.shape))
-
-    # ---- per micro-batch on the busiest stage: layers x per-layer terms, recompute, the head
+    # ---- one micro-batch on the busiest stage, once per distinct stage shape (timing/stage.py, timing/layer.py)
     if training.recompute_method is RecomputeMethod.BLOCK and training.recompute_num_layers is not None:
         recomputed_layers = np.minimum(layers_stage, training.recompute_num_layers)
     else:
         recomputed_layers = layers_stage
-    n_layers = layers_stage.astype(np.float64)
-    redo = np.where(full, recomputed_layers, 0).astype(np.float64)  # layers whose forward runs twice
-    compute_mb = n_layers * (lt.gemm_fwd + lt.gemm_bwd + lt.attn_fwd + lt.attn_bwd) + lt.head_fwd + lt.head_bwd
-    elementwise_mb = n_layers * (lt.elem_fwd + lt.elem_bwd) + lt.logits + _fp8_weight_cast_s(
-        model, training, layers_stage, tpf, mf, mem_bw)
-    launch_mb = n_layers * (lt.launch_fwd + lt.launch_bwd) + redo * lt.launch_fwd
-    recompute_mb = np.where(full, redo * (lt.gemm_fwd + lt.attn_fwd + lt.elem_fwd),
-                            np.where(selective, n_layers * (lt.attn_fwd + lt.score_fwd), 0.0))
-    tp_mb = n_layers * (lt.tp_fwd + lt.tp_bwd) + redo * lt.tp_fwd
-    cp_mb = n_layers * (lt.cp_fwd + lt.cp_bwd) + redo * lt.cp_fwd
-    ep_mb = n_layers * (lt.ep_fwd + lt.ep_bwd) + redo * lt.ep_fwd
-    hidden_mb = (n_layers * (lt.tp_hidden_fwd + lt.tp_hidden_bwd + lt.cp_hidden_fwd + lt.cp_hidden_bwd
-                             + lt.ep_hidden_fwd + lt.ep_hidden_bwd)
-                 + redo * (lt.tp_hidden_fwd + lt.cp_hidden_fwd + lt.ep_hidden_fwd))
-
-    # ---- pipeline: activations forward and gradients backward across each chunk boundary
     interleaved = sched == SCHEDULE_CODES[PipelineSchedule.INTERLEAVED]
-    chunks = np.where(interleaved, vpp_, 1).astype(np.float64)
-    pp_bw = group_bandwidth(world.astype(np.float64), world.astype(np.float64), links, p.collective_efficiency)
-    p2p_bytes = tokens * h * act / tpf  # scatter-gather (Narayanan et al. SC21) or sequence-parallel shards
-    p2p_lat = ring_latency_s(2.0 + 0.0 * pp_bw, world.astype(np.float64), links, p.collective_latency_s,
-                             p.ring_step_latency_s, p.network_step_latency_s)  # one send: base + one hop
-    p2p_mb = np.where(pp_ > 1, 2.0 * chunks * send_s(p2p_bytes, pp_bw, p2p_lat), 0.0)
-
-    busy_mb = compute_mb + recompute_mb + elementwise_mb + launch_mb
-    hidden_mb = hidden_mb + (1.0 - share) * p.pipeline_p2p_overlap * np.minimum(p2p_mb, busy_mb)
-    stage_mb = busy_mb + tp_mb + cp_mb + ep_mb + p2p_mb - hidden_mb
-    bubble = (pp_ - 1) / chunks * stage_mb
+    chunks_i = np.where(interleaved, vpp_, 1)
+    inter = world > links.gpus_per_node  # stage boundaries cross nodes
+    first, inverse = distinct(mb, cp_, tp_, ep_, sp, pp_, rc, chunks_i, inter)
+    st = stage_terms(
+        model, training, gpu, p, rates, links, hw, tokens=tokens[first], tp=tpf[first], cp=cpf[first],
+        ep=ep_[first].astype(np.float64), sp=sp[first], layers=layers_stage[first],
+        redo=np.where(full, recomputed_layers, 0)[first].astype(np.float64), selective=selective[first],
+        chunks=chunks_i[first].astype(np.float64), pp=pp_[first], p2p_span=world[first].astype(np.float64),
+    ).take(inverse)
+    chunks = chunks_i.astype(np.float64)
+    counts = count_parameters(model)
+    elementwise_mb = st.elementwise + _fp8_weight_cast_s(model, counts, training, layers_stage, tpf, mf, mem_bw)
+    bubble = (pp_ - 1) / chunks * (st.stage + elementwise_mb - st.elementwise)
 
     # ---- data parallel: gradient reduction and ZeRO gathers over dp x cp replicas (timing/overlap.py)
-    dense, experts = _stage_params(model, pp_, layers_stage, tpf, ep_)
-    fwd_window = n_layers * (lt.gemm_fwd + lt.attn_fwd + lt.elem_fwd) + lt.head_fwd
-    bwd_window = n_layers * (lt.gemm_bwd + lt.attn_bwd + lt.elem_bwd) + lt.head_bwd + recompute_mb
-    dp_s, hidden_dp = _data_parallel(model, training, p, links, dense, experts, layers_stage, tpf, cpf, dp_, ep_, zero,
-                                     mf, fwd_window, bwd_window + bubble / 2.0)
+    dense, experts = _stage_params(model, counts, pp_, layers_stage, tpf, ep_)
+    dp_s, hidden_dp = _data_parallel(model, counts, training, p, links, dense, experts, layers_stage, tp_, cp_, dp_,
+                                     ep_, pp_, zero, mf, st.fwd_window, st.bwd_window + bubble / 2.0)
     hidden_dp = (1.0 - share) * p.data_parallel_overlap * hidden_dp
 
     # ---- optimizer step: memory-bound over the (ZeRO-sharded) parameters of this GPU
@@ -249,14 +233,15 @@ def estimate_iteration_time_batch(
     optimizer_s = local * optimizer_bytes_per_param(training.precision, training.optimizer) / mem_bw
 
     breakdown = {
-        "compute": mf * compute_mb, "recompute": mf * recompute_mb, "elementwise": mf * elementwise_mb,
-        "kernel_launch": mf * launch_mb, "tensor_parallel": mf * tp_mb, "context_parallel": mf * cp_mb,
-        "expert_parallel": mf * ep_mb, "pipeline_p2p": mf * p2p_mb, "pipeline_bubble": bubble,
-        "data_parallel": dp_s, "optimizer": optimizer_s,
+        "compute": mf * st.compute, "recompute": mf * st.recompute, "elementwise": mf * elementwise_mb,
+        "kernel_launch": mf * st.launch, "tensor_parallel": mf * st.tensor_parallel,
+        "context_parallel": mf * st.context_parallel, "expert_parallel": mf * st.expert_parallel,
+        "pipeline_p2p": mf * st.pipeline_p2p, "pipeline_bubble": bubble, "data_parallel": dp_s,
+        "optimizer": optimizer_s,
     }
     assert tuple(breakdown) == TIME_CATEGORIES
     breakdown = {k: np.asarray(v, dtype=np.float64) * np.ones_like(mf) for k, v in breakdown.items()}
-    overlapped = mf * hidden_mb + hidden_dp
+    overlapped = mf * st.hidden + hidden_dp
     iteration_s = sum(breakdown.values()) - overlapped
     model_flops = training_flops(model, s, 1) * gbs
     gbs_f = gbs.astype(np.float64)
@@ -276,22 +261,22 @@ def _rates(gpu: GPUSpec, training: TrainingConfig, p: TimeModelParams, peak: flo
                  attention_peak=half, memory=mem_bw)
 
 
-def _fp8_weight_cast_s(model: ModelConfig, training: TrainingConfig, layers_stage: IntArray, tp: FloatArray,
-                       m: FloatArray, mem_bw: float) -> FloatArray:
+def _fp8_weight_cast_s(model: ModelConfig, counts: ParamCounts, training: TrainingConfig, layers_stage: IntArray,
+                       tp: FloatArray, m: FloatArray, mem_bw: float) -> FloatArray:
     """Per micro-batch: quantising the layers' weights to fp8 (fp8 recipes). Transformer Engine under Megatron
     casts them once per step (is_first_microbatch caching); torch casts them every micro-batch."""
     if training.precision is not Precision.FP8_MIXED:
         return tp * 0.0
-    counts = count_parameters(model)
     weights = counts.layers / model.num_layers * layers_stage / tp
     per_step = 1.0 if training.framework is Framework.MEGATRON else 0.0
     per_mb = weights * FP8_CAST_BYTES[training.fp8_recipe] / mem_bw
     return np.asarray(np.where(per_step > 0, per_mb / m, per_mb), dtype=np.float64)
 
 
-def _data_parallel(model: ModelConfig, training: TrainingConfig, p: TimeModelParams, links: Links,
-                   dense: FloatArray, experts: FloatArray, layers_stage: IntArray, tp: FloatArray, cp: FloatArray,
-                   dp: IntArray, ep: IntArray, zero: IntArray, m: FloatArray, fwd_window: FloatArray,
+def _data_parallel(model: ModelConfig, counts: ParamCounts, training: TrainingConfig, p: TimeModelParams,
+                   links: Links,
+                   dense: FloatArray, experts: FloatArray, layers_stage: IntArray, tp: IntArray, cp: IntArray,
+                   dp: IntArray, ep: IntArray, pp: IntArray, zero: IntArray, m: FloatArray, fwd_window: FloatArray,
                    bwd_window: FloatArray) -> tuple[FloatArray, FloatArray]:
     """Data-parallel seconds per step before overlap, and those compute can hide (before the overlap share).
 
@@ -300,39 +285,49 @@ def _data_parallel(model: ModelConfig, training: TrainingConfig, p: TimeModelPar
     micro-batch and gathers once, ZeRO 3 (FSDP) gathers each layer before its forward and backward and
     reduce-scatters after it, every micro-batch.
     """
-    gb, pb = float(grad_reduce_bytes(training.precision)), float(training.precision.param_bytes)
-    replicas = (dp * cp).astype(np.float64)
-    bw = group_bandwidth(tp * replicas, tp * cp, links, p.collective_efficiency)
-
-    def latency(n: FloatArray, steps: float) -> FloatArray:
-        return ring_latency_s(n, tp * replicas, links, p.collective_latency_s, p.ring_step_latency_s,
-                              p.network_step_latency_s, steps)
-
+    first, inverse = distinct(dp, cp, tp, pp, ep)
+    costs = _dp_collectives(model, counts, training, p, links, dense[first], experts[first], layers_stage[first],
+                            tp[first].astype(np.float64), (dp * cp)[first].astype(np.float64),
+                            ep[first].astype(np.float64))
+    ag_l, rs_l, ar_l, ag_e, rs_e, ar_e = (c[inverse] for c in costs)
     n_layers = layers_stage.astype(np.float64)
+    ag, rs, ar = n_layers * ag_l + ag_e, n_layers * rs_l + rs_e, n_layers * ar_l + ar_e
+    z3 = fsdp_exposure(ag_l, rs_l, ag_e, rs_e, n_layers, fwd_window, bwd_window, p.fsdp_prefetch_layers)
+    z2_hidden = m * pipelined_hidden(rs, rs_l, bwd_window, 1.0) + pipelined_hidden(ag, ag_l, fwd_window, 1.0)
+    z1 = data_parallel_exposure(rs, ag, rs_l, ag_l, fwd_window, bwd_window)
+    z0 = data_parallel_exposure(ar, 0.0 * ar, ar_l, 0.0 * ar, fwd_window, bwd_window)
+    comm = np.select([zero == 0, zero == 1, zero == 2], [z0.comm, z1.comm, m * rs + ag], m * z3.comm)
+    hidden = np.select([zero == 0, zero == 1, zero == 2], [z0.hidden, z1.hidden, z2_hidden], m * z3.hidden)
+    return np.asarray(comm, dtype=np.float64), np.asarray(hidden, dtype=np.float64)
+
+
+def _dp_collectives(model: ModelConfig, counts: ParamCounts, training: TrainingConfig, p: TimeModelParams,
+                    links: Links,
+                    dense: FloatArray, experts: FloatArray, layers_stage: IntArray, tp: FloatArray,
+                    replicas: FloatArray, ep: FloatArray) -> tuple[FloatArray, ...]:
+    """Seconds of one layer's gather, reduce-scatter and all-reduce over the replicas, and the same for the
+    embedding and head on the stage: (ag_layer, rs_layer, ar_layer, ag_ends, rs_ends, ar_ends)."""
+    gb, pb = float(grad_reduce_bytes(training.precision)), float(training.precision.param_bytes)
+    span = tp * replicas
+    bw = group_bandwidth(span, span / replicas, links, p.collective_efficiency)
+    n_layers = layers_stage.astype(np.float64)
+    dense_layer = (counts.layers - counts.experts) / model.num_layers / tp
     expert_layer = experts / n_layers
-    dense_layer = (count_parameters(model).layers - count_parameters(model).experts) / model.num_layers / tp
     ends = dense - n_layers * dense_layer  # embedding and head on this stage
 
-    def per(n_params: FloatArray, n_experts: FloatArray, nbytes: float, one_way: bool) -> FloatArray:
+    def one(n_params: FloatArray, group: FloatArray, nbytes: float, one_way: bool) -> FloatArray:
         ring, steps = (ring_one_way_s, 1.0) if one_way else (ring_all_reduce_s, 2.0)
-        expert_n = replicas / ep
-        return (ring(n_params * nbytes, replicas, bw, latency(replicas, steps))
-                + np.where(n_experts > 0, ring(n_experts * nbytes, expert_n, bw, latency(expert_n, steps)), 0.0))
+        lat = ring_latency_s(group, span, links, p.collective_latency_s, p.ring_step_latency_s,
+                             p.network_step_latency_s, steps)
+        return np.where(n_params > 0, ring(n_params * nbytes, group, bw, lat), 0.0)
 
-    ag_l, rs_l, ar_l = per(dense_layer, expert_layer, pb, True), per(dense_layer, expert_layer, gb, True), per(
-        dense_layer, expert_layer, gb, False)
-    zeros = 0.0 * ends
-    ag_e, rs_e, ar_e = per(ends, zeros, pb, True), per(ends, zeros, gb, True), per(ends, zeros, gb, False)
-    ag, rs, ar = n_layers * ag_l + ag_e, n_layers * rs_l + rs_e, n_layers * ar_l + ar_e
-    prefetch = p.fsdp_prefetch_layers
-    z3 = fsdp_exposure(ag_l, rs_l, ag_e, rs_e, n_layers, fwd_window, bwd_window, prefetch)
-    z2_rs = pipelined_hidden(rs, rs_l, bwd_window, 1.0)
-    z2_ag = pipelined_hidden(ag, ag_l, fwd_window, 1.0)
-    z1 = data_parallel_exposure(rs, ag, rs_l, ag_l, fwd_window, bwd_window)
-    z0 = data_parallel_exposure(ar, zeros, ar_l, zeros, fwd_window, bwd_window)
-    comm = np.select([zero == 0, zero == 1, zero == 2], [z0.comm, z1.comm, m * rs + ag], m * z3.comm)
-    hidden = np.select([zero == 0, zero == 1, zero == 2], [z0.hidden, z1.hidden, m * z2_rs + z2_ag], m * z3.hidden)
-    return np.asarray(comm, dtype=np.float64), np.asarray(hidden, dtype=np.float64)
+    def both(nbytes: float, one_way: bool) -> tuple[FloatArray, FloatArray]:
+        layer = one(dense_layer + 0.0 * tp, replicas, nbytes, one_way) + one(expert_layer, replicas / ep, nbytes,
+                                                                              one_way)
+        return layer, one(ends, replicas, nbytes, one_way)
+
+    (ag_l, ag_e), (rs_l, rs_e), (ar_l, ar_e) = both(pb, True), both(gb, True), both(gb, False)
+    return ag_l, rs_l, ar_l, ag_e, rs_e, ar_e
 
 
 def _check_cluster_holds(parallel: ParallelConfig, gpu: GPUSpec, cluster: object | None) -> None:

@@ -69,6 +69,6 @@ def read_calibration_file(path: str | Path) -> dict[str, dict[str, float]]:
         unknown = sorted(set(params) - set(TimeModelParams.model_fields))
         if unknown:
             raise ConfigError(f"{path}: gpus.{gpu}.params has unknown parameters {unknown}", field="time_model",
-                              value=str(path), hint=f"use TimeModelParams fields")
+                              value=str(path), hint="use TimeModelParams fields")
         out[str(gpu)] = {str(k): float(v) for k, v in params.items()}
     return out

@@ -35,15 +35,14 @@ from frenzy_core.timing.comm import (
     ring_all_reduce_s,
     ring_latency_s,
     ring_one_way_s,
-    send_s,
 )
 from frenzy_core.timing.efficiency import gemm_hardware
 from frenzy_core.timing.flops import training_flops
 from frenzy_core.timing.layer import Rates
-from frenzy_core.timing.stage import distinct, stage_terms
 from frenzy_core.timing.overlap import data_parallel_exposure, fsdp_exposure, pipelined_hidden
 from frenzy_core.timing.params import TimeModelParams, default_time_model_params
 from frenzy_core.timing.result import TIME_CATEGORIES, TimeEstimate, TimeEstimateBatch
+from frenzy_core.timing.stage import distinct, stage_terms
 from frenzy_core.timing.traffic import FP8_CAST_BYTES, grad_reduce_bytes, optimizer_bytes_per_param
 
 __all__ = [
@@ -158,7 +157,6 @@ def estimate_iteration_time_batch(
     links = links_for(gpu, cluster)
     peak = _peak_flops(gpu, training.precision)
     mem_bw = gpu.memory_bandwidth_bytes_per_s * p.memory_efficiency
-    act = float(training.precision.activation_bytes)
 
     mb_default = training.micro_batch_size
     arrays = np.broadcast_arrays(
@@ -191,7 +189,6 @@ def estimate_iteration_time_batch(
     selective = rc == RECOMPUTE_CODES[Recompute.SELECTIVE]
 
     s = training.seq_len
-    h = model.hidden_size
     layers_stage = -(-model.num_layers // pp_)  # ceil: the busiest stage
     tokens = mb * s / cp_  # tokens one GPU processes per micro-batch (before tensor-parallel sharding)
     tpf = tp_.astype(np.float64)

@@ -30,9 +30,11 @@ __all__ = [
 ]
 
 # Per token and layer, forward, in activation elements: two norms (read + write: 2 h each) and two fused
-# bias-dropout-add kernels (read output and residual, write the sum, 1-byte mask: ~3.5 h each) = 11 h. These run
-# on the full hidden state on every tensor-parallel rank unless sequence parallelism shards them.
-_REPLICATED_PER_HIDDEN = 11.0
+# bias-dropout-add kernels (read output and residual, write the sum: 3 h each, plus a 1-byte dropout mask, 0.5 h,
+# when hidden_dropout > 0) = 10 h (11 h with dropout). These run on the full hidden state on every
+# tensor-parallel rank unless sequence parallelism shards them.
+_REPLICATED_PER_HIDDEN = 10.0
+_DROPOUT_MASK_PER_HIDDEN = 1.0
 
 BACKWARD_TRAFFIC_TO_FORWARD = 2.0
 """Backward elementwise kernels read the output gradient and the saved input and write the input gradient."""
@@ -101,7 +103,8 @@ def elementwise_elements_per_token(model: ModelConfig, fused: bool = True) -> El
         n_moe = model.num_moe_layers
         mlp = (n_moe * moe_mlp + (model.num_layers - n_moe) * dense) / model.num_layers
     if fused:
-        return ElementwiseElements(replicated=_REPLICATED_PER_HIDDEN * h, sharded=heads + mlp)
+        mask = _DROPOUT_MASK_PER_HIDDEN if model.hidden_dropout > 0 else 0.0
+        return ElementwiseElements(replicated=(_REPLICATED_PER_HIDDEN + mask) * h, sharded=heads + mlp)
     norms = 2.0 * (2.0 + (_EAGER_RMSNORM_EXTRA if model.norm is NormKind.RMSNORM else 0.0))
     adds = 2.0 * (_EAGER_ADD + (_EAGER_DROPOUT if model.hidden_dropout > 0 else 0.0))
     rotary = _EAGER_ROTARY_EXTRA * (q + kv) if model.position_embedding is PositionEmbedding.ROTARY else 0.0

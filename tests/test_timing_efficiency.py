@@ -40,6 +40,14 @@ def test_attention_kernel_by_framework_and_generation() -> None:
     # FlashAttention-2 on A100: up to 73% (forward) and 63% (backward) of the peak (Dao 2023, section 4.1).
     long = attention_rates("fa2", a100, 312e12, np.array([1e9]), False, 1.0)
     assert long.fwd[0] / 312e12 == pytest.approx(0.73, rel=1e-6) and long.bwd[0] / 312e12 == pytest.approx(0.63)
+    # No FlashAttention before Ampere: a memory-efficient kernel (batched GEMMs, scores on chip).
+    assert attention_kernel(TrainingConfig(attention="sdpa", precision="fp16-mixed"), get_gpu_spec("v100-32gb")) \
+        == "memory-efficient"
+    # An AMD part takes Ampere's fractions scaled by its best-shape matmul efficiency relative to the A100's.
+    mi300x = get_gpu_spec("mi300x")
+    assert mi300x.matmul_efficiency is not None
+    amd = attention_rates("fa2", mi300x, 1307e12, np.array([1e9]), False, 1.0)
+    assert amd.fwd[0] / 1307e12 == pytest.approx(0.73 * mi300x.matmul_efficiency / 0.8686, rel=1e-6)
     # Blackwell reuses Hopper's fractions of its own peak.
     h, b = (attention_rates("cudnn", g, g.peak_tflops["bf16"] * 1e12, SEQ, True, 1.0) for g in (H100, b200))
     np.testing.assert_allclose(b.fwd / 2250e12, h.fwd / 989.5e12)

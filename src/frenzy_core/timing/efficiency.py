@@ -18,7 +18,7 @@ from frenzy_core.config.training import Attention, Framework, TrainingConfig
 from frenzy_core.hardware.gpu import GPUSpec
 from frenzy_core.timing.params import time_model_data
 
-__all__ = ["AttentionRates", "GemmHardware", "attention_kernel", "attention_rates", "gemm_hardware", "gemm_s",
+__all__ = ["MEMORY_EFFICIENT", "AttentionRates", "GemmHardware", "attention_kernel", "attention_rates", "gemm_hardware", "gemm_s",
            "generation"]
 
 FloatArray = npt.NDArray[np.float64]
@@ -58,15 +58,23 @@ def gemm_s(m: FloatArray, n: FloatArray, k: FloatArray, rate: float, mem_bw: flo
     return np.asarray(np.maximum(compute, traffic), dtype=np.float64)
 
 
+MEMORY_EFFICIENT = "memory-efficient"
+"""The kernel of GPUs without FlashAttention: tiled batched GEMMs whose scores stay on chip."""
+
+
 def attention_kernel(training: TrainingConfig, gpu: GPUSpec) -> str | None:
-    """The fused attention kernel a run uses (``fa2``, ``cudnn``), or None for eager (unfused) attention.
+    """The fused attention kernel a run uses (``fa2``, ``cudnn``, ``memory-efficient``), or None for eager
+    (unfused) attention.
 
     Megatron-Core with Transformer Engine runs cuDNN fused attention on Hopper and newer (TE's backend choice;
     NVTE_FUSED_ATTN=1 in NVIDIA's recipes) and flash-attn on Ampere; torch runs FlashAttention-2 (the flash_attn
-    package, or SDPA's flash backend, which is FlashAttention-2 since torch 2.2).
+    package, or SDPA's flash backend, which is FlashAttention-2 since torch 2.2); GPUs older than Ampere have no
+    FlashAttention and run a memory-efficient kernel.
     """
     if training.attention is Attention.EAGER:
         return None
+    if generation(gpu) in time_model_data()["attention_kernel_fallback"]["no_flash"]:
+        return MEMORY_EFFICIENT
     if training.framework is Framework.MEGATRON and generation(gpu) in ("hopper", "blackwell"):
         return "cudnn"
     return "fa2"
@@ -79,27 +87,31 @@ class AttentionRates(NamedTuple):
     bwd: FloatArray
 
 
-def _kernel_table(kernel: str, gpu: GPUSpec) -> dict[str, list[float]]:
+def _kernel_table(kernel: str, gpu: GPUSpec) -> tuple[dict[str, list[float]], float]:
     """The measured table of ``kernel`` for the GPU's generation, or of the nearest measured generation (and
-    fa2's where the kernel has no table there)."""
+    fa2's where the kernel has no table there), with the scale its fractions take on this GPU."""
     data = time_model_data()
     tables = data["attention_kernels"]
+    fallback = data["attention_kernel_fallback"]
     measured = {gen for table in tables.values() for gen in table if gen != "source"}
-    gen = generation(gpu)
+    gen, scale = generation(gpu), 1.0
     if gen not in measured:
-        gen = str(data["attention_kernel_fallback"]["value"].get(gen, "ampere"))
-    return dict(tables[kernel if gen in tables[kernel] else "fa2"][gen])
+        gen = str(fallback["value"].get(gen, "ampere"))
+        if gen == "ampere":  # a kernel reaches a similar share of what the GPU's matmuls reach
+            mamf = gpu.matmul_efficiency if gpu.matmul_efficiency is not None else float(fallback["unmeasured_mamf"])
+            scale = min(1.0, mamf / float(fallback["mamf_reference"]))
+    return dict(tables[kernel if gen in tables[kernel] else "fa2"][gen]), scale
 
 
 def attention_rates(kernel: str, gpu: GPUSpec, peak_flops: float, seq: FloatArray, causal: bool,
                     efficiency: float) -> AttentionRates:
     """Forward and backward speed of ``kernel`` on ``gpu`` at sequence length ``seq``: plateau x s / (s + s_half)
     of the measured kernel, a fraction of the bf16 peak, times ``efficiency`` (sustained clocks)."""
-    table = _kernel_table(kernel, gpu)
+    table, scale = _kernel_table(kernel, gpu)
     suffix = "_causal" if causal else ""
 
     def rate(name: str) -> FloatArray:
         plateau, half = table[name + suffix]
-        return np.asarray(peak_flops * efficiency * plateau * seq / (seq + half), dtype=np.float64)
+        return np.asarray(peak_flops * efficiency * scale * plateau * seq / (seq + half), dtype=np.float64)
 
     return AttentionRates(fwd=rate("fwd"), bwd=rate("bwd"))

@@ -221,7 +221,7 @@ def estimate_iteration_time_batch(
     # ---- data parallel: gradient reduction and ZeRO gathers over dp x cp replicas (timing/overlap.py)
     dense, experts = _stage_params(model, counts, pp_, layers_stage, tpf, ep_)
     dp_s, hidden_dp = _data_parallel(model, counts, training, p, links, dense, experts, layers_stage, tp_, cp_, dp_,
-                                     ep_, pp_, zero, mf, st.fwd_window, st.bwd_window + bubble / 2.0)
+                                     ep_, pp_, zero, mf, st.fwd_window, st.bwd_window, bubble / 2.0)
     hidden_dp = (1.0 - share) * p.data_parallel_overlap * hidden_dp
 
     # ---- optimizer step: memory-bound over the (ZeRO-sharded) parameters of this GPU
@@ -274,8 +274,12 @@ def _data_parallel(model: ModelConfig, counts: ParamCounts, training: TrainingCo
                    links: Links,
                    dense: FloatArray, experts: FloatArray, layers_stage: IntArray, tp: IntArray, cp: IntArray,
                    dp: IntArray, ep: IntArray, pp: IntArray, zero: IntArray, m: FloatArray, fwd_window: FloatArray,
-                   bwd_window: FloatArray) -> tuple[FloatArray, FloatArray]:
+                   bwd_window: FloatArray, cooldown: FloatArray) -> tuple[FloatArray, FloatArray]:
     """Data-parallel seconds per step before overlap, and those compute can hide (before the overlap share).
+
+    Per-micro-batch traffic hides behind that micro-batch's forward (``fwd_window``) and backward
+    (``bwd_window``); the once-per-step gradient reduction also behind the pipeline's cooldown (``cooldown``,
+    the stage's idle half of the bubble).
 
     Gradients are reduced over the dp x cp replicas (routed experts over dp x cp / ep), layer by layer: ZeRO 0
     all-reduces once per step, ZeRO 1 reduce-scatters and all-gathers once, ZeRO 2 reduce-scatters every
@@ -291,8 +295,8 @@ def _data_parallel(model: ModelConfig, counts: ParamCounts, training: TrainingCo
     ag, rs, ar = n_layers * ag_l + ag_e, n_layers * rs_l + rs_e, n_layers * ar_l + ar_e
     z3 = fsdp_exposure(ag_l, rs_l, ag_e, rs_e, n_layers, fwd_window, bwd_window, p.fsdp_prefetch_layers)
     z2_hidden = m * pipelined_hidden(rs, rs_l, bwd_window, 1.0) + pipelined_hidden(ag, ag_l, fwd_window, 1.0)
-    z1 = data_parallel_exposure(rs, ag, rs_l, ag_l, fwd_window, bwd_window)
-    z0 = data_parallel_exposure(ar, 0.0 * ar, ar_l, 0.0 * ar, fwd_window, bwd_window)
+    z1 = data_parallel_exposure(rs, ag, rs_l, ag_l, fwd_window, bwd_window + cooldown)
+    z0 = data_parallel_exposure(ar, 0.0 * ar, ar_l, 0.0 * ar, fwd_window, bwd_window + cooldown)
     comm = np.select([zero == 0, zero == 1, zero == 2], [z0.comm, z1.comm, m * rs + ag], m * z3.comm)
     hidden = np.select([zero == 0, zero == 1, zero == 2], [z0.hidden, z1.hidden, z2_hidden], m * z3.hidden)
     return np.asarray(comm, dtype=np.float64), np.asarray(hidden, dtype=np.float64)

@@ -17,7 +17,7 @@ from frenzy_core.config.model import ArchKind, ModelConfig, NormKind, PositionEm
 from frenzy_core.config.training import Attention, Framework, Precision, TrainingConfig
 from frenzy_core.hardware.gpu import GPUSpec
 from frenzy_core.timing.comm import Links, group_bandwidth, ring_all_reduce_s, ring_latency_s, ring_one_way_s, send_s
-from frenzy_core.timing.efficiency import GemmHardware, attention_kernel, attention_rates, gemm_s
+from frenzy_core.timing.efficiency import MEMORY_EFFICIENT, GemmHardware, attention_kernel, attention_rates, gemm_s
 from frenzy_core.timing.flops import BACKWARD_TO_FORWARD, FUSED_ATTENTION_BACKWARD_TO_FORWARD, causal_fraction
 from frenzy_core.timing.overlap import chunked_hidden
 from frenzy_core.timing.params import TimeModelParams
@@ -169,17 +169,23 @@ def _attention(model: ModelConfig, training: TrainingConfig, gpu: GPUSpec, p: Ti
     """Forward and backward seconds of one layer's attention core."""
     s = float(training.seq_len)
     chunk = s / cp  # each ring step (or the whole sequence without CP) is one kernel call of this length
-    flops = tokens * 4.0 * s * model.q_size * causal_fraction(model, training.attention) / tp
     kernel = attention_kernel(training, gpu)
-    if kernel is not None:
+    causal = causal_fraction(model, training.attention)
+    if kernel is not None and kernel != MEMORY_EFFICIENT:
+        flops = tokens * 4.0 * s * model.q_size * causal / tp
         r = attention_rates(kernel, gpu, rates.attention_peak, chunk, model.causal, p.attention_efficiency)
         return flops / r.fwd, FUSED_ATTENTION_BACKWARD_TO_FORWARD * flops / r.bwd
-    # Eager: Q K^T and P V as batched GEMMs over sequences and heads, every score computed.
+    # Q K^T and P V as batched GEMMs over sequences and heads. Eager: every score, written to and read from HBM
+    # (the softmax's own traffic is counted with the memory-bound kernels). Memory-efficient kernels keep the
+    # scores on chip, skip masked blocks and recompute them in the backward pass, as flash kernels do.
     d = float(model.head_dim) + 0.0 * chunk
     heads = tokens / chunk * model.num_attention_heads / tp
-    fwd = (gemm_s(chunk, s + 0.0 * chunk, d, rates.matmul, rates.memory, 2.0, hw, heads)
-           + gemm_s(chunk, d, s + 0.0 * chunk, rates.matmul, rates.memory, 2.0, hw, heads))
-    return fwd, BACKWARD_TO_FORWARD * fwd
+    mem_bw = rates.memory if kernel is None else np.inf
+    fwd = (gemm_s(chunk, s + 0.0 * chunk, d, rates.matmul, mem_bw, 2.0, hw, heads)
+           + gemm_s(chunk, d, s + 0.0 * chunk, rates.matmul, mem_bw, 2.0, hw, heads))
+    if kernel is None:
+        return fwd, BACKWARD_TO_FORWARD * fwd
+    return causal * fwd, FUSED_ATTENTION_BACKWARD_TO_FORWARD * causal * fwd
 
 
 def layer_terms(model: ModelConfig, training: TrainingConfig, gpu: GPUSpec, p: TimeModelParams, rates: Rates,

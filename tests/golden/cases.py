@@ -310,10 +310,10 @@ def _time_batch_case(model: str, training: dict[str, Any], gpu: str, seed: int) 
         dp, cp = rng.choice([1, 2, 4, 8], n), rng.choice([1, 2], n)
         m = _model(model)
         ep = np.where((m.moe is not None) & ((dp * cp) % 2 == 0), 2, 1)
-        out = estimate_iteration_time_batch(
-            m, TrainingConfig(**training), gpu, dp=dp, tp=rng.choice([1, 2, 4], n), pp=pp, vpp=vpp, cp=cp, ep=ep,
-            micro_batch_size=rng.choice([1, 2], n), recompute=rng.integers(0, 3, n),
-            sequence_parallel=rng.integers(0, 2, n).astype(bool), zero_stage=rng.choice([0, 1, 2, 3], n))
+        columns = {"dp": dp, "tp": rng.choice([1, 2, 4], n), "pp": pp, "vpp": vpp, "cp": cp, "ep": ep,
+                   "micro_batch_size": rng.choice([1, 2], n), "recompute": rng.integers(0, 3, n),
+                   "sequence_parallel": rng.integers(0, 2, n).astype(bool), "zero_stage": rng.choice([0, 1, 2, 3], n)}
+        out = estimate_iteration_time_batch(m, TrainingConfig(**training), gpu, columns)
         return {"iteration_s": out.iteration_s, "breakdown": out.breakdown, "overlapped_s": out.overlapped_s,
                 "mfu": out.mfu, "num_microbatches": out.num_microbatches, "world_size": out.world_size}
     return run

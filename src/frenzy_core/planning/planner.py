@@ -11,14 +11,13 @@ import numpy as np
 from frenzy_core.config.layout import validate_layout
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.parallel import ParallelConfig
-from frenzy_core.config.training import TrainingConfig
+from frenzy_core.config.training import Recompute, TrainingConfig
 from frenzy_core.errors import ConfigError
 from frenzy_core.hardware.gpu import GPUSpec
 from frenzy_core.hardware.gpus import get_gpu_spec
 from frenzy_core.planning.candidates import CandidateTable, build_candidates
 from frenzy_core.planning.diagnosis import type_rejections
 from frenzy_core.planning.estimators import AnalyticEstimator, LayoutEstimator
-from frenzy_core.planning.layouts import RECOMPUTE_ORDER
 from frenzy_core.planning.nodes import NodePool
 from frenzy_core.planning.placement import Solution, placement_options, solve_cp_sat, solve_exhaustive
 from frenzy_core.planning.plan import Alternative, Plan
@@ -200,7 +199,7 @@ def _alternatives(table: CandidateTable, rows: np.ndarray, feasible: np.ndarray,
         pph = float(table.price_per_hour_usd[r])
         out.append(Alternative(
             gpu_type=table.gpu_types[int(table.gpu[r])], num_gpus=int(table.world[r]), parallel=lay.parallel(i),
-            micro_batch_size=int(lay.micro_batch_size[i]), recompute=RECOMPUTE_ORDER[int(lay.recompute[i])],
+            micro_batch_size=int(lay.micro_batch_size[i]), recompute=Recompute.from_code(int(lay.recompute[i])),
             zero_stage=int(lay.zero_stage[i]), distributed_optimizer=bool(lay.distributed_optimizer[i]),
             sequence_parallel=bool(lay.sequence_parallel[i]), device_bytes=int(table.device_bytes[i]),
             tokens_per_s=float(table.tokens_per_s[r]), price_per_hour_usd=None if np.isnan(pph) else pph,

@@ -19,11 +19,10 @@ from frenzy_core._data import data_yaml_files
 from frenzy_core.errors import ConfigError, UnknownNameError, require_name
 from frenzy_core.hardware.gpu import GPUSpec, LinkKind
 from frenzy_core.hardware.gpus import get_gpu_spec
+from frenzy_core.hardware.topology import ClusterSummary, build_topology
 
 if TYPE_CHECKING:
     import networkx as nx
-
-    from frenzy_core.hardware.topology import ClusterSummary
 
 __all__ = ["DEFAULT_PRESET", "Cluster", "ClusterPreset", "Node", "cluster_preset_info", "scale_counts"]
 
@@ -184,14 +183,10 @@ class Cluster(FrozenModel):
     @functools.cached_property
     def summary(self) -> ClusterSummary:
         """Per-type and per-node free-GPU counts for the planner; built once (O(nodes)), queries O(1)."""
-        from frenzy_core.hardware.topology import ClusterSummary
-
         return ClusterSummary.build(self)
 
     def topology(self) -> nx.Graph:
         """The GPU - node - switch graph (see :func:`frenzy_core.hardware.topology.build_topology`)."""
-        from frenzy_core.hardware.topology import build_topology
-
         return build_topology(self)
 
 

@@ -11,6 +11,8 @@ from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.parallel import ParallelConfig
 from frenzy_core.config.training import TrainingConfig
 from frenzy_core.hardware.gpu import GPUSpec
+from frenzy_core.memory import estimate_memory, estimate_memory_batch
+from frenzy_core.timing import estimate_iteration_time, estimate_iteration_time_batch
 
 __all__ = ["AnalyticEstimator", "LayoutEstimator"]
 
@@ -37,24 +39,16 @@ class AnalyticEstimator:
     """``frenzy_core.memory`` and ``frenzy_core.timing``: the library's own analytic models."""
 
     def device_bytes(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutArrays) -> np.ndarray:
-        from frenzy_core.memory import estimate_memory_batch
-
         return np.asarray(estimate_memory_batch(model, layouts, training).device_bytes, dtype=np.int64)
 
     def iteration_s(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutArrays, gpu: GPUSpec,
                     cluster: Any) -> np.ndarray:
-        from frenzy_core.timing import estimate_iteration_time_batch
-
         result = estimate_iteration_time_batch(model, training, gpu, layouts, cluster=cluster)
         return np.asarray(result.iteration_s, dtype=np.float64)
 
     def memory(self, model: ModelConfig, training: TrainingConfig, parallel: ParallelConfig) -> Any:
-        from frenzy_core.memory import estimate_memory
-
         return estimate_memory(model, training, parallel)
 
     def time(self, model: ModelConfig, training: TrainingConfig, parallel: ParallelConfig, gpu: GPUSpec,
              cluster: Any) -> Any:
-        from frenzy_core.timing import estimate_iteration_time
-
         return estimate_iteration_time(model, training, parallel, gpu, cluster=cluster)

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from frenzy_core.config.arrays import LayoutArrays
-from frenzy_core.planning.plan import OBJECTIVE_UNITS, Plan
+
+if TYPE_CHECKING:
+    from frenzy_core.planning.plan import Plan
 
 __all__ = ["explain_plan", "format_value"]
 
@@ -23,7 +27,7 @@ def format_value(value: float, unit: str) -> str:
 
 def explain_plan(plan: Plan) -> str:
     """Several lines of plain text; stable wording so it can be shown in a terminal or a log."""
-    unit = OBJECTIVE_UNITS[plan.objective]
+    unit = plan.objective.unit
     layout = LayoutArrays.from_configs(plan.training, plan.parallel).describe(0)
     lines = [
         f"Plan: {plan.num_gpus} x {plan.gpu_type} on {len(plan.placement)} node(s); {layout}.",

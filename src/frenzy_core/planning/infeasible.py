@@ -16,7 +16,7 @@ from frenzy_core.planning.candidates import CandidateTable
 from frenzy_core.planning.diagnosis import extra_free_gpus, type_rejections
 from frenzy_core.planning.nodes import FreeNode, NodePool
 from frenzy_core.planning.placement import placement_options
-from frenzy_core.planning.planner import Search
+from frenzy_core.planning.search import Search
 
 __all__ = ["SEQ_LEN_STEP", "infeasible_error"]
 

@@ -98,7 +98,7 @@ class PlannedThroughput:
                  ) -> tuple[np.ndarray, list[str | None]]:
         """Best tokens/s per world size 0..max_gpus from one candidate table (NaN: nothing fits), and the layout
         of each."""
-        from frenzy_core.planning.planner import make_search
+        from frenzy_core.planning.search import make_search
 
         search = make_search(model, homogeneous_cluster(gpu_id, max_gpus), training, "throughput",
                              {"max_gpus": max_gpus, "gpu_types": [gpu_id]})

@@ -24,6 +24,7 @@ from frenzy_core.config.params import count_parameters, embedding_parameters, he
 from frenzy_core.config.training import Attention, Precision, Recompute, RecomputeMethod, TrainingConfig
 from frenzy_core.errors import ConfigError, require_instance
 from frenzy_core.hardware.gpu import GPUSpec
+from frenzy_core.hardware.gpus import get_gpu_spec
 from frenzy_core.timing.comm import group_bandwidth, links_for, ring_all_reduce_s, ring_one_way_s, send_s
 from frenzy_core.timing.flops import (
     BACKWARD_TO_FORWARD,
@@ -75,8 +76,6 @@ def resolve_gpu(gpu: GPUSpec | str) -> GPUSpec:
     """A GPUSpec as given, or looked up by id or alias in the GPU catalogue."""
     if isinstance(gpu, GPUSpec):
         return gpu
-    from frenzy_core.hardware import get_gpu_spec
-
     return get_gpu_spec(gpu)
 
 

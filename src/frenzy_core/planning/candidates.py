@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -19,7 +18,7 @@ from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.parallel import PipelineSchedule
 from frenzy_core.config.training import Framework, Recompute, TrainingConfig
 from frenzy_core.errors import ConfigError
-from frenzy_core.hardware.gpu import GPUSpec
+from frenzy_core.hardware.gpu import GPUSpec, Links
 from frenzy_core.planning.estimators import LayoutEstimator
 from frenzy_core.planning.nodes import NodePool
 from frenzy_core.planning.request import DEFAULT_MICRO_BATCH_SIZES, Objective, PlanConstraints
@@ -217,10 +216,11 @@ def _objective_keys(objective: Objective, world: np.ndarray, tokens_per_s: np.nd
 
 def build_candidates(model: ModelConfig, training: TrainingConfig, pool: NodePool, specs: dict[str, GPUSpec],
                      constraints: PlanConstraints, objective: Objective, estimator: LayoutEstimator,
-                     links: Mapping[str, Any] | None = None) -> CandidateTable:
+                     links: Mapping[str, Links] | None = None) -> CandidateTable:
     """Enumerate layouts, estimate memory once and time per GPU type (vectorised), filter and rank.
 
-    ``links`` maps a GPU type to what the time model reads as its ``cluster`` (node size and link speeds).
+    ``links`` maps a GPU type to the node size and link speeds its time is estimated with (default: the type's
+    typical node).
     """
     c = constraints
     types = tuple(pool.gpu_types)

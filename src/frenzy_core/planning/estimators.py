@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -10,9 +10,9 @@ from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.parallel import ParallelConfig
 from frenzy_core.config.training import TrainingConfig
-from frenzy_core.hardware.gpu import GPUSpec
-from frenzy_core.memory import estimate_memory, estimate_memory_batch
-from frenzy_core.timing import estimate_iteration_time, estimate_iteration_time_batch
+from frenzy_core.hardware.gpu import GPUSpec, Links
+from frenzy_core.memory import MemoryEstimate, estimate_memory, estimate_memory_batch
+from frenzy_core.timing import TimeEstimate, estimate_iteration_time, estimate_iteration_time_batch
 
 __all__ = ["AnalyticEstimator", "LayoutEstimator"]
 
@@ -24,14 +24,14 @@ class LayoutEstimator(Protocol):
         """Bytes the busiest rank of each layout needs on its GPU (int64); negative: an invalid layout."""
 
     def iteration_s(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutArrays, gpu: GPUSpec,
-                    cluster: Any) -> np.ndarray:
+                    links: Links | None) -> np.ndarray:
         """Seconds per optimizer step of each layout on ``gpu`` (float64)."""
 
-    def memory(self, model: ModelConfig, training: TrainingConfig, parallel: ParallelConfig) -> Any:
+    def memory(self, model: ModelConfig, training: TrainingConfig, parallel: ParallelConfig) -> MemoryEstimate:
         """The full :class:`MemoryEstimate` of one layout."""
 
     def time(self, model: ModelConfig, training: TrainingConfig, parallel: ParallelConfig, gpu: GPUSpec,
-             cluster: Any) -> Any:
+             links: Links | None) -> TimeEstimate:
         """The full :class:`TimeEstimate` of one layout on ``gpu``."""
 
 
@@ -42,13 +42,13 @@ class AnalyticEstimator:
         return np.asarray(estimate_memory_batch(model, layouts, training).device_bytes, dtype=np.int64)
 
     def iteration_s(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutArrays, gpu: GPUSpec,
-                    cluster: Any) -> np.ndarray:
-        result = estimate_iteration_time_batch(model, training, gpu, layouts, cluster=cluster)
+                    links: Links | None) -> np.ndarray:
+        result = estimate_iteration_time_batch(model, training, gpu, layouts, cluster=links)
         return np.asarray(result.iteration_s, dtype=np.float64)
 
-    def memory(self, model: ModelConfig, training: TrainingConfig, parallel: ParallelConfig) -> Any:
+    def memory(self, model: ModelConfig, training: TrainingConfig, parallel: ParallelConfig) -> MemoryEstimate:
         return estimate_memory(model, training, parallel)
 
     def time(self, model: ModelConfig, training: TrainingConfig, parallel: ParallelConfig, gpu: GPUSpec,
-             cluster: Any) -> Any:
-        return estimate_iteration_time(model, training, parallel, gpu, cluster=cluster)
+             links: Links | None) -> TimeEstimate:
+        return estimate_iteration_time(model, training, parallel, gpu, cluster=links)

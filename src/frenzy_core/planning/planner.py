@@ -17,7 +17,7 @@ from frenzy_core.planning.infeasible import infeasible_error
 from frenzy_core.planning.placement import Solution, placement_options, solve_cp_sat, solve_exhaustive
 from frenzy_core.planning.plan import Alternative, Plan
 from frenzy_core.planning.request import Objective, PlanConstraints
-from frenzy_core.planning.search import Search, make_search
+from frenzy_core.planning.search import ClusterLike, Search, make_search
 
 __all__ = ["SOLVERS", "build_plan", "plan_job", "solve"]
 
@@ -95,7 +95,7 @@ def build_plan(search: Search, table: CandidateTable, solution: Solution, top_k:
     )
 
 
-def plan_job(model: ModelConfig, cluster: Any, training: TrainingConfig | None = None, *,
+def plan_job(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig | None = None, *,
              objective: Objective | str = "throughput",
              constraints: PlanConstraints | Mapping[str, Any] | None = None, time_limit_s: float = 10,
              top_k: int = 5, solver: str = "cp-sat", estimator: LayoutEstimator | None = None) -> Plan:

@@ -16,7 +16,7 @@ from frenzy_core.config.parallel import ParallelConfig
 from frenzy_core.config.training import TrainingConfig
 from frenzy_core.errors import ConfigError
 from frenzy_core.hardware.cluster import Cluster
-from frenzy_core.hardware.gpu import GPUSpec
+from frenzy_core.hardware.gpu import GPUSpec, Links
 from frenzy_core.hardware.gpus import get_gpu_spec
 from frenzy_core.planning.candidates import CandidateTable, build_candidates
 from frenzy_core.planning.estimators import AnalyticEstimator, LayoutEstimator
@@ -24,31 +24,7 @@ from frenzy_core.planning.nodes import NodePool
 from frenzy_core.planning.placement import placement_options
 from frenzy_core.planning.request import Objective, PlanConstraints
 
-__all__ = ["Search", "TypeLinks", "make_search"]
-
-
-@dataclass(frozen=True)
-class TypeLinks:
-    """Node size and links of one GPU type in a cluster, as the time model reads them from ``cluster=``.
-
-    A type spread over node shapes with different links gets the slowest of each (a conservative estimate)
-    and its largest node size.
-    """
-
-    gpus_per_node: int
-    intra_node_bytes_per_s: float
-    inter_node_bytes_per_s: float
-
-
-def _type_links(cluster: Any, spec: GPUSpec) -> TypeLinks:
-    shapes = [n for n in getattr(cluster, "nodes", ()) if getattr(n, "gpu", None) == spec.id]
-    if not shapes:
-        return TypeLinks(spec.gpus_per_node, spec.intra_node_bytes_per_s, spec.inter_node_bytes_per_s)
-    return TypeLinks(
-        gpus_per_node=max(n.gpus_per_node for n in shapes),
-        intra_node_bytes_per_s=min(n.intra_node_bytes_per_s or spec.intra_node_bytes_per_s for n in shapes),
-        inter_node_bytes_per_s=min(n.inter_node_bytes_per_s or spec.inter_node_bytes_per_s for n in shapes),
-    )
+__all__ = ["ClusterLike", "Search", "make_search"]
 
 
 @dataclass(frozen=True)
@@ -62,7 +38,8 @@ class Search:
     constraints: PlanConstraints
     objective: Objective
     estimator: LayoutEstimator
-    links: dict[str, TypeLinks]
+    links: dict[str, Links]
+    """Per GPU type: what its time estimates are computed with (:meth:`Cluster.links`)."""
 
     def table(self) -> CandidateTable:
         return build_candidates(self.model, self.training, self.pool, self.specs, self.constraints, self.objective,
@@ -132,7 +109,11 @@ def _objective(objective: Objective | str) -> Objective:
                           hint="use one of " + ", ".join(repr(o.value) for o in Objective)) from None
 
 
-def make_search(model: ModelConfig, cluster: Any, training: TrainingConfig | None, objective: Objective | str,
+ClusterLike = Cluster | NodePool | Mapping[str, Any]
+"""What the planner accepts as a cluster: a :class:`Cluster`, its ``to_dict()`` form, or a pool of free nodes."""
+
+
+def make_search(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig | None, objective: Objective | str,
                 constraints: PlanConstraints | Mapping[str, Any] | None,
                 estimator: LayoutEstimator | None = None) -> Search:
     """Validate a request and gather what solving it needs; bad input raises ConfigError."""
@@ -148,6 +129,9 @@ def make_search(model: ModelConfig, cluster: Any, training: TrainingConfig | Non
     _check_pins(model, training, cons)
     if isinstance(cluster, Mapping):
         cluster = Cluster.from_dict(cluster)
+    if not isinstance(cluster, (Cluster, NodePool)):
+        raise ConfigError(f"cluster must be a Cluster, a mapping or a NodePool, got {type(cluster).__name__}",
+                          field="cluster", hint="use Cluster.preset(name) or Cluster.from_dict({'nodes': [...]})")
     pool = cluster if isinstance(cluster, NodePool) else NodePool.from_cluster(cluster)
     if not pool.nodes:
         raise ConfigError("the cluster has no nodes", field="cluster", hint="add nodes: [{gpu: ..., gpus_per_node: ...}]")
@@ -163,6 +147,7 @@ def make_search(model: ModelConfig, cluster: Any, training: TrainingConfig | Non
     if obj in (Objective.COST, Objective.TIME_TO_TRAIN) and cons.token_budget is None:
         raise ConfigError(f"objective {obj.value!r} needs constraints.token_budget (tokens to train)",
                           field="constraints.token_budget", hint="e.g. constraints={'token_budget': 10**9}")
-    links = {name: _type_links(cluster, spec) for name, spec in specs.items()}
+    # a bare node pool carries no link speeds: its types get their typical node's
+    links = {name: cluster.links(name) if isinstance(cluster, Cluster) else spec.links for name, spec in specs.items()}
     return Search(model=model, training=training, pool=pool, specs=specs, constraints=cons, objective=obj,
                   estimator=estimator or AnalyticEstimator(), links=links)

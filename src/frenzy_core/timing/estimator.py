@@ -23,7 +23,8 @@ from frenzy_core.config.parallel import ParallelConfig, PipelineSchedule
 from frenzy_core.config.params import count_parameters, embedding_parameters, head_parameters, norm_parameters
 from frenzy_core.config.training import Attention, Precision, Recompute, RecomputeMethod, TrainingConfig
 from frenzy_core.errors import ConfigError, require_instance
-from frenzy_core.hardware.gpu import GPUSpec
+from frenzy_core.hardware.cluster import Cluster
+from frenzy_core.hardware.gpu import GPUSpec, Links
 from frenzy_core.hardware.gpus import get_gpu_spec
 from frenzy_core.timing.comm import group_bandwidth, links_for, ring_all_reduce_s, ring_one_way_s, send_s
 from frenzy_core.timing.flops import (
@@ -116,7 +117,7 @@ def estimate_iteration_time_batch(
     gpu: GPUSpec | str,
     layouts: LayoutArrays | Mapping[str, ArrayLike],
     *,
-    cluster: object | None = None,
+    cluster: Cluster | Links | None = None,
     params: TimeModelParams | None = None,
 ) -> TimeEstimateBatch:
     """Iteration time of many layouts of one model and recipe at once (numpy broadcasting over the arrays).
@@ -264,13 +265,11 @@ def estimate_iteration_time_batch(
     )
 
 
-def _check_cluster_holds(parallel: ParallelConfig, gpu: GPUSpec, cluster: object | None) -> None:
-    """A cluster with ``nodes`` must have at least ``world_size`` GPUs of the type (free or not)."""
-    nodes = getattr(cluster, "nodes", None)
-    if nodes is None:
+def _check_cluster_holds(parallel: ParallelConfig, gpu: GPUSpec, cluster: Cluster | Links | None) -> None:
+    """A cluster must have at least ``world_size`` GPUs of the type (free or not)."""
+    if not isinstance(cluster, Cluster):
         return
-    total = sum(int(getattr(n, "gpus_per_node", 0)) * int(getattr(n, "count", 1)) for n in nodes
-                if getattr(n, "gpu", None) == gpu.id)
+    total = sum(n.gpus_per_node * n.count for n in cluster.nodes if n.gpu == gpu.id)
     if 0 < total < parallel.world_size:
         raise ConfigError(
             f"the layout needs {parallel.world_size} GPUs (dp x tp x pp x cp) but the cluster has {total} {gpu.id}",
@@ -278,12 +277,13 @@ def _check_cluster_holds(parallel: ParallelConfig, gpu: GPUSpec, cluster: object
 
 
 def estimate_iteration_time(model: ModelConfig, training: TrainingConfig, parallel: ParallelConfig,
-                            gpu: GPUSpec | str, *, cluster: object | None = None,
+                            gpu: GPUSpec | str, *, cluster: Cluster | Links | None = None,
                             params: TimeModelParams | None = None) -> TimeEstimate:
     """Seconds per optimizer step of ``model`` trained with ``training`` laid out as ``parallel`` on ``gpu``.
 
     Without ``cluster`` the job is packed on nodes of ``gpu.gpus_per_node`` GPUs with the GPU's typical links;
-    a cluster's ``gpus_per_node``/``intra_node_bytes_per_s``/``inter_node_bytes_per_s`` replace them.
+    a :class:`Cluster` gives its own (:meth:`Cluster.links`: its largest node of the type, the slowest links),
+    and :class:`Links` give them directly.
     ``params`` defaults to :func:`default_time_model_params` of the GPU.
     """
     require_instance("model", model, ModelConfig, "use ModelConfig.preset(name) or ModelConfig(...)")

@@ -13,6 +13,9 @@ from frenzy_core import ConfigError, ModelConfig, MoEConfig, ParallelConfig, Tra
 from frenzy_core.config import PipelineSchedule, Recompute
 from frenzy_core.config.arrays import LAYOUT_COLUMNS, LayoutArrays
 from frenzy_core.config.layout import LAYOUT_RULES, layout_mask, require_rows
+from frenzy_core.memory import estimate_memory_batch
+from frenzy_core.planning.candidates import enumerate_layouts
+from frenzy_core.planning.request import PlanConstraints
 
 MODELS = {
     "gqa": ModelConfig(num_layers=12, hidden_size=512, num_attention_heads=8, num_kv_heads=4, vocab_size=32000,
@@ -114,3 +117,14 @@ def test_from_code_refuses_unknown_codes() -> None:
         with pytest.raises(ConfigError):
             kind.from_code(-1)
         assert [kind.from_code(m.code) for m in kind] == list(kind)
+
+
+@pytest.mark.parametrize("model_name,framework", [("gqa", "megatron"), ("moe", "megatron"), ("learned", "torch")])
+def test_every_candidate_the_planner_enumerates_passes_validate_layout(model_name: str, framework: str) -> None:
+    model = MODELS[model_name]
+    training = TrainingConfig(seq_len=512, global_batch_size=16, framework=framework)
+    layouts = enumerate_layouts(model, training, PlanConstraints(), max_world=16, max_tp=8)
+    assert len(layouts) > 0
+    assert estimate_memory_batch(model, layouts, training).valid.all()
+    for i in range(0, len(layouts), max(1, len(layouts) // 50)):
+        validate_layout(model, layouts.training(i, training), layouts.parallel(i))

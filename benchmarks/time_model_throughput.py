@@ -31,7 +31,7 @@ from frenzy_core import (
     TrainingConfig,
     get_gpu_spec,
 )
-from frenzy_core.timing import RECOMPUTE_CODES, estimate_iteration_time, estimate_iteration_time_batch
+from frenzy_core.timing import estimate_iteration_time, estimate_iteration_time_batch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from time_model_accuracy import write_section  # noqa: E402  (one home for the section writer)
@@ -51,13 +51,14 @@ def measure(n: int) -> tuple[float, float, int]:
     dp, tp = rng.choice([1, 2, 4, 8, 16, 32], n), rng.choice([1, 2, 4, 8], n)
     vpp = np.where(pp > 1, rng.choice([1, 2], n), 1)
     mb, recompute, zero = rng.choice([1, 2, 4], n), rng.integers(0, 3, n), rng.integers(0, 4, n)
-    kwargs = dict(dp=dp, tp=tp, pp=pp, vpp=vpp, micro_batch_size=mb, recompute=recompute, zero_stage=zero)
+    columns = {"dp": dp, "tp": tp, "pp": pp, "vpp": vpp, "micro_batch_size": mb, "recompute": recompute,
+               "zero_stage": zero}
     best = np.inf
     for _ in range(3):
         t0 = time.perf_counter()
-        batch = estimate_iteration_time_batch(MODEL, TRAINING, gpu, **kwargs)
+        batch = estimate_iteration_time_batch(MODEL, TRAINING, gpu, columns)
         best = min(best, time.perf_counter() - t0)
-    codes = {v: k for k, v in RECOMPUTE_CODES.items()}
+    codes = {r.code: r for r in Recompute}
     matched = 0
     for i in rng.choice(n, 50, replace=False):
         training = TRAINING.replace(micro_batch_size=int(mb[i]), recompute=codes[int(recompute[i])],

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from frenzy_core import TrainingConfig, get_gpu_spec
-from frenzy_core.timing.comm import Links, ring_latency_s
+from frenzy_core.hardware.gpu import Links
+from frenzy_core.timing.comm import ring_latency_s
 from frenzy_core.timing.efficiency import attention_kernel, attention_rates, gemm_hardware, gemm_s, generation
 
 H100 = get_gpu_spec("h100-sxm")

@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
+from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.parallel import ParallelConfig
 from frenzy_core.config.training import TrainingConfig
-from frenzy_core.hardware.gpu import GPUSpec
-from frenzy_core.planning.layouts import LayoutBatch
+from frenzy_core.hardware.gpu import GPUSpec, Links
+from frenzy_core.memory import MemoryEstimate, estimate_memory, estimate_memory_batch
+from frenzy_core.timing import (
+    TimeEstimate,
+    TimeModelParams,
+    default_time_model_params,
+    estimate_iteration_time,
+    estimate_iteration_time_batch,
+)
+from frenzy_core.timing.calibration_file import read_calibration_file
 
 __all__ = ["AnalyticEstimator", "LayoutEstimator"]
 
@@ -19,18 +28,18 @@ __all__ = ["AnalyticEstimator", "LayoutEstimator"]
 class LayoutEstimator(Protocol):
     """Memory and time of many layouts at once (vectorised), and full records for the chosen one."""
 
-    def device_bytes(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutBatch) -> np.ndarray:
+    def device_bytes(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutArrays) -> np.ndarray:
         """Bytes the busiest rank of each layout needs on its GPU (int64); negative: an invalid layout."""
 
-    def iteration_s(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutBatch, gpu: GPUSpec,
-                    cluster: Any) -> np.ndarray:
+    def iteration_s(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutArrays, gpu: GPUSpec,
+                    links: Links | None) -> np.ndarray:
         """Seconds per optimizer step of each layout on ``gpu`` (float64)."""
 
-    def memory(self, model: ModelConfig, training: TrainingConfig, parallel: ParallelConfig) -> Any:
+    def memory(self, model: ModelConfig, training: TrainingConfig, parallel: ParallelConfig) -> MemoryEstimate:
         """The full :class:`MemoryEstimate` of one layout."""
 
     def time(self, model: ModelConfig, training: TrainingConfig, parallel: ParallelConfig, gpu: GPUSpec,
-             cluster: Any) -> Any:
+             links: Links | None) -> TimeEstimate:
         """The full :class:`TimeEstimate` of one layout on ``gpu``."""
 
 
@@ -41,50 +50,23 @@ class AnalyticEstimator:
     """
 
     def __init__(self, time_model: str | Path | None = None) -> None:
-        self._fitted: dict[str, dict[str, float]] = {}
-        if time_model is not None:
-            from frenzy_core.timing.calibration_file import read_calibration_file
+        self._fitted = read_calibration_file(time_model) if time_model is not None else {}
 
-            self._fitted = read_calibration_file(time_model)
-
-    def _params(self, gpu: GPUSpec) -> Any:
+    def _params(self, gpu: GPUSpec) -> TimeModelParams | None:
         fitted = self._fitted.get(gpu.id)
-        if not fitted:
-            return None
-        from frenzy_core.timing import default_time_model_params
+        return default_time_model_params(gpu).replace(**fitted) if fitted else None
 
-        return default_time_model_params(gpu).replace(**fitted)
+    def device_bytes(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutArrays) -> np.ndarray:
+        return np.asarray(estimate_memory_batch(model, layouts, training).device_bytes, dtype=np.int64)
 
-    def device_bytes(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutBatch) -> np.ndarray:
-        from frenzy_core.memory import estimate_memory_batch
-
-        configs = {
-            "dp": layouts.dp, "tp": layouts.tp, "pp": layouts.pp, "vpp": layouts.vpp, "cp": layouts.cp,
-            "ep": layouts.ep, "micro_batch_size": layouts.micro_batch_size, "recompute": layouts.recompute,
-            "zero_stage": np.maximum(layouts.zero_stage, layouts.distributed_optimizer),
-            "sequence_parallel": layouts.sequence_parallel,
-        }
-        return np.asarray(estimate_memory_batch(model, configs, training).device_bytes, dtype=np.int64)
-
-    def iteration_s(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutBatch, gpu: GPUSpec,
-                    cluster: Any) -> np.ndarray:
-        from frenzy_core.timing import estimate_iteration_time_batch
-
-        result = estimate_iteration_time_batch(
-            model, training, gpu, dp=layouts.dp, tp=layouts.tp, pp=layouts.pp, vpp=layouts.vpp, cp=layouts.cp,
-            ep=layouts.ep, micro_batch_size=layouts.micro_batch_size, recompute=layouts.recompute,
-            sequence_parallel=layouts.sequence_parallel.astype(bool),
-            zero_stage=np.maximum(layouts.zero_stage, layouts.distributed_optimizer), cluster=cluster,
-            params=self._params(gpu))
+    def iteration_s(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutArrays, gpu: GPUSpec,
+                    links: Links | None) -> np.ndarray:
+        result = estimate_iteration_time_batch(model, training, gpu, layouts, cluster=links, params=self._params(gpu))
         return np.asarray(result.iteration_s, dtype=np.float64)
 
-    def memory(self, model: ModelConfig, training: TrainingConfig, parallel: ParallelConfig) -> Any:
-        from frenzy_core.memory import estimate_memory
-
+    def memory(self, model: ModelConfig, training: TrainingConfig, parallel: ParallelConfig) -> MemoryEstimate:
         return estimate_memory(model, training, parallel)
 
     def time(self, model: ModelConfig, training: TrainingConfig, parallel: ParallelConfig, gpu: GPUSpec,
-             cluster: Any) -> Any:
-        from frenzy_core.timing import estimate_iteration_time
-
-        return estimate_iteration_time(model, training, parallel, gpu, cluster=cluster, params=self._params(gpu))
+             links: Links | None) -> TimeEstimate:
+        return estimate_iteration_time(model, training, parallel, gpu, cluster=links, params=self._params(gpu))

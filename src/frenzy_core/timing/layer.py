@@ -15,8 +15,8 @@ import numpy.typing as npt
 
 from frenzy_core.config.model import ArchKind, ModelConfig, NormKind, PositionEmbedding
 from frenzy_core.config.training import Attention, Framework, Precision, TrainingConfig
-from frenzy_core.hardware.gpu import GPUSpec
-from frenzy_core.timing.comm import Links, group_bandwidth, ring_all_reduce_s, ring_latency_s, ring_one_way_s, send_s
+from frenzy_core.hardware.gpu import GPUSpec, Links
+from frenzy_core.timing.comm import group_bandwidth, ring_all_reduce_s, ring_latency_s, ring_one_way_s, send_s
 from frenzy_core.timing.efficiency import MEMORY_EFFICIENT, GemmHardware, attention_kernel, attention_rates, gemm_s
 from frenzy_core.timing.flops import BACKWARD_TO_FORWARD, FUSED_ATTENTION_BACKWARD_TO_FORWARD, causal_fraction
 from frenzy_core.timing.overlap import chunked_hidden
@@ -197,13 +197,11 @@ def layer_terms(model: ModelConfig, training: TrainingConfig, gpu: GPUSpec, p: T
     megatron = training.framework is Framework.MEGATRON
     h = float(model.hidden_size)
     share = min(p.comm_sms / hw.sms, 1.0)
-    chunk = p.tensor_parallel_overlap > 0
     rep = np.where(sp, tp, 1.0)  # divisor of hidden-sized, replicated tensors
 
-    # ---- GEMMs by role (all roles share one ep value: MoE layouts vary ep across candidates elementwise)
-    # Transformer Engine runs the chunk GEMMs of its userbuffer overlap on several streams at once (their tiles
-    # fill the GPU together); torch async TP runs them one after another.
-    chunk = chunk and not megatron
+    # ---- GEMMs by role (MoE: per distinct ep). Transformer Engine runs the chunk GEMMs of its userbuffer overlap
+    # on several streams at once (their tiles fill the GPU together); torch async TP runs them one after another.
+    chunk = p.tensor_parallel_overlap > 0 and not megatron
     roles = {name: _gemm_times(g, tokens, tp, rates, act, hw, chunk)
              for name, g in _layer_gemms(model, fp8, 1.0).items()} if model.moe is None else \
         _moe_roles(model, fp8, tokens, tp, ep, rates, act, hw, chunk)
@@ -237,31 +235,10 @@ def layer_terms(model: ModelConfig, training: TrainingConfig, gpu: GPUSpec, p: T
     tp_fwd, tp_bwd, tp_hidden_fwd, tp_hidden_bwd = _tensor_parallel(
         roles, p, links, tokens * h * act, tp, sp, megatron, share)
 
-    # ---- context parallel: cp - 1 ring steps per pass, each under one step of attention
-    eff = p.collective_efficiency
-    cp_lat = ring_latency_s(2.0 + 0.0 * cp, tp * cp, links, p.collective_latency_s, p.ring_step_latency_s,
-                            p.network_step_latency_s)  # one send: base + one hop
-    cp_step = np.where(cp > 1, send_s(2.0 * tokens * model.kv_size / tp * act,
-                                      group_bandwidth(tp * cp, tp, links, eff), cp_lat), 0.0)
-    steps = cp - 1.0
-    cp_fwd, cp_bwd = steps * cp_step, steps * 2.0 * cp_step  # backward: keys/values and their gradients
-    o_cp = p.context_parallel_overlap * (1.0 - share)
-    cp_hidden_fwd = o_cp * steps * np.minimum(cp_step, attn_fwd / cp)
-    cp_hidden_bwd = o_cp * steps * np.minimum(2.0 * cp_step, attn_bwd / cp)
-
-    # ---- expert parallel: dispatch and combine all-to-alls per MoE layer and pass
-    if model.moe is not None:
-        a2a = tokens * model.moe.top_k * h * act / rep
-        ep_lat = ring_latency_s(2.0 + 0.0 * ep, tp * ep, links, p.collective_latency_s, p.ring_step_latency_s,
-                                p.network_step_latency_s)  # all-to-all: concurrent sends, one hop deep
-        ep_pass = model.num_moe_layers / model.num_layers * 2.0 * ring_one_way_s(
-            a2a, ep, group_bandwidth(tp * ep, tp, links, eff), ep_lat)
-        o_ep = p.expert_parallel_overlap * (1.0 - share)
-        ep_fwd, ep_bwd = ep_pass, ep_pass
-        ep_hidden_fwd = o_ep * np.minimum(ep_pass, roles["fc1"].fwd + roles["fc2"].fwd)
-        ep_hidden_bwd = o_ep * np.minimum(ep_pass, roles["fc1"].dgrad + roles["fc2"].dgrad)
-    else:
-        ep_fwd = ep_bwd = ep_hidden_fwd = ep_hidden_bwd = tokens * 0.0
+    cp_fwd, cp_bwd, cp_hidden_fwd, cp_hidden_bwd = _context_parallel(model, p, links, tokens, tp, cp, act, attn_fwd,
+                                                                      attn_bwd, share)
+    ep_fwd, ep_bwd, ep_hidden_fwd, ep_hidden_bwd = _expert_parallel(model, p, links, roles, tokens, tp, ep, rep, act,
+                                                                     share)
 
     # ---- output head (last stage) and the loss
     head_n = float(model.vocab_size)
@@ -331,3 +308,35 @@ def _tensor_parallel(roles: dict[str, _GemmTimes], p: TimeModelParams, links: Li
     tp_fwd, hid_fwd = (np.where(sp, a, b) for a, b in zip(sp_fwd, ar_fwd))
     tp_bwd, hid_bwd = (np.where(sp, a, b) for a, b in zip(sp_bwd, ar_bwd))
     return tp_fwd, tp_bwd, hid_fwd, hid_bwd
+
+
+def _context_parallel(model: ModelConfig, p: TimeModelParams, links: Links, tokens: FloatArray, tp: FloatArray,
+                      cp: FloatArray, act: float, attn_fwd: FloatArray, attn_bwd: FloatArray, share: float
+                      ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """Ring attention: cp - 1 sends of the key/value block per layer and pass (backward: and their gradients),
+    each hidden behind one ring step of attention: (forward, backward, hidden forward, hidden backward)."""
+    lat = ring_latency_s(2.0 + 0.0 * cp, tp * cp, links, p.collective_latency_s, p.ring_step_latency_s,
+                         p.network_step_latency_s)  # one send: base + one hop
+    step = np.where(cp > 1, send_s(2.0 * tokens * model.kv_size / tp * act,
+                                   group_bandwidth(tp * cp, tp, links, p.collective_efficiency), lat), 0.0)
+    steps = cp - 1.0
+    o = p.context_parallel_overlap * (1.0 - share)
+    return (steps * step, steps * 2.0 * step, o * steps * np.minimum(step, attn_fwd / cp),
+            o * steps * np.minimum(2.0 * step, attn_bwd / cp))
+
+
+def _expert_parallel(model: ModelConfig, p: TimeModelParams, links: Links, roles: dict[str, _GemmTimes],
+                     tokens: FloatArray, tp: FloatArray, ep: FloatArray, rep: FloatArray, act: float, share: float
+                     ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """Dispatch and combine all-to-alls per MoE layer and pass, a share hidden behind the expert GEMMs."""
+    if model.moe is None:
+        zero = tokens * 0.0
+        return zero, zero, zero, zero
+    lat = ring_latency_s(2.0 + 0.0 * ep, tp * ep, links, p.collective_latency_s, p.ring_step_latency_s,
+                         p.network_step_latency_s)  # all-to-all: concurrent sends, one hop deep
+    a2a = tokens * model.moe.top_k * model.hidden_size * act / rep
+    per_pass = model.num_moe_layers / model.num_layers * 2.0 * ring_one_way_s(
+        a2a, ep, group_bandwidth(tp * ep, tp, links, p.collective_efficiency), lat)
+    o = p.expert_parallel_overlap * (1.0 - share)
+    return (per_pass, per_pass, o * np.minimum(per_pass, roles["fc1"].fwd + roles["fc2"].fwd),
+            o * np.minimum(per_pass, roles["fc1"].dgrad + roles["fc2"].dgrad))

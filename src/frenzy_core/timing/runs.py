@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from frenzy_core.config.layout import global_batch_size
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.parallel import ParallelConfig
 from frenzy_core.config.training import TrainingConfig
@@ -69,8 +70,6 @@ def run_measurement(row: Mapping[str, Any], base: Path | None = None, where: str
     training = TrainingConfig.model_validate({k: row[k] for k in TrainingConfig.model_fields if k in row})
     model = _model(row["model"], base)
     gpu = get_gpu_spec(str(row["gpu"]))
-    from frenzy_core.config.layout import global_batch_size
-
     gbs = global_batch_size(training, parallel)
     tokens = gbs * training.seq_len
     measure = measures[0]

@@ -14,8 +14,8 @@ import numpy.typing as npt
 
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.training import TrainingConfig
-from frenzy_core.hardware.gpu import GPUSpec
-from frenzy_core.timing.comm import Links, group_bandwidth, ring_latency_s, send_s
+from frenzy_core.hardware.gpu import GPUSpec, Links
+from frenzy_core.timing.comm import group_bandwidth, ring_latency_s, send_s
 from frenzy_core.timing.efficiency import GemmHardware
 from frenzy_core.timing.layer import Rates, layer_terms
 from frenzy_core.timing.params import TimeModelParams

@@ -1,10 +1,13 @@
 """Seconds per training iteration of a layout on one GPU type: compute, communication, bubble, optimizer.
 
-The busiest GPU (last pipeline stage: ceil(layers / pp) layers plus the head) sets the pace. Per micro-batch it
-spends GEMM and attention FLOPs at ``peak x efficiency``, memory-bound kernels at ``HBM bandwidth x efficiency``
-and tensor-, context- and expert-parallel collectives on the links its groups span; the pipeline adds
-(pp - 1) / vpp idle micro-batch slots (Narayanan et al. SC21) and stage-boundary sends; data-parallel gradient
-reduction and the optimizer step close the iteration. Formulas and sources: docs/time-model.md.
+The busiest GPU (last pipeline stage: ceil(layers / pp) layers plus the head) sets the pace. One micro-batch on
+it (timing/stage.py, per layer timing/layer.py) runs its GEMMs at the GPU's sustained matmul rate times their
+shape factor and its attention at the measured speed of the framework's kernel (timing/efficiency.py),
+memory-bound kernels counted per framework at a share of HBM bandwidth, and tensor-, context- and
+expert-parallel traffic on the links its groups span, partly hidden behind the GEMMs and attention steps next to
+it (timing/overlap.py); the pipeline adds (pp - 1) / vpp idle micro-batch slots (Narayanan et al. SC21) and
+stage-boundary sends; data-parallel traffic (DDP buckets, ZeRO, FSDP layer by layer) hides behind what compute
+it can, and the optimizer step closes the iteration. Formulas and sources: docs/time-model.md.
 The vectorised function is the implementation; the scalar one validates its configs and calls it.
 """
 

@@ -1,7 +1,17 @@
 """Validated configuration models: the model, the training recipe and the parallel layout."""
 
 from frenzy_core.config.layout import global_batch_size, num_microbatches, validate_layout
-from frenzy_core.config.model import ArchKind, MLPKind, ModelConfig, MoEConfig, NormKind, PositionEmbedding
+from frenzy_core.config.model import (
+    ArchKind,
+    MLAConfig,
+    MLPKind,
+    ModelConfig,
+    MoEConfig,
+    NormKind,
+    NormPlacement,
+    PositionEmbedding,
+    QKNormScope,
+)
 from frenzy_core.config.parallel import ParallelConfig, PipelineSchedule
 from frenzy_core.config.params import ParamCounts, count_parameters
 from frenzy_core.config.training import (
@@ -19,10 +29,12 @@ __all__ = [
     "ArchKind",
     "Attention",
     "Framework",
+    "MLAConfig",
     "MLPKind",
     "MoEConfig",
     "ModelConfig",
     "NormKind",
+    "NormPlacement",
     "Optimizer",
     "OptimizerImpl",
     "ParallelConfig",
@@ -30,6 +42,7 @@ __all__ = [
     "PipelineSchedule",
     "PositionEmbedding",
     "Precision",
+    "QKNormScope",
     "Recompute",
     "RecomputeMethod",
     "TrainingConfig",

@@ -6,15 +6,14 @@ The derivation of each term is in docs/memory-model.md.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
+from frenzy_core.config.hf import ModuleLayout, module_layout
 from frenzy_core.config.model import ArchKind, MLPKind, ModelConfig, NormKind, PositionEmbedding
 from frenzy_core.config.training import Attention, Framework, Precision, TrainingConfig
-from frenzy_core.errors import ConfigError
 
 __all__ = [
     "EdgeActivations",
@@ -63,28 +62,14 @@ def _bytes(training: TrainingConfig) -> tuple[int, int, int]:
     return 2, 2, lin
 
 
-@functools.lru_cache(maxsize=256)
-def _hf_family(model: ModelConfig) -> str:
-    """The Hugging Face ``model_type`` whose modules the eager-torch terms follow: the one
-    :func:`frenzy_core.config.hf.to_hf_config` builds (and the probe measures); a guess where none fits."""
-    from frenzy_core.config.hf import to_hf_config
-
-    try:
-        return str(to_hf_config(model)["model_type"])
-    except ConfigError:  # no Hugging Face family expresses the model: follow the closest module layout
-        if model.arch is ArchKind.ENCODER:
-            return "bert"
-        if model.position_embedding is PositionEmbedding.LEARNED and model.mlp is MLPKind.GELU:
-            return "gpt2"
-        return "llama"
-
-
-def _hf_style(model: ModelConfig) -> str:
-    """Attention/MLP layout: BERT, GPT-2 (fused QKV, native-dtype softmax), fused QKV with RoPE, or Llama-like."""
-    family = _hf_family(model)
-    if family in ("bert", "gpt2"):
-        return family
-    return "fused_rope" if family in ("gpt_neox", "phi3") else "llama"
+def _hf_style(model: ModelConfig) -> tuple[ModuleLayout, bool]:
+    """The module lineage the eager-torch terms follow (the family :func:`frenzy_core.config.hf.to_hf_config`
+    builds and the probe measures, or the closest) and whether q/k/v come from one fused projection with rotary
+    positions (GPT-NeoX, Phi-3: the fused output stays saved beside the rotated copies)."""
+    layout = module_layout(model)
+    fused_rope = (model.fused_qkv and model.position_embedding is PositionEmbedding.ROTARY
+                  and layout not in (ModuleLayout.GPT2, ModuleLayout.BERT))
+    return layout, fused_rope
 
 
 def _torch_layer(model: ModelConfig, training: TrainingConfig, tp: FloatArray, s_keys: FloatArray
@@ -94,7 +79,7 @@ def _torch_layer(model: ModelConfig, training: TrainingConfig, tp: FloatArray, s
     a = model.num_attention_heads
     bs, bm, _ = _bytes(training)
     amp = training.precision.is_amp
-    style = _hf_style(model)
+    layout, fused_rope = _hf_style(model)
     p_h, p_a = model.hidden_dropout > 0, model.attention_dropout > 0
 
     def norm(consumers: int) -> float:
@@ -102,23 +87,24 @@ def _torch_layer(model: ModelConfig, training: TrainingConfig, tp: FloatArray, s
         # rsqrt (fp32 per token), the downcast y.to(dtype) [saved by weight mul]; LayerNorm: input + mean + rstd.
         if model.norm is NormKind.RMSNORM:
             saved = (FP32 * h + bs * h + FP32) if bs == 4 else (FP32 * h + 2 * h + FP32)
-            if bs == 2 and _hf_family(model) == "gemma":
-                # GemmaRMSNorm multiplies in fp32 (x * rsqrt * (1 + w)) and then downcasts: the fp32 product is
-                # saved instead of a half copy.
+            if bs == 2 and layout.norm_product_fp32:
+                # GemmaRMSNorm (and OLMo 2's) multiplies in fp32 (x * rsqrt * (1 + w)) and then downcasts: the fp32
+                # product is saved instead of a half copy.
                 saved += 2 * h
         else:
             saved = bs * h + 2 * FP32
         # Its output is saved by the next linear(s); autocast casts it once per consuming linear.
         return saved + (2 * h * consumers if amp else bs * h)
 
-    separate_qkv = style in ("llama", "bert")  # one cast per projection under autocast
+    gpt2 = layout is ModuleLayout.GPT2
+    separate_qkv = not gpt2 and not fused_rope  # one cast per projection under autocast
     attn: FloatArray = np.asarray(norm(3 if separate_qkv else 1), dtype=np.float64)
     eager = training.attention is Attention.EAGER
-    if style == "fused_rope" and not eager:
+    if fused_rope and not eager:
         # GPT-NeoX, Phi-3: one fused QKV projection; SDPA saves v, a view of it, so its whole output stays saved,
         # plus the rotated q and k copies (eager attention saves contiguous copies instead).
         attn = attn + bm * (q + 2 * kv) / tp + bm * (q + kv) / tp
-    elif style != "gpt2":
+    elif not gpt2:
         # RoPE returns new q, k tensors (the projections' outputs are freed); v is saved as is.
         k_width = q if (eager and model.num_kv_heads != a) else kv  # eager repeat_kv copies k, v to all heads
         attn = attn + bm * (q + 2 * k_width) / tp
@@ -131,13 +117,13 @@ def _torch_layer(model: ModelConfig, training: TrainingConfig, tp: FloatArray, s
         per_width = (FP32 + bs) if bs == FP32 else (FP32 + 2)
         attn = attn + (per_width * (q + kv) + FP32 * (a + g)) / tp
     if eager:
-        if style in ("llama", "fused_rope"):
+        if layout.eager_softmax_fp32:
             probs = FP32 + (bm if bm != FP32 else 0)  # softmax(dtype=fp32) saved, then .to(dtype) copy
         else:
             # softmax in the input dtype, saved; autocast runs softmax in fp32 and the .type(dtype) copy feeds the
             # dropout (or, without dropout, the matmul with v, which saves it)
             probs = (FP32 + (0 if p_a else bm)) if amp else bm
-        if p_a and style in ("llama", "fused_rope"):
+        if p_a and layout.eager_softmax_fp32:
             probs = FP32 + MASK_BYTES + bm  # the pre-dropout copy is freed: dropout backward needs its mask only
         elif p_a:
             probs += MASK_BYTES + bm  # dropout mask + output (saved by the matmul with v)
@@ -154,7 +140,7 @@ def _torch_layer(model: ModelConfig, training: TrainingConfig, tp: FloatArray, s
     def mlp_body(width: int, nbytes: int = bm) -> float:
         if model.mlp.gated:
             return 4.0 * nbytes * width  # gate out (act input), act out, up out (mul), product (down input)
-        if model.mlp is MLPKind.GELU and style == "gpt2":
+        if model.mlp is MLPKind.GELU and gpt2:
             # gelu_new is composed of python ops saving x (by pow), tanh(.), 0.5x, 1 + tanh(.) plus the output.
             # Under autocast pow runs in fp32 (its fp32 input copy is saved) and so do tanh and 1 + tanh; the
             # fp32 product is cast back for the next linear.
@@ -243,7 +229,7 @@ def layer_activations(model: ModelConfig, training: TrainingConfig, *, tp: npt.A
         dispatch = 2.0 * _bytes(training)[1] * model.hidden_size * routed * tokens
     score_grad = np.zeros_like(tokens)
     if training.attention is Attention.EAGER:
-        torch_fp32_softmax = training.framework is Framework.TORCH and _hf_style(model) in ("llama", "fused_rope")
+        torch_fp32_softmax = training.framework is Framework.TORCH and _hf_style(model)[0].eager_softmax_fp32
         softmax_bytes = FP32 if (training.precision.is_amp or torch_fp32_softmax) else _bytes(training)[1]
         score_grad = model.num_attention_heads / tp_a * s_loc * softmax_bytes * tokens
     return LayerActivations(dense=tokens * dense, moe=tokens * moe, core_dense=tokens * core, dispatch=dispatch,
@@ -315,7 +301,7 @@ def logit_bytes(model: ModelConfig, training: TrainingConfig, *, tp: npt.ArrayLi
     # training loop keeps only the loss (HF Trainer.compute_loss drops the model output), so the logits are freed
     # once the loss is computed; a loop that keeps the output through backward holds B x V more per token.
     # Backward: the nll gradient (dense) and the log_softmax input gradient, both fp32, beside the saved output.
-    if _hf_style(model) == "bert" and not training.precision.is_amp:
+    if not _hf_style(model)[0].loss_upcasts_logits and not training.precision.is_amp:
         # BertForMaskedLM applies CrossEntropyLoss to the logits as they are (no fp32 upcast; autocast would
         # run it in fp32).
         return LogitBytes(saved=bm * v, forward_peak=2 * bm * v, backward_peak=3 * bm * v)

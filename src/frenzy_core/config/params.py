@@ -153,6 +153,8 @@ def head_parameters(model: ModelConfig) -> int:
         n += h * h + h + norm_parameters(model) + model.vocab_size
     if not model.tied_embeddings:
         n += model.vocab_size * h
+        if model.arch is ArchKind.ENCODER:
+            n += model.vocab_size  # untied BertLMPredictionHead: decoder.bias is no longer tied to its bias
     if model.lm_head_bias:
         n += model.vocab_size
     return n

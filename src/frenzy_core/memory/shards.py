@@ -157,7 +157,7 @@ def stage_params(model: ModelConfig, shape: StageShape, tp: npt.ArrayLike) -> St
         head_repl += h * h + h + norm_parameters(model)
         head_split += v
     if model.lm_head and not model.tied_embeddings:
-        head_split += v * h
+        head_split += v * h + (v if model.arch is ArchKind.ENCODER else 0)  # see params.head_parameters
     if model.lm_head_bias:
         head_split += v  # one bias per vocabulary row, split with the head's rows
     tied = last * (1.0 - first) * (v * h if model.tied_embeddings and model.lm_head else 0)

@@ -22,7 +22,7 @@ from frenzy_core.errors import ConfigError, closest_names
 if TYPE_CHECKING:
     from frenzy_core.config.model import ModelConfig
 
-__all__ = ["FAMILIES", "SUPPORTED_HF_FAMILIES", "family", "hf_family_of", "module_layout", "read_model",
+__all__ = ["FAMILIES", "SUPPORTED_HF_FAMILIES", "canonical_fields", "family", "hf_family_of", "module_layout", "read_model",
            "write_hf_config"]
 
 FAMILIES: tuple[HFFamily, ...] = (
@@ -92,7 +92,7 @@ def _written(record: HFFamily, model: ModelConfig) -> dict[str, Any]:
     return d
 
 
-def _canonical(model: ModelConfig) -> dict[str, Any]:
+def canonical_fields(model: ModelConfig) -> dict[str, Any]:
     """The fields that shape the model's modules: no name, MoE layers as a per-layer pattern, and no dense MLP
     size when every layer is MoE (nothing uses it)."""
     d = model.model_dump(mode="json", exclude={"name"})
@@ -109,7 +109,7 @@ def _differences(model: M, record: HFFamily) -> tuple[dict[str, Any], dict[str, 
     """The config ``record`` writes for ``model`` and the fields in which reading it back differs."""
     d = _written(record, model)
     back = read_model(type(model), d)
-    ours, theirs = _canonical(model), _canonical(back)
+    ours, theirs = canonical_fields(model), canonical_fields(back)
     return d, {k: (ours.get(k), theirs.get(k)) for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k)}
 
 

@@ -68,7 +68,8 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
                                               "first_k_dense_replace": 1, "q_lora_rank": None, "kv_lora_rank": 32,
                                               "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16}),
     "deepseek_v3": ("DeepseekV3ForCausalLM", {**_SMALL, **_MOE, "num_key_value_heads": 4, "n_routed_experts": 4,
-                                              "n_shared_experts": 1, "first_k_dense_replace": 1, "q_lora_rank": 24, "kv_lora_rank": 32,
+                                              "n_shared_experts": 1, "first_k_dense_replace": 1, "q_lora_rank": 24,
+                                              "kv_lora_rank": 32,
                                               "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16,
                                               "n_group": 2, "topk_group": 1}),
 }

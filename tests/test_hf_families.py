@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hf_families import CASES, FIXTURES, config_dict, fixture, model_type, real_param_count, recorded_param_counts
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,6 +18,7 @@ from frenzy_core.config import ModelConfig, NormPlacement, QKNormScope
 from frenzy_core.config.hf import FAMILIES, SUPPORTED_HF_FAMILIES, ModuleLayout, family, module_layout, to_hf_config
 from frenzy_core.config.hf.registry import canonical_fields
 from frenzy_core.errors import ConfigError
+from hf_families import CASES, FIXTURES, config_dict, fixture, model_type, real_param_count, recorded_param_counts
 
 READ_ONLY = {"gemma3": "its vision tower is a parameter count, not a config",
              "deepseek_v2": "DeepSeek-V3's class builds the same parameters and is written instead"}

@@ -356,3 +356,23 @@ def test_family_variant_builds_a_class_of_its_size(model: ModelConfig) -> None:
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     assert real_param_count(to_hf_config(model)) == model.num_params()
+
+
+@pytest.mark.parametrize("case", sorted(c for c in CASES if model_type(c) not in ("gemma3",)))
+def test_written_config_means_the_same_to_transformers(case: str) -> None:
+    # What parameter counts cannot see (windows per layer, partial rotary, soft-capping, use_cache) survives
+    # Transformers' own config class: its normalised dict reads back as the same model.
+    transformers = pytest.importorskip("transformers")
+    model = _read(case)
+    written = to_hf_config(model)
+    hf_config = transformers.CONFIG_MAPPING[written["model_type"]].from_dict(written)
+    back = ModelConfig.from_hf_config(json.loads(hf_config.to_json_string(use_diff=False)))
+    assert canonical_fields(back) == canonical_fields(model)
+
+
+def test_every_decoder_family_defaults_use_cache_on() -> None:
+    transformers = pytest.importorskip("transformers")
+    for record in FAMILIES:
+        config = transformers.CONFIG_MAPPING[record.model_type]()
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        assert text.use_cache is True, record.model_type

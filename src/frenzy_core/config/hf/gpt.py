@@ -185,7 +185,9 @@ def _falcon_blocks(src: HFSource, heads: int) -> Fields:
 def _read_falcon(src: HFSource, lm_head: bool) -> Fields:
     # FalconAttention: one fused query_key_value ((heads + 2 kv) x head_dim) and dense, FalconMLP dense_h_to_4h and
     # dense_4h_to_h, all with config.bias; rotary unless alibi; head_dim = hidden / heads; no head bias.
-    hidden, heads = src.req_int("hidden_size"), src.req_int("num_attention_heads")
+    # FalconConfig still takes the old n_embed for hidden_size.
+    hidden = src.req_int("n_embed") if src.data.get("n_embed") is not None else src.req_int("hidden_size")
+    heads = src.req_int("num_attention_heads")
     bias = src.get_bool("bias", False)
     alibi = src.get_bool("alibi", False)
     return {

@@ -72,33 +72,52 @@ def _hf_style(model: ModelConfig) -> tuple[ModuleLayout, bool]:
     return layout, fused_rope
 
 
-def _torch_layer(model: ModelConfig, training: TrainingConfig, tp: FloatArray, s_keys: FloatArray
-                 ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
-    """Eager PyTorch / HF Transformers: per token (dense mlp, moe mlp, attention core, layer input) bytes."""
-    h, q, kv, f = model.hidden_size, model.q_size, model.kv_size, model.ffn_hidden_size
+def _torch_norm(model: ModelConfig, training: TrainingConfig, consumers: int) -> float:
+    """Bytes per token one HF norm saves, with its output as saved by its ``consumers`` linear(s)."""
+    h = model.hidden_size
+    bs, _, _ = _bytes(training)
+    # HF LlamaRMSNorm: x.to(fp32) [saved by pow], x * rsqrt(var) [saved by weight mul when no downcast],
+    # rsqrt (fp32 per token), the downcast y.to(dtype) [saved by weight mul]; LayerNorm: input + mean + rstd.
+    if model.norm is NormKind.RMSNORM:
+        saved = (FP32 * h + bs * h + FP32) if bs == 4 else (FP32 * h + 2 * h + FP32)
+        if bs == 2 and _hf_style(model)[0].norm_product_fp32:
+            # GemmaRMSNorm (and OLMo 2's) multiplies in fp32 (x * rsqrt * (1 + w)) and then downcasts: the fp32
+            # product is saved instead of a half copy.
+            saved += 2 * h
+    else:
+        saved = bs * h + 2 * FP32
+    # Its output is saved by the next linear(s); autocast casts it once per consuming linear.
+    return saved + (2 * h * consumers if training.precision.is_amp else bs * h)
+
+
+def _torch_mlp_body(model: ModelConfig, training: TrainingConfig, width: int, nbytes: int) -> float:
+    """Bytes per token an MLP of intermediate ``width`` saves between its input and output projections."""
+    if model.mlp.gated:
+        return 4.0 * nbytes * width  # gate out (act input), act out, up out (mul), product (down input)
+    if model.mlp is MLPKind.GELU and _hf_style(model)[0] is ModuleLayout.GPT2:
+        # gelu_new is composed of python ops saving x (by pow), tanh(.), 0.5x, 1 + tanh(.) plus the output.
+        # Under autocast pow runs in fp32 (its fp32 input copy is saved) and so do tanh and 1 + tanh; the
+        # fp32 product is cast back for the next linear.
+        return (3 * FP32 + 2 * nbytes if training.precision.is_amp else 5 * nbytes) * width
+    if model.mlp is MLPKind.GELU:
+        return 2.0 * nbytes * width  # nn.functional.gelu saves its input; its output is the next linear's
+    if model.mlp is MLPKind.SQUARED_RELU:
+        return 2.0 * nbytes * width
+    return 1.0 * nbytes * width  # relu saves its output, which the next linear saves too
+
+
+def _torch_attention(model: ModelConfig, training: TrainingConfig, tp: FloatArray, s_keys: FloatArray
+                     ) -> tuple[FloatArray, FloatArray]:
+    """Eager PyTorch / HF Transformers attention block: per token (saved outside the core, attention core) bytes."""
+    h, q, kv = model.hidden_size, model.q_size, model.kv_size
     a = model.num_attention_heads
     bs, bm, _ = _bytes(training)
     amp = training.precision.is_amp
     layout, fused_rope = _hf_style(model)
     p_h, p_a = model.hidden_dropout > 0, model.attention_dropout > 0
-
-    def norm(consumers: int) -> float:
-        # HF LlamaRMSNorm: x.to(fp32) [saved by pow], x * rsqrt(var) [saved by weight mul when no downcast],
-        # rsqrt (fp32 per token), the downcast y.to(dtype) [saved by weight mul]; LayerNorm: input + mean + rstd.
-        if model.norm is NormKind.RMSNORM:
-            saved = (FP32 * h + bs * h + FP32) if bs == 4 else (FP32 * h + 2 * h + FP32)
-            if bs == 2 and layout.norm_product_fp32:
-                # GemmaRMSNorm (and OLMo 2's) multiplies in fp32 (x * rsqrt * (1 + w)) and then downcasts: the fp32
-                # product is saved instead of a half copy.
-                saved += 2 * h
-        else:
-            saved = bs * h + 2 * FP32
-        # Its output is saved by the next linear(s); autocast casts it once per consuming linear.
-        return saved + (2 * h * consumers if amp else bs * h)
-
     gpt2 = layout is ModuleLayout.GPT2
     separate_qkv = not gpt2 and not fused_rope  # one cast per projection under autocast
-    attn: FloatArray = np.asarray(norm(3 if separate_qkv else 1), dtype=np.float64)
+    attn: FloatArray = np.asarray(_torch_norm(model, training, 3 if separate_qkv else 1), dtype=np.float64)
     eager = training.attention is Attention.EAGER
     if fused_rope and not eager:
         # GPT-NeoX, Phi-3: one fused QKV projection; SDPA saves v, a view of it, so its whole output stays saved,
@@ -132,40 +151,36 @@ def _torch_layer(model: ModelConfig, training: TrainingConfig, tp: FloatArray, s
     else:
         core = FP32 * a / tp + 0 * s_keys  # log-sum-exp (fp32) per head and query
         attn = attn + bm * q / tp  # kernel output, viewed as the output projection's input
-    attn = attn + (MASK_BYTES * h if p_h else 0)
-    mlp_common = norm(2 if model.mlp.gated else 1) + (MASK_BYTES * h if p_h else 0)
+    return attn + (MASK_BYTES * h if p_h else 0), np.asarray(core)
+
+
+def _torch_layer(model: ModelConfig, training: TrainingConfig, tp: FloatArray, s_keys: FloatArray
+                 ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """Eager PyTorch / HF Transformers: per token (dense mlp, moe mlp, attention core, layer input) bytes."""
+    h, f = model.hidden_size, model.ffn_hidden_size
+    bs, bm, _ = _bytes(training)
+    amp = training.precision.is_amp
+    p_h = model.hidden_dropout > 0
+    attn, core = _torch_attention(model, training, tp, s_keys)
+    mlp_common = _torch_norm(model, training, 2 if model.mlp.gated else 1) + (MASK_BYTES * h if p_h else 0)
     if model.parallel_block and (model.norm is NormKind.LAYERNORM or bs == FP32):
         mlp_common -= bs * h  # both norms read (and save) the same layer input
-
-    def mlp_body(width: int, nbytes: int = bm) -> float:
-        if model.mlp.gated:
-            return 4.0 * nbytes * width  # gate out (act input), act out, up out (mul), product (down input)
-        if model.mlp is MLPKind.GELU and gpt2:
-            # gelu_new is composed of python ops saving x (by pow), tanh(.), 0.5x, 1 + tanh(.) plus the output.
-            # Under autocast pow runs in fp32 (its fp32 input copy is saved) and so do tanh and 1 + tanh; the
-            # fp32 product is cast back for the next linear.
-            return (3 * FP32 + 2 * nbytes if amp else 5 * nbytes) * width
-        if model.mlp is MLPKind.GELU:
-            return 2.0 * nbytes * width  # nn.functional.gelu saves its input; its output is the next linear's
-        if model.mlp is MLPKind.SQUARED_RELU:
-            return 2.0 * nbytes * width
-        return 1.0 * nbytes * width  # relu saves its output, which the next linear saves too
-
-    dense = mlp_common + mlp_body(f) / tp
+    dense = mlp_common + _torch_mlp_body(model, training, f, bm) / tp
     moe_mlp = np.asarray(0.0)
     if model.moe is not None:
         m = model.moe
         routed = m.top_k * (m.capacity_factor or 1.0)
-        shared = mlp_body(m.shared_expert_ffn_hidden_size) / tp if m.shared_expert_ffn_hidden_size else 0.0
+        shared_width = m.shared_expert_ffn_hidden_size
+        shared = _torch_mlp_body(model, training, shared_width, bm) / tp if shared_width else 0.0
         # Transformers' grouped experts are no autocast op: under amp they run in fp32 on the gathered fp32
         # tokens (and their weights are not cast).
         be = bs if amp else bm
-        router_norm = norm(1) + (MASK_BYTES * h if p_h else 0)  # the router's linear is the one consumer
+        router_norm = _torch_norm(model, training, 1) + (MASK_BYTES * h if p_h else 0)  # the router's linear
         # router logits + softmax (fp32), per routed token: gathered input, expert body, weighted output
         moe_mlp = router_norm + shared + 2 * FP32 * m.num_experts + routed * (
-            2 * be * h + mlp_body(m.expert_ffn_hidden_size, be) / tp)
+            2 * be * h + _torch_mlp_body(model, training, m.expert_ffn_hidden_size, be) / tp)
     layer_in = bs * h + 0 * tp
-    return attn + core + dense, attn + core + moe_mlp, np.asarray(core), np.asarray(layer_in)
+    return attn + core + dense, attn + core + moe_mlp, core, np.asarray(layer_in)
 
 
 def _megatron_layer(model: ModelConfig, training: TrainingConfig, tp: FloatArray, rep: FloatArray,

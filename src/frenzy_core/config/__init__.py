@@ -1,7 +1,15 @@
 """Validated configuration models: the model, the training recipe and the parallel layout."""
 
 from frenzy_core.config.layout import global_batch_size, num_microbatches, validate_layout
-from frenzy_core.config.model import ArchKind, MLPKind, ModelConfig, MoEConfig, NormKind, PositionEmbedding
+from frenzy_core.config.model import (
+    ArchKind,
+    MLPKind,
+    ModelConfig,
+    MoEConfig,
+    NormKind,
+    PositionEmbedding,
+    RopeScaling,
+)
 from frenzy_core.config.parallel import ParallelConfig, PipelineSchedule
 from frenzy_core.config.params import ParamCounts, count_parameters
 from frenzy_core.config.training import (
@@ -32,6 +40,7 @@ __all__ = [
     "Precision",
     "Recompute",
     "RecomputeMethod",
+    "RopeScaling",
     "TrainingConfig",
     "count_parameters",
     "global_batch_size",

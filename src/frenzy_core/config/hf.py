@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from frenzy_core.config.hf_rope_norm import read_rope_norm, write_rope_norm
 from frenzy_core.config.model import ArchKind, MLPKind, ModelConfig, MoEConfig, NormKind, PositionEmbedding
 from frenzy_core.errors import ConfigError
 
@@ -431,6 +432,7 @@ def model_from_hf_config(config: dict[str, Any] | str | Path) -> ModelConfig:
         raise cfg.fail(f"unsupported model_type {family!r}", field="model_type", value=family,
                        hint=f"supported: {', '.join(SUPPORTED_HF_FAMILIES)}")
     fields = reader(cfg)
+    fields |= read_rope_norm(cfg.data, fields.get("position_embedding", PositionEmbedding.LEARNED), cfg.origin)
     name = cfg.data.get("_name_or_path") or cfg.folder_name
     try:
         return ModelConfig(name=name, **fields)
@@ -651,6 +653,7 @@ def to_hf_config(model: ModelConfig) -> dict[str, Any]:
     if model.name:
         d["_name_or_path"] = model.name
     d.update(writer(model))
+    d.update(write_rope_norm(model, family))
     try:
         back = model_from_hf_config(d)
     except ConfigError as exc:

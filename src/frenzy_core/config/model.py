@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import enum
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
 from frenzy_core._base import FrozenModel
 
-__all__ = ["ArchKind", "MLPKind", "MoEConfig", "ModelConfig", "NormKind", "PositionEmbedding"]
+__all__ = ["ArchKind", "MLPKind", "MoEConfig", "ModelConfig", "NormKind", "PositionEmbedding", "RopeScaling"]
 
 
 class ArchKind(str, enum.Enum):
@@ -88,6 +88,19 @@ class MoEConfig(FrozenModel):
         return self
 
 
+class RopeScaling(FrozenModel):
+    """How rotary frequencies are stretched for contexts longer than pre-training (no memory effect; launchers
+    that build the model, e.g. Megatron-LM, need it to reproduce the model)."""
+
+    kind: Literal["linear", "dynamic", "yarn", "llama3", "longrope"] = Field(description=(
+        "Transformers' rope_type: linear (position interpolation), dynamic (NTK), yarn, llama3, longrope."))
+    factor: float | None = Field(default=None, gt=0, description="Context extension factor (longrope: none).")
+    low_freq_factor: float | None = Field(default=None, gt=0, description="llama3: low-frequency wavelength factor.")
+    high_freq_factor: float | None = Field(default=None, gt=0, description="llama3: high-frequency wavelength factor.")
+    original_max_position_embeddings: int | None = Field(default=None, gt=0, description=(
+        "Context the rotary base was trained for (llama3, yarn, longrope)."))
+
+
 def _megatron_swiglu_ffn(hidden_size: int) -> int:
     # Megatron-LM arguments.py: with --swiglu and no --ffn-hidden-size,
     # ffn_hidden_size = int((4 * hidden_size * 2 / 3) / 64) * 64.
@@ -131,6 +144,11 @@ class ModelConfig(FrozenModel):
     hidden_dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="Residual/MLP dropout probability.")
     attention_dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="Attention-probability dropout.")
     moe: MoEConfig | None = Field(default=None, description="Mixture-of-experts layers, if any.")
+    # RoFormer (Su et al. 2021) and Megatron-LM's --rotary-base default: 10,000.
+    rope_theta: float = Field(default=10000.0, gt=0, description="Rotary base (theta) of rotary embeddings.")
+    rope_scaling: RopeScaling | None = Field(default=None, description="Rotary frequency scaling, if any.")
+    # Megatron-LM's --norm-epsilon and torch.nn.LayerNorm's default: 1e-5.
+    norm_eps: float = Field(default=1e-5, gt=0, lt=1, description="Epsilon of every LayerNorm/RMSNorm.")
 
     @model_validator(mode="before")
     @classmethod

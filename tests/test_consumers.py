@@ -75,7 +75,8 @@ def one_rank_gloo() -> Any:
     with pytest.MonkeyPatch.context() as mp:
         for key, value in env.items():
             mp.setenv(key, value)
-        mp.setattr(importlib.import_module("deepspeed.comm.torch"), "build_shm_op", lambda: None)  # a CPU all-reduce kernel compiled on first use
+        # a CPU all-reduce kernel DeepSpeed compiles on first use (minutes); gloo does the same job here
+        mp.setattr(importlib.import_module("deepspeed.comm.torch"), "build_shm_op", lambda: None)
         deepspeed.init_distributed(dist_backend="gloo")
         yield
         torch_dist.destroy_process_group()

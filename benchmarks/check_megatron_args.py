@@ -1,9 +1,10 @@
 """Run Megatron-LM's own ``parse_args`` + ``validate_args`` on what the megatron adapter writes for plans.
 
 Megatron-LM's training arguments are not on PyPI: point ``--megatron`` at a checkout (``git clone
-https://github.com/NVIDIA/Megatron-LM``; nothing of it is copied here). The script runs on a CPU machine with torch
-installed: the MoE op modules that import triton (GPU builds only) are stubbed, the device query ``get_device_arch_version`` answers the
-plan's GPU (its compute capability's major, from data/megatron_flags.yaml), and WORLD_SIZE is the plan's GPU count.
+https://github.com/NVIDIA/Megatron-LM``; nothing of it is copied here). It runs on a CPU machine with torch and
+``pip install triton`` (Megatron-LM imports it at module level): the device query ``get_device_arch_version``
+answers the plan's GPU (its compute capability's major, from data/megatron_flags.yaml), and WORLD_SIZE is the
+plan's GPU count.
 It adds the flags a launch needs that a plan does not decide (tokenizer, mock data, iterations); everything else
 is the adapter's. Each plan prints ``ok`` or Megatron's assertion; the exit code is the number of failures.
 
@@ -15,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import types
 from pathlib import Path
 from typing import Any
 
@@ -27,25 +27,11 @@ CALLER_FLAGS = ["--tokenizer-type", "NullTokenizer", "--mock-data", "--train-ite
 NullTokenizer adds one EOD token, so --vocab-size is lowered by one to keep the adapter's vocabulary."""
 
 
-_GPU_ONLY = ("megatron.core.transformer.moe.ops.paged_stash",)
-"""Megatron-LM modules that import triton (GPU builds of torch only) at module level; nothing here runs them."""
-
-
-class _Stub(types.ModuleType):
-    """A module whose every attribute is a do-nothing callable (only imported, never run, by argument parsing)."""
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return lambda *args, **kwargs: None
-
-
-def _stub_gpu_only_modules() -> None:
-    for name in _GPU_ONLY:
-        sys.modules.setdefault(name, _Stub(name))
+def _shim_python_311() -> None:
+    """Megatron-LM (2026) imports typing.override, new in Python 3.12; on 3.11 a no-op decorator does."""
     import typing
 
-    if not hasattr(typing, "override"):  # Megatron-LM (2026) imports typing.override, new in Python 3.12
+    if not hasattr(typing, "override"):
         typing.override = lambda f: f  # type: ignore[attr-defined]
 
 
@@ -79,7 +65,7 @@ def main() -> int:
     parser.add_argument("--megatron", required=True, type=Path, help="a Megatron-LM checkout")
     options = parser.parse_args()
     sys.path.insert(0, str(options.megatron.resolve()))
-    _stub_gpu_only_modules()
+    _shim_python_311()
     from adapter_plans import FIVE_PLANS
 
     from frenzy_core.adapters import ADAPTERS

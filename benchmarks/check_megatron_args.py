@@ -67,7 +67,6 @@ def main() -> int:
     sys.path.insert(0, str(options.megatron.resolve()))
     _shim_python_311()
     from adapter_plans import FIVE_PLANS
-
     from frenzy_core.adapters import ADAPTERS
     from frenzy_core.config.megatron.args import flag_table
     from frenzy_core.errors import ConfigError

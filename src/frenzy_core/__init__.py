@@ -7,16 +7,20 @@ from frenzy_core.config import (
     ArchKind,
     Attention,
     Framework,
+    LayoutArrays,
+    MLAConfig,
     MLPKind,
     ModelConfig,
     MoEConfig,
     NormKind,
+    NormPlacement,
     Optimizer,
     OptimizerImpl,
     ParallelConfig,
     PipelineSchedule,
     PositionEmbedding,
     Precision,
+    QKNormScope,
     Recompute,
     RecomputeMethod,
     TrainingConfig,
@@ -31,7 +35,7 @@ from frenzy_core.errors import (
     OptionalDependencyError,
     UnknownNameError,
 )
-from frenzy_core.hardware import Cluster, ClusterSummary, GPUSpec, LinkKind, Node, get_gpu_spec, load_gpu_specs
+from frenzy_core.hardware import Cluster, ClusterSummary, GPUSpec, LinkKind, Links, Node, get_gpu_spec, load_gpu_specs
 from frenzy_core.memory import BatchEstimate, estimate_memory, estimate_memory_batch
 from frenzy_core.memory.probe import PhasePeak, ProbeResult, measure_training_step, probe_memory
 from frenzy_core.memory.result import MemoryEstimate, StageMemory
@@ -79,7 +83,10 @@ __all__ = [
     "GPURequest",
     "GPUSpec",
     "InfeasiblePlanError",
+    "LayoutArrays",
     "LinkKind",
+    "Links",
+    "MLAConfig",
     "MLPKind",
     "Measurement",
     "MegatronJob",
@@ -88,6 +95,7 @@ __all__ = [
     "ModelConfig",
     "Node",
     "NormKind",
+    "NormPlacement",
     "Objective",
     "Optimizer",
     "OptimizerImpl",
@@ -100,6 +108,7 @@ __all__ = [
     "PositionEmbedding",
     "Precision",
     "ProbeResult",
+    "QKNormScope",
     "Recompute",
     "RecomputeMethod",
     "SimulationResult",

@@ -1,13 +1,25 @@
-"""Validated configuration models: the model, the training recipe and the parallel layout."""
+"""Validated configuration models: the model, the training recipe and the parallel layout; layouts as arrays
+and the rules they must satisfy."""
 
-from frenzy_core.config.layout import global_batch_size, num_microbatches, validate_layout
+from frenzy_core.config.arrays import LAYOUT_COLUMNS, LayoutArrays
+from frenzy_core.config.layout import (
+    LAYOUT_RULES,
+    LayoutRule,
+    global_batch_size,
+    layout_mask,
+    num_microbatches,
+    validate_layout,
+)
 from frenzy_core.config.model import (
     ArchKind,
+    MLAConfig,
     MLPKind,
     ModelConfig,
     MoEConfig,
     NormKind,
+    NormPlacement,
     PositionEmbedding,
+    QKNormScope,
     RopeScaling,
 )
 from frenzy_core.config.parallel import ParallelConfig, PipelineSchedule
@@ -24,13 +36,19 @@ from frenzy_core.config.training import (
 )
 
 __all__ = [
+    "LAYOUT_COLUMNS",
+    "LAYOUT_RULES",
     "ArchKind",
     "Attention",
     "Framework",
+    "LayoutArrays",
+    "LayoutRule",
+    "MLAConfig",
     "MLPKind",
     "MoEConfig",
     "ModelConfig",
     "NormKind",
+    "NormPlacement",
     "Optimizer",
     "OptimizerImpl",
     "ParallelConfig",
@@ -38,12 +56,14 @@ __all__ = [
     "PipelineSchedule",
     "PositionEmbedding",
     "Precision",
+    "QKNormScope",
     "Recompute",
     "RecomputeMethod",
     "RopeScaling",
     "TrainingConfig",
     "count_parameters",
     "global_batch_size",
+    "layout_mask",
     "num_microbatches",
     "validate_layout",
 ]

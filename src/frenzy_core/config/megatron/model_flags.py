@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from frenzy_core.config.architecture import ArchKind, MLPKind, MoEConfig, PositionEmbedding, RopeScaling
 from frenzy_core.config.megatron.args import FlagReader
 from frenzy_core.config.megatron.pattern import moe_layer_pattern, moe_placement
 from frenzy_core.config.megatron.tables import (
@@ -15,7 +16,7 @@ from frenzy_core.config.megatron.tables import (
     POSITION_NAMES,
     megatron_padded_vocab_size,
 )
-from frenzy_core.config.model import ArchKind, MLPKind, ModelConfig, MoEConfig, PositionEmbedding, RopeScaling
+from frenzy_core.config.model import ModelConfig
 from frenzy_core.errors import ConfigError
 
 __all__ = ["read_model"]

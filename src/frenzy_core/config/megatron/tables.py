@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from frenzy_core.config.model import MLPKind, NormKind, PositionEmbedding
+from frenzy_core.config.architecture import MLPKind, NormKind, PositionEmbedding
 from frenzy_core.config.training import Precision
 
 __all__ = [

@@ -4,6 +4,7 @@ environment Megatron-LM's ``validate_args`` needs for it on a given GPU type."""
 from __future__ import annotations
 
 from frenzy_core._base import FrozenModel
+from frenzy_core.config.architecture import ArchKind, MLPKind, PositionEmbedding
 from frenzy_core.config.megatron.args import flag_table
 from frenzy_core.config.megatron.model_flags import LLAMA3_ROPE
 from frenzy_core.config.megatron.pattern import moe_layer_flag
@@ -15,7 +16,7 @@ from frenzy_core.config.megatron.tables import (
     PRECISION_SWITCHES,
     megatron_padded_vocab_size,
 )
-from frenzy_core.config.model import ArchKind, MLPKind, ModelConfig, PositionEmbedding
+from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.parallel import ParallelConfig
 from frenzy_core.config.training import Attention, Optimizer, Recompute, TrainingConfig
 from frenzy_core.errors import ConfigError

@@ -1,17 +1,20 @@
 """Hugging Face keys that every family spells alike or nearly: the rotary base and scaling, the norm epsilon.
 
 They change no parameter count or memory, but a launcher that builds the model (Megatron-LM) must reproduce
-them, so :func:`~frenzy_core.config.hf.model_from_hf_config` reads them and ``to_hf_config`` writes them back.
+them, so the registry's ``read_model`` reads them for every family and ``write_hf_config`` writes them back.
 Transformers 5 writes ``rope_parameters`` (``{"rope_type", "rope_theta", ...}``); 4.x wrote ``rope_theta`` and
 ``rope_scaling`` (GPT-NeoX: ``rotary_emb_base``); both are read.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from frenzy_core.config.model import ModelConfig, PositionEmbedding, RopeScaling
+from frenzy_core.config.architecture import PositionEmbedding, RopeScaling
 from frenzy_core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from frenzy_core.config.model import ModelConfig
 
 __all__ = ["read_rope_norm", "write_rope_norm"]
 
@@ -20,7 +23,9 @@ _EPS_KEYS = ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_epsil
 layer_norm_epsilon)."""
 
 _EPS_KEY_WRITTEN: dict[str, str | None] = {"gpt2": "layer_norm_epsilon", "gpt_neox": "layer_norm_eps",
-                                           "bert": "layer_norm_eps", "opt": None}
+                                           "bert": "layer_norm_eps", "opt": None, "falcon": "layer_norm_epsilon",
+                                           "phi": "layer_norm_eps", "stablelm": "layer_norm_eps",
+                                           "starcoder2": "norm_epsilon"}
 """The key each family's writer uses (default rms_norm_eps); OPT has none (nn.LayerNorm's 1e-5, fixed)."""
 
 _SCALING_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")

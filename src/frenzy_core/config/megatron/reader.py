@@ -8,7 +8,6 @@ change memory (learning rate, data, logging, checkpointing, kernel-fusion switch
 
 from __future__ import annotations
 
-import re
 import warnings
 from typing import Literal
 
@@ -88,9 +87,10 @@ def parse_megatron_args(
             hint="remove the flag, or pass strict=False to estimate without it",
         )
     try:
-        validate_layout(model, training, parallel)
+        validate_layout(model, training, parallel, names=FIELD_FLAGS)
     except ConfigError as exc:
-        raise _in_flag_words(exc) from None
+        raise ConfigError(f"the Megatron-LM command line gives an invalid layout: {exc}", field=exc.field,
+                          value=exc.value) from None
     return MegatronJob(
         model=model,
         training=training,
@@ -286,17 +286,6 @@ def _attention(r: FlagReader) -> Attention:
 _UNEVEN_STAGE_FLAGS = ("--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
                        "--pipeline-model-parallel-layout", "--account-for-embedding-in-pipeline-split",
                        "--account-for-loss-in-pipeline-split")
-_FIELD_WORD = re.compile(r"\b(?:model\.|training\.|parallel\.)?(" + "|".join(map(re.escape, FIELD_FLAGS)) + r")\b")
-
-
-def _in_flag_words(exc: ConfigError) -> ConfigError:
-    """A shared layout rule's error (:func:`validate_layout`) with the fields written as the flags that set them."""
-    field = exc.field or ""
-    flag = FIELD_FLAGS.get(field.split(".", 1)[-1], field)
-    text = _FIELD_WORD.sub(lambda m: FIELD_FLAGS[m.group(1)], str(exc))
-    return ConfigError(f"the Megatron-LM command line gives an invalid layout: {text}", field=flag, value=exc.value)
-
-
 def _check_megatron_layout(r: FlagReader, model: ModelConfig, training: TrainingConfig,
                            parallel: ParallelConfig) -> None:
     """The rules Megatron-LM adds to the shared ones (:func:`validate_layout`): even pipeline stages unless a

@@ -57,22 +57,25 @@ PRECISION_SWITCHES: dict[Precision, tuple[str, ...]] = {
 """The tokens of each recipe Megatron runs (Megatron keeps fp32 main weights for --bf16/--fp16: our *-mixed)."""
 
 FIELD_FLAGS: dict[str, str] = {
-    "num_layers": "--num-layers",
-    "num_attention_heads": "--num-attention-heads",
-    "num_kv_heads": "--num-query-groups",
-    "max_position_embeddings": "--max-position-embeddings",
-    "moe.num_experts": "--num-experts",
-    "seq_len": "--seq-length",
-    "micro_batch_size": "--micro-batch-size",
-    "global_batch_size": "--global-batch-size",
-    "tp": "--tensor-model-parallel-size",
-    "pp": "--pipeline-model-parallel-size",
-    "vpp": "--num-virtual-stages-per-pipeline-rank",
-    "cp": "--context-parallel-size",
-    "ep": "--expert-model-parallel-size",
+    "model.num_layers": "--num-layers",
+    "model.num_attention_heads": "--num-attention-heads",
+    "model.num_kv_heads": "--num-query-groups",
+    "model.max_position_embeddings": "--max-position-embeddings",
+    "model.moe.num_experts": "--num-experts",
+    "training.seq_len": "--seq-length",
+    "training.micro_batch_size": "--micro-batch-size",
+    "training.global_batch_size": "--global-batch-size",
+    "training.recompute_num_layers": "--recompute-num-layers",
+    "training.distributed_optimizer": "--use-distributed-optimizer",
+    "parallel.dp": "data-parallel size (world / (tp x pp x cp))",
+    "parallel.tp": "--tensor-model-parallel-size",
+    "parallel.pp": "--pipeline-model-parallel-size",
+    "parallel.vpp": "--num-virtual-stages-per-pipeline-rank",
+    "parallel.cp": "--context-parallel-size",
+    "parallel.ep": "--expert-model-parallel-size",
 }
-"""Config field (as a layout rule names it, without its ``model.``/``training.``/``parallel.`` prefix) -> the
-Megatron flag that sets it; the reader renders shared layout rules' messages through it."""
+"""Config field path (as a layout rule names it) -> the Megatron flag that sets it: the reader renders the shared
+layout rules (:data:`~frenzy_core.config.layout.LAYOUT_RULES`) in flags through it."""
 
 
 def megatron_padded_vocab_size(vocab_size: int, tp: int, divisible_by: int = MAKE_VOCAB_DIVISIBLE_BY) -> int:

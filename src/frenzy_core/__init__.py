@@ -28,8 +28,7 @@ from frenzy_core.config import (
     count_parameters,
     validate_layout,
 )
-from frenzy_core.config.megatron import MegatronJob, from_megatron_args, parse_megatron_args
-from frenzy_core.config.megatron_writer import to_megatron_args
+from frenzy_core.config.megatron import MegatronJob, from_megatron_args, parse_megatron_args, to_megatron_args
 from frenzy_core.errors import (
     ConfigError,
     FrenzyError,

@@ -20,6 +20,7 @@ from frenzy_core.config.model import (
     NormPlacement,
     PositionEmbedding,
     QKNormScope,
+    RopeScaling,
 )
 from frenzy_core.config.parallel import ParallelConfig, PipelineSchedule
 from frenzy_core.config.params import ParamCounts, count_parameters
@@ -60,6 +61,7 @@ __all__ = [
     "QKNormScope",
     "Recompute",
     "RecomputeMethod",
+    "RopeScaling",
     "TrainingConfig",
     "count_parameters",
     "global_batch_size",

@@ -18,6 +18,8 @@ PACKAGE = Path(frenzy_core.__file__).parent
 
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"errors"}),
+    frozenset({"_limits"}),
+    frozenset({"_files"}),
     frozenset({"_base"}),
     frozenset({"_data"}),
     frozenset({"config", "hardware"}),

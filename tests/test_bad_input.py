@@ -47,7 +47,7 @@ def test_architectures_as_a_single_string_is_read() -> None:
 def test_undecodable_config_file(tmp_path: Path) -> None:
     path = tmp_path / "config.json"
     path.write_bytes(b"\xff\xfe{")
-    with pytest.raises(f.ConfigError, match="invalid JSON"):
+    with pytest.raises(f.ConfigError, match="line 1: byte 0xff is not UTF-8"):
         f.ModelConfig.from_hf_config(path)
 
 

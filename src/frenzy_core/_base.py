@@ -5,11 +5,13 @@ from __future__ import annotations
 import enum
 from typing import Any, TypeVar
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from frenzy_core.errors import ConfigError
+from frenzy_core._files import load_yaml_mapping
+from frenzy_core.errors import ConfigError, short_repr
 
-__all__ = ["CodedEnum", "FrozenModel", "config_error_from_validation", "load_yaml_mapping"]
+__all__ = ["CodedEnum", "FrozenModel", "config_error_from_validation"]
 
 _E = TypeVar("_E", bound="CodedEnum")
 
@@ -27,7 +29,7 @@ class CodedEnum(str, enum.Enum):
     def from_code(cls: type[_E], code: int) -> _E:
         """The member with integer ``code``; ConfigError for a code no member has."""
         members = list(cls)
-        if not 0 <= int(code) < len(members):
+        if isinstance(code, bool) or not isinstance(code, (int, np.integer)) or not 0 <= int(code) < len(members):
             raise ConfigError(f"{code} is not a {cls.__name__} code (0..{len(members) - 1})", field=cls.__name__,
                               value=code, hint="use one of " + ", ".join(f"{m.code}: {m.value}" for m in members))
         return members[int(code)]
@@ -37,7 +39,8 @@ _INT_ANNOTATIONS: tuple[Any, ...] = (int, int | None)
 
 
 def config_error_from_validation(model_name: str, exc: ValidationError) -> ConfigError:
-    """One readable ConfigError out of pydantic's error list: every field, value and reason."""
+    """One readable ConfigError out of pydantic's error list: every field, value and reason (values rendered
+    short before any string work, so a huge or deeply shared input costs no more than a small one)."""
     parts = []
     first_field: str | None = None
     first_value: object = None
@@ -64,17 +67,18 @@ def config_error_from_validation(model_name: str, exc: ValidationError) -> Confi
         if not loc:
             parts.append(msg if msg.startswith(model_name) else f"{model_name}: {msg}")
             continue
-        shown = repr(value)
-        if len(shown) > 60:
-            shown = shown[:57] + "..."
-        parts.append(f"{where}: {msg}" if isinstance(value, dict) else f"{where}: {msg} (got {shown})")
+        shown = short_repr(value)
+        quiet = isinstance(value, dict) or shown in msg  # a message of ours that already shows the value
+        parts.append(f"{where}: {msg}" if quiet else f"{where}: {msg} (got {shown})")
     return ConfigError("; ".join(parts), field=first_field, value=first_value)
 
 
 class FrozenModel(BaseModel):
     """Immutable, strict-about-extras model; every validation failure is a ConfigError."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+    # allow_inf_nan=False: no field of any model means anything by NaN or infinity (an infinite submit time once
+    # skewed a simulation's average JCT); bounds that stay finite are each model's own.
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True, allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod
@@ -133,15 +137,3 @@ class FrozenModel(BaseModel):
         """Parse YAML (safe loader only) into a validated object."""
         return cls.model_validate(load_yaml_mapping(text, cls.__name__))
 
-
-def load_yaml_mapping(text: str, origin: str) -> dict[str, Any]:
-    """A YAML mapping parsed with the safe loader; ``origin`` (a file or class name) starts every error."""
-    import yaml
-
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{origin}: invalid YAML: {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{origin}: YAML must be a mapping, got {type(data).__name__}")
-    return data

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from importlib import resources
 from typing import Any
 
-from frenzy_core._base import load_yaml_mapping
+from frenzy_core._files import load_yaml_mapping
 
 __all__ = ["data_text", "data_yaml_files"]
 

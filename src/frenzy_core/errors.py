@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import difflib
+import math
+import reprlib
 from collections.abc import Iterable, Sequence
 
 __all__ = [
@@ -14,7 +16,16 @@ __all__ = [
     "closest_names",
     "require_instance",
     "require_name",
+    "require_number",
+    "require_seed",
+    "short_repr",
 ]
+
+MAX_SEED = 2**63 - 1
+"""Largest seed accepted: what numpy's and Python's generators take and an int64 holds."""
+
+_MAX_NAME_CHARS = 200
+"""Names longer than this get no closest-name suggestions (difflib is quadratic in the length)."""
 
 
 class FrenzyError(Exception):
@@ -39,12 +50,12 @@ class UnknownNameError(ConfigError, KeyError):
         known_list = sorted(known)
         self.kind = kind
         self.name = name
-        self.suggestions = closest_names(name, known_list)
+        self.suggestions = closest_names(name, known_list) if len(name) <= _MAX_NAME_CHARS else []
         if self.suggestions:
             hint = "did you mean " + ", ".join(repr(s) for s in self.suggestions) + "?"
         else:
             hint = "known: " + ", ".join(known_list[:40]) + (" ..." if len(known_list) > 40 else "")
-        super().__init__(f"unknown {kind} {name!r}", field=kind, value=name, hint=hint)
+        super().__init__(f"unknown {kind} {short_repr(name)}", field=kind, value=name, hint=hint)
 
     def __str__(self) -> str:  # KeyError would otherwise quote the message
         return str(self.args[0])
@@ -81,9 +92,57 @@ def require_instance(field: str, value: object, cls: type, hint: str | None = No
 def require_name(kind: str, name: object) -> str:
     """``name`` as given, when it is a string; a ConfigError naming ``kind`` otherwise."""
     if not isinstance(name, str):
-        raise ConfigError(f"a {kind} name must be a string, got {type(name).__name__} {name!r}", field=kind,
-                          value=name)
+        raise ConfigError(f"a {kind} name must be a string, got {type(name).__name__} {short_repr(name)}",
+                          field=kind, value=name)
     return name
+
+
+def require_number(field: str, value: object, *, low: float, high: float, integer: bool = False,
+                   low_open: bool = False) -> None:
+    """A ConfigError naming ``field`` unless ``value`` is a real number (not a bool) in ``[low, high]``
+    (``(low, high]`` with ``low_open``), and a whole one with ``integer``."""
+    kind = "an integer" if integer else "a number"
+    ok = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if isinstance(value, bool) or not ok:
+        raise ConfigError(f"{field} must be {kind}, got {type(value).__name__} {short_repr(value)}", field=field,
+                          value=value)
+    assert isinstance(value, (int, float))
+    inside = math.isfinite(value) and (low < value if low_open else low <= value) and value <= high
+    if not inside:
+        bounds = f"{'(' if low_open else '['}{low:g}, {high:g}]"
+        raise ConfigError(f"{field} must be {kind} in {bounds}, got {short_repr(value)}", field=field, value=value)
+
+
+def require_seed(seed: object, field: str = "seed") -> int:
+    """``seed`` when it is an integer in [0, 2^63 - 1]; a ConfigError naming ``field`` otherwise (numpy refuses
+    negative seeds, Python's ``random`` would hash a string)."""
+    require_number(field, seed, low=0, high=MAX_SEED, integer=True)
+    assert isinstance(seed, int)
+    return seed
+
+
+class _ShortRepr(reprlib.Repr):
+    """``reprlib`` limits, and integers too long for ``repr`` (over 4,300 digits raise) shown by their size."""
+
+    def __init__(self, limit: int):
+        super().__init__()
+        self.maxlevel, self.maxlist, self.maxtuple, self.maxdict, self.maxset = 3, 6, 6, 4, 6
+        self.maxstring = self.maxother = self.maxlong = limit
+
+    def repr_int(self, x: int, level: int) -> str:
+        if x.bit_length() > 200:
+            return f"<an integer of about {int(x.bit_length() * math.log10(2)) + 1} digits>"
+        return super().repr_int(x, level)
+
+
+def short_repr(value: object, limit: int = 60) -> str:
+    """``repr(value)`` in at most about ``limit`` characters, never building the whole text first: a YAML alias
+    bomb, a 5,000-digit number or a megabyte string costs no more to describe than a short one."""
+    try:
+        text = _ShortRepr(limit).repr(value)
+    except Exception:  # a value whose own __repr__ fails must not hide the error being reported
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def closest_names(name: str, known: Iterable[str], n: int = 3) -> list[str]:

@@ -19,6 +19,7 @@ from pydantic import JsonValue, ValidationInfo, field_validator
 
 from frenzy_core._base import FrozenModel
 from frenzy_core._data import data_text
+from frenzy_core._files import load_yaml
 from frenzy_core.config.layout import global_batch_size, num_microbatches
 from frenzy_core.errors import ConfigError
 from frenzy_core.hardware.gpus import get_gpu_spec
@@ -215,7 +216,7 @@ class _LauncherNames(FrozenModel):
 @functools.lru_cache(maxsize=1)
 def _launcher_names() -> _LauncherNames:
     text = data_text("launcher_gpu_names.yaml")
-    names: _LauncherNames = _LauncherNames.model_validate(yaml.safe_load(text))
+    names: _LauncherNames = _LauncherNames.model_validate(load_yaml(text, "launcher_gpu_names.yaml"))
     return names
 
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
+from frenzy_core._files import load_yaml
 from frenzy_core.errors import ConfigError
 from frenzy_core.planning.plan import Plan
 
@@ -42,8 +41,8 @@ def parse_emit_options(pairs: list[str]) -> dict[str, Any]:
                 hint="e.g. -o script=train.py or -o script_args='[--lr, 3e-4]'",
             )
         try:
-            value = yaml.safe_load(raw)
-        except yaml.YAMLError:
+            value = load_yaml(raw, f"--emit-option {key}")
+        except ConfigError:  # not YAML (or a hostile document): the plain string
             value = raw
         out[key] = raw if value is None else value
     return out

@@ -8,11 +8,13 @@ Face family records) can use them without importing the model class itself.
 from __future__ import annotations
 
 import enum
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
+from frenzy_core import _limits as limits
 from frenzy_core._base import FrozenModel
+from frenzy_core._limits import at_most
 
 __all__ = [
     "ArchKind",
@@ -111,17 +113,21 @@ class PositionEmbedding(str, enum.Enum):
 class MoEConfig(FrozenModel):
     """Mixture-of-experts feed-forward layers."""
 
-    num_experts: int = Field(gt=1, description="Routed experts per MoE layer.")
-    top_k: int = Field(ge=1, description="Experts each token is routed to.")
-    expert_ffn_hidden_size: int = Field(gt=0, description="Intermediate size of one routed expert.")
-    num_shared_experts: int = Field(default=0, ge=0, description="Always-on shared experts per MoE layer.")
-    shared_expert_ffn_hidden_size: int = Field(
+    num_experts: Annotated[int, at_most(limits.EXPERTS)] = Field(gt=1, description="Routed experts per MoE layer.")
+    top_k: Annotated[int, at_most(limits.EXPERTS)] = Field(ge=1, description="Experts each token is routed to.")
+    expert_ffn_hidden_size: Annotated[int, at_most(limits.FFN)] = Field(
+        gt=0, description="Intermediate size of one routed expert.")
+    num_shared_experts: Annotated[int, at_most(limits.EXPERTS)] = Field(
+        default=0, ge=0, description="Always-on shared experts per MoE layer.")
+    shared_expert_ffn_hidden_size: Annotated[int, at_most(limits.FFN)] = Field(
         default=0, ge=0, description="Intermediate size of all shared experts together (0: none)."
     )
     shared_expert_gate: bool = Field(default=False, description="A sigmoid gate (hidden -> 1) on the shared expert (Qwen2-MoE).")
-    layer_interval: int = Field(default=1, ge=1, description="Every k-th layer is MoE (1: all).")
-    first_dense_layers: int = Field(default=0, ge=0, description="The first n layers are dense.")
-    capacity_factor: float | None = Field(
+    layer_interval: Annotated[int, at_most(limits.LAYERS)] = Field(
+        default=1, ge=1, description="Every k-th layer is MoE (1: all).")
+    first_dense_layers: Annotated[int, at_most(limits.LAYERS)] = Field(
+        default=0, ge=0, description="The first n layers are dense.")
+    capacity_factor: Annotated[float | None, at_most(limits.CAPACITY_FACTOR)] = Field(
         default=None, gt=0, description="Token capacity per expert as a multiple of the fair share; None: dropless."
     )
 
@@ -143,11 +149,15 @@ class MLAConfig(FrozenModel):
     v_head_dim)``; output ``heads x v_head_dim -> hidden`` (transformers models/deepseek_v2, DeepseekV2Attention).
     """
 
-    q_lora_rank: int | None = Field(default=None, gt=0, description="Rank of the query compression; None: none.")
-    kv_lora_rank: int = Field(gt=0, description="Rank of the joint key/value compression (the latent).")
-    qk_nope_head_dim: int = Field(gt=0, description="Per-head query/key width without rotary embedding.")
-    qk_rope_head_dim: int = Field(gt=0, description="Per-head query/key width with rotary embedding (decoupled).")
-    v_head_dim: int = Field(gt=0, description="Per-head value width.")
+    q_lora_rank: Annotated[int | None, at_most(limits.HIDDEN)] = Field(
+        default=None, gt=0, description="Rank of the query compression; None: none.")
+    kv_lora_rank: Annotated[int, at_most(limits.HIDDEN)] = Field(
+        gt=0, description="Rank of the joint key/value compression (the latent).")
+    qk_nope_head_dim: Annotated[int, at_most(limits.HEAD_DIM)] = Field(
+        gt=0, description="Per-head query/key width without rotary embedding.")
+    qk_rope_head_dim: Annotated[int, at_most(limits.HEAD_DIM)] = Field(
+        gt=0, description="Per-head query/key width with rotary embedding (decoupled).")
+    v_head_dim: Annotated[int, at_most(limits.HEAD_DIM)] = Field(gt=0, description="Per-head value width.")
 
     @property
     def qk_head_dim(self) -> int:
@@ -164,5 +174,5 @@ class RopeScaling(FrozenModel):
     factor: float | None = Field(default=None, gt=0, description="Context extension factor (longrope: none).")
     low_freq_factor: float | None = Field(default=None, gt=0, description="llama3: low-frequency wavelength factor.")
     high_freq_factor: float | None = Field(default=None, gt=0, description="llama3: high-frequency wavelength factor.")
-    original_max_position_embeddings: int | None = Field(default=None, gt=0, description=(
+    original_max_position_embeddings: Annotated[int | None, at_most(limits.POSITIONS)] = Field(default=None, gt=0, description=(
         "Context the rotary base was trained for (llama3, yarn, longrope)."))

@@ -16,10 +16,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from frenzy_core import _limits as limits
 from frenzy_core._base import CodedEnum
+from frenzy_core._limits import beyond_message
 from frenzy_core.config.parallel import ParallelConfig, PipelineSchedule
 from frenzy_core.config.training import Recompute, TrainingConfig
-from frenzy_core.errors import ConfigError
+from frenzy_core.errors import ConfigError, short_repr
 
 __all__ = ["LAYOUT_COLUMNS", "LayoutArrays", "enum_codes"]
 
@@ -36,34 +38,113 @@ _PARALLEL = ("dp", "tp", "pp", "vpp", "cp", "ep")
 _CODED: dict[str, type[CodedEnum]] = {"recompute": Recompute, "schedule": PipelineSchedule}
 
 
+_FLAGS = ("distributed_optimizer", "sequence_parallel")
+"""Columns that are 0 or 1, where booleans are accepted."""
+
+_INT64_MAX = np.iinfo(np.int64).max
+
+
+def _where(name: str, raw: np.ndarray, flat_index: int) -> str:
+    """``configs['tp'][3]`` (``[1, 2]`` for a 2-d column; no index for a scalar)."""
+    if raw.ndim == 0:
+        return f"configs[{name!r}]"
+    index = np.unravel_index(flat_index, raw.shape)
+    return f"configs[{name!r}][{', '.join(str(int(i)) for i in index)}]"
+
+
+def _array(name: str, value: Any) -> np.ndarray:
+    """``value`` as a numpy array with at least one element; ConfigError for ragged nesting or an empty column."""
+    try:
+        raw = np.asarray(value)
+    except (TypeError, ValueError) as exc:  # ragged lists: "inhomogeneous shape"
+        raise ConfigError(f"configs[{name!r}] is not a rectangular array ({str(exc).partition('.')[0]})",
+                          field=name, value=short_repr(value),
+                          hint="give a scalar or an array whose rows have equal lengths") from None
+    if raw.size == 0:
+        raise ConfigError(f"configs[{name!r}] is empty", field=name, value=short_repr(value),
+                          hint="give at least one value, or leave the column out for the recipe's default")
+    return raw
+
+
+def _bad_value(name: str, raw: np.ndarray, i: int, why: str) -> ConfigError:
+    value = raw.ravel()[i]
+    value = value.item() if isinstance(value, np.generic) else value
+    return ConfigError(f"{_where(name, raw, i)} = {short_repr(value)} {why}", field=name, value=value,
+                       hint=f"give {name} as whole numbers")
+
+
+def _exact_ints(name: str, raw: np.ndarray) -> IntArray:
+    """An int64 copy of integer-valued ``raw``; ConfigError naming the first element that is not a whole number
+    (2.9 would truncate to 2), not finite, or beyond int64 (which would wrap)."""
+    kind = raw.dtype.kind
+    if kind == "b" and name not in _FLAGS:
+        raise _bad_value(name, raw, 0, "is a boolean, not a number")
+    if kind in "iub":
+        if kind == "u" and int(raw.max()) > _INT64_MAX:
+            raise _bad_value(name, raw, int(np.argmax(raw)), "is beyond int64")
+        return raw.astype(np.int64)
+    if kind == "f":
+        with np.errstate(invalid="ignore"):
+            for bad, why in ((~np.isfinite(raw), "is not finite"), (raw != np.round(raw), "is not a whole number"),
+                             (np.abs(raw) > 2.0**53, "is too large for a float to hold it exactly")):
+                if bad.any():
+                    raise _bad_value(name, raw, int(np.flatnonzero(bad)[0]), why)
+        return raw.astype(np.int64)
+    if kind == "O":
+        flat = raw.ravel()
+        for i, v in enumerate(flat):
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+                raise _bad_value(name, raw, i, "is not an integer")
+            if not -_INT64_MAX <= int(v) <= _INT64_MAX:
+                raise _bad_value(name, raw, i, "is beyond int64")
+        return np.array([int(v) for v in flat], dtype=np.int64).reshape(raw.shape)
+    raise _bad_value(name, raw, 0, f"is not a number ({raw.dtype} values)")
+
+
 def enum_codes(values: npt.ArrayLike, kind: type[CodedEnum], field: str) -> IntArray:
     """``values`` (members, their string values, or integer codes) as an int64 array of codes."""
-    raw = np.asarray(values)
-    if raw.dtype.kind in "iub":
-        return raw.astype(np.int64)
+    raw = _array(field, values)
+    if raw.dtype.kind in "iuf":
+        return _exact_ints(field, raw)
     by_name = {m.value: m.code for m in kind}
     flat = [v.value if isinstance(v, kind) else v for v in np.asarray(values, dtype=object).ravel()]
-    unknown = sorted({str(v) for v in flat if not isinstance(v, (int, np.integer)) and v not in by_name})
+    unknown = sorted({short_repr(v) for v in flat if not _is_code(v) and not (isinstance(v, str) and v in by_name)})
     if unknown:
         raise ConfigError(f"{field} has unknown values {unknown}", field=field, value=unknown,
                           hint=f"use one of {sorted(by_name)} or codes {sorted(by_name.values())}")
     return np.array([by_name[v] if isinstance(v, str) else int(v) for v in flat], dtype=np.int64).reshape(raw.shape)
 
 
+def _is_code(v: object) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) and abs(int(v)) <= _INT64_MAX
+
+
 def _int_column(name: str, value: Any) -> IntArray:
     if name in _CODED:
         return enum_codes(value, _CODED[name], name)
-    try:
-        return np.asarray(value).astype(np.int64)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{name} must hold integers, got {value!r}", field=name, value=value) from None
+    return _exact_ints(name, _array(name, value))
+
+
+def _global_batch(micro_batches: IntArray, per_step: tuple[IntArray, IntArray]) -> IntArray:
+    """``num_microbatches x micro_batch_size x dp``, formed in float64 first: ConfigError where it exceeds the
+    global-batch bound (int64 would wrap it into a plausible number)."""
+    shape = np.broadcast(micro_batches, *per_step).shape
+    product = np.broadcast_to(micro_batches.astype(np.float64) * per_step[0] * per_step[1], shape).ravel()
+    too_big = np.flatnonzero(product > limits.GLOBAL_BATCH.high)
+    if too_big.size:
+        i = int(too_big[0])
+        raise ConfigError(f"configs['num_microbatches'] at row {i}: " + beyond_message(
+            int(product[i]), limits.GLOBAL_BATCH, "num_microbatches x micro_batch_size x dp"),
+            field="num_microbatches", value=int(np.broadcast_to(micro_batches, shape).ravel()[i]))
+    return micro_batches * per_step[0] * per_step[1]
 
 
 @dataclass(frozen=True)
 class LayoutArrays:
     """Layouts as int64 columns of one shape (:data:`LAYOUT_COLUMNS`); enums hold their ``code``, flags 0 or 1.
 
-    Columns are not checked here: :func:`frenzy_core.config.layout.layout_mask` says which rows are valid.
+    Columns must be int64 arrays of one shape; their values are not checked here:
+    :func:`frenzy_core.config.layout.layout_mask` says which rows are valid.
     """
 
     dp: IntArray
@@ -85,6 +166,15 @@ class LayoutArrays:
     sequence_parallel: IntArray
     schedule: IntArray
     """:attr:`PipelineSchedule.code`."""
+
+    def __post_init__(self) -> None:
+        shape = np.shape(self.dp)
+        for f in fields(self):
+            column = getattr(self, f.name)
+            if not isinstance(column, np.ndarray) or column.dtype != np.int64 or column.shape != shape:
+                raise ConfigError(f"LayoutArrays.{f.name} must be an int64 array of the shape of dp {shape}, got "
+                                  f"{type(column).__name__} {getattr(column, 'dtype', '')} {np.shape(column)}",
+                                  field=f.name, hint="build layouts with LayoutArrays.from_columns")
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -124,7 +214,8 @@ class LayoutArrays:
                             else np.where(vals["vpp"] > 1, interleaved, one_f_one_b))
         per_step = vals["micro_batch_size"] * vals["dp"]
         if "num_microbatches" in columns:
-            vals["global_batch_size"] = _int_column("num_microbatches", columns["num_microbatches"]) * per_step
+            vals["global_batch_size"] = _global_batch(_int_column("num_microbatches", columns["num_microbatches"]),
+                                                      (vals["micro_batch_size"], vals["dp"]))
         elif "global_batch_size" in columns or training.global_batch_size is not None:
             vals["global_batch_size"] = _int_column("global_batch_size",
                                                     columns.get("global_batch_size", training.global_batch_size))

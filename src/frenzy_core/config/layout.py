@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from frenzy_core import _limits as limits
+from frenzy_core._limits import Limit, beyond_message
 from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.config.model import ModelConfig, PositionEmbedding
 from frenzy_core.config.parallel import ParallelConfig, PipelineSchedule
@@ -111,6 +113,29 @@ def _in_range(path: str, hi: int, what: str) -> LayoutRule:
                       lambda r: f"{r.show(path)} must be {what}")
 
 
+def _at_most(path: str, limit: Limit) -> LayoutRule:
+    name = path.partition(".")[2]
+    return LayoutRule(f"{name}_bound", (path,), lambda m, a: getattr(a, name) <= limit.high,
+                      lambda r: beyond_message(r[path], limit, r.label(path)))
+
+
+def _product_at_most(paths: tuple[str, ...], limit: Limit) -> LayoutRule:
+    """The product of columns, formed in float64 (int64 could wrap), at most ``limit``."""
+    names = [p.partition(".")[2] for p in paths]
+
+    def product(a: LayoutArrays) -> npt.NDArray[np.float64]:
+        out = np.ones(a.shape)
+        for name in names:
+            out = out * getattr(a, name).astype(np.float64)
+        return out
+
+    def message(r: RuleRow) -> str:
+        value = int(np.prod([float(r[p]) for p in paths]))
+        return beyond_message(value, limit, " x ".join(r.label(p) for p in paths))
+
+    return LayoutRule("_x_".join(names) + "_bound", paths, lambda m, a: product(a) <= limit.high, message)
+
+
 def _schedule_name(r: RuleRow) -> str:
     return PipelineSchedule.from_code(r["parallel.schedule"]).value
 
@@ -130,8 +155,19 @@ BOUND_RULES: tuple[LayoutRule, ...] = (
     LayoutRule("recompute_num_layers_range", ("training.recompute_num_layers",),
                lambda m, a: a.recompute_num_layers >= 0,
                lambda r: f"{r.show('training.recompute_num_layers')} must be >= 0 (0: the default)"),
+    *(_at_most(f"parallel.{k}", limits.DEGREE) for k in ("dp", "tp", "pp", "cp", "ep")),
+    _at_most("parallel.vpp", limits.LAYERS),
+    _at_most("training.micro_batch_size", limits.MICRO_BATCH),
+    _at_most("training.seq_len", limits.SEQ_LEN),
+    _at_most("training.global_batch_size", limits.GLOBAL_BATCH),
+    _at_most("training.recompute_num_layers", limits.LAYERS),
+    _product_at_most(("parallel.dp", "parallel.tp", "parallel.pp", "parallel.cp"), limits.GPUS),
+    _product_at_most(("training.micro_batch_size", "training.seq_len"), limits.MICRO_BATCH_TOKENS),
+    _product_at_most(("training.global_batch_size", "training.seq_len"), limits.STEP_TOKENS),
 )
-"""Every column within its range (what the pydantic fields of the configs enforce one config at a time)."""
+"""Every column within its range (what the pydantic fields of the configs enforce one config at a time): at least
+the smallest meaningful value, at most the bounds of :mod:`frenzy_core._limits` (which keep every count derived
+from a layout exact in int64; products are formed in float64 so that they cannot wrap)."""
 
 _COMBINATIONS: tuple[LayoutRule, ...] = (
     LayoutRule("vpp_needs_pp", ("parallel.vpp", "parallel.pp"), lambda m, a: (a.vpp == 1) | (a.pp > 1),

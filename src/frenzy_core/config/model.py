@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field, model_validator
 
+from frenzy_core import _limits as limits
 from frenzy_core._base import FrozenModel
+from frenzy_core._limits import at_most, beyond_message
 from frenzy_core.config.architecture import (
     ArchKind,
     MLAConfig,
@@ -45,18 +47,24 @@ class ModelConfig(FrozenModel):
 
     name: str | None = Field(default=None, description="Display name (a preset name or a Hugging Face id).")
     arch: ArchKind = Field(default=ArchKind.DECODER, description="Decoder-only (causal LM) or encoder-only (MLM).")
-    num_layers: int = Field(gt=0, description="Transformer layers.")
-    hidden_size: int = Field(gt=0, description="Model (residual stream) width.")
-    num_attention_heads: int = Field(gt=0, description="Query heads.")
-    num_kv_heads: int = Field(default=0, ge=0, description="Key/value heads (MHA: = heads; GQA: fewer; MQA: 1). 0: = heads.")
-    head_dim: int = Field(default=0, ge=0, description="Width of one head. 0: hidden_size / num_attention_heads.")
-    ffn_hidden_size: int = Field(default=0, ge=0, description="Dense MLP intermediate size. 0: Megatron's default.")
+    num_layers: Annotated[int, at_most(limits.LAYERS)] = Field(gt=0, description="Transformer layers.")
+    hidden_size: Annotated[int, at_most(limits.HIDDEN)] = Field(gt=0, description="Model (residual stream) width.")
+    num_attention_heads: Annotated[int, at_most(limits.HEADS)] = Field(gt=0, description="Query heads.")
+    num_kv_heads: Annotated[int, at_most(limits.HEADS)] = Field(
+        default=0, ge=0, description="Key/value heads (MHA: = heads; GQA: fewer; MQA: 1). 0: = heads.")
+    head_dim: Annotated[int, at_most(limits.HEAD_DIM)] = Field(
+        default=0, ge=0, description="Width of one head. 0: hidden_size / num_attention_heads.")
+    ffn_hidden_size: Annotated[int, at_most(limits.FFN)] = Field(
+        default=0, ge=0, description="Dense MLP intermediate size. 0: Megatron's default.")
     mlp: MLPKind = Field(default=MLPKind.GELU, description="Feed-forward kind.")
     norm: NormKind = Field(default=NormKind.LAYERNORM, description="Normalisation kind.")
-    vocab_size: int = Field(gt=0, description="Vocabulary size (embedding rows, as stored, padding included).")
-    max_position_embeddings: int = Field(default=2048, gt=0, description="Rows of a learned position table.")
+    vocab_size: Annotated[int, at_most(limits.VOCAB)] = Field(
+        gt=0, description="Vocabulary size (embedding rows, as stored, padding included).")
+    max_position_embeddings: Annotated[int, at_most(limits.POSITIONS)] = Field(
+        default=2048, gt=0, description="Rows of a learned position table.")
     position_embedding: PositionEmbedding = Field(default=PositionEmbedding.LEARNED, description="Position scheme.")
-    type_vocab_size: int = Field(default=0, ge=0, description="Token-type (segment) embedding rows (BERT: 2).")
+    type_vocab_size: Annotated[int, at_most(limits.VOCAB)] = Field(
+        default=0, ge=0, description="Token-type (segment) embedding rows (BERT: 2).")
     tied_embeddings: bool = Field(default=True, description="Output head shares the input embedding matrix.")
     qkv_bias: bool = Field(default=False, description="Biases on the query/key/value projections.")
     linear_bias: bool = Field(default=False, description="Biases on the attention output and MLP projections.")
@@ -89,7 +97,7 @@ class ModelConfig(FrozenModel):
     partial_rotary_factor: float = Field(default=1.0, gt=0.0, le=1.0, description=(
         "Share of each head's dimensions rotary embeddings rotate, int(head_dim x factor) of them, the rest passed "
         "through (GPT-NeoX rotary_pct 0.25, Phi-2 0.4, StableLM 0.25); only with rotary positions."))
-    sliding_window: int | None = Field(default=None, gt=0, description=(
+    sliding_window: Annotated[int | None, at_most(limits.POSITIONS)] = Field(default=None, gt=0, description=(
         "Tokens a local (sliding-window) attention layer attends to, itself included, as Transformers' "
         "sliding_window; None: every layer attends to the whole sequence."))
     sliding_window_layers: tuple[int, ...] | None = Field(default=None, description=(
@@ -102,7 +110,7 @@ class ModelConfig(FrozenModel):
     mla: MLAConfig | None = Field(default=None, description=(
         "Multi-head latent attention (DeepSeek-V2/V3) instead of plain q/k/v projections."))
     lm_head_bias: bool = Field(default=False, description="A bias on the output head, one per vocabulary row (Phi-2).")
-    vision_tower_params: int = Field(default=0, ge=0, description=(
+    vision_tower_params: Annotated[int, at_most(limits.PARAMS)] = Field(default=0, ge=0, description=(
         "Parameters of a vision encoder and its projector held beside the language model (Gemma 3's SigLIP tower): "
         "stored, trained and optimised with it; text tokens do not pass through them."))
     returns_kv_cache: bool = Field(default=False, description=(
@@ -129,7 +137,7 @@ class ModelConfig(FrozenModel):
                     data["head_dim"] = mla_dims["qk_nope_head_dim"] + mla_dims["qk_rope_head_dim"]
             if not data.get("head_dim") and isinstance(hidden, int) and hidden > 0 and hidden % heads == 0:
                 data["head_dim"] = hidden // heads
-        if not data.get("ffn_hidden_size") and isinstance(hidden, int) and hidden > 0:
+        if not data.get("ffn_hidden_size") and isinstance(hidden, int) and 0 < hidden <= limits.HIDDEN.high:
             mlp = data.get("mlp", MLPKind.GELU)
             try:
                 gated = MLPKind(mlp).gated
@@ -137,7 +145,8 @@ class ModelConfig(FrozenModel):
                 gated = False  # the field validator reports the bad value
             data["ffn_hidden_size"] = _megatron_swiglu_ffn(hidden) if gated else 4 * hidden
         local, layers = data.get("sliding_window_layers"), data.get("num_layers")
-        if isinstance(local, (list, tuple)) and isinstance(layers, int) and list(local) == list(range(layers)):
+        if (isinstance(local, (list, tuple)) and isinstance(layers, int) and len(local) == layers
+                and list(local) == list(range(layers))):
             data["sliding_window_layers"] = None  # every layer: one spelling, so equal models compare equal
         return data
 
@@ -166,6 +175,9 @@ class ModelConfig(FrozenModel):
             )
         _check_layout_fields(self)
         _check_attention_fields(self)
+        total = count_parameters(self).total
+        if total > limits.PARAMS.high:
+            raise ValueError(beyond_message(total, limits.PARAMS, "the parameter count"))
         return self
 
     # ---- derived facts -------------------------------------------------

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import Field, model_validator
 
+from frenzy_core import _limits as limits
 from frenzy_core._base import CodedEnum, FrozenModel
+from frenzy_core._limits import at_most, beyond_message
 
 __all__ = ["ParallelConfig", "PipelineSchedule"]
 
@@ -23,12 +27,14 @@ class PipelineSchedule(CodedEnum):
 class ParallelConfig(FrozenModel):
     """Degrees of parallelism; ``world_size`` = dp x tp x pp x cp (experts are split inside dp x cp)."""
 
-    dp: int = Field(default=1, gt=0, description="Data-parallel replicas.")
-    tp: int = Field(default=1, gt=0, description="Tensor-parallel ranks (one NVLink domain).")
-    pp: int = Field(default=1, gt=0, description="Pipeline stages.")
-    vpp: int = Field(default=1, gt=0, description="Virtual pipeline chunks per pipeline rank (interleaved).")
-    cp: int = Field(default=1, gt=0, description="Context-parallel ranks (sequence split for attention).")
-    ep: int = Field(default=1, gt=0, description="Expert-parallel ranks (taken from dp x cp).")
+    dp: Annotated[int, at_most(limits.DEGREE)] = Field(default=1, gt=0, description="Data-parallel replicas.")
+    tp: Annotated[int, at_most(limits.DEGREE)] = Field(default=1, gt=0, description="Tensor-parallel ranks (one NVLink domain).")
+    pp: Annotated[int, at_most(limits.DEGREE)] = Field(default=1, gt=0, description="Pipeline stages.")
+    vpp: Annotated[int, at_most(limits.LAYERS)] = Field(
+        default=1, gt=0, description="Virtual pipeline chunks per pipeline rank (interleaved).")
+    cp: Annotated[int, at_most(limits.DEGREE)] = Field(
+        default=1, gt=0, description="Context-parallel ranks (sequence split for attention).")
+    ep: Annotated[int, at_most(limits.DEGREE)] = Field(default=1, gt=0, description="Expert-parallel ranks (taken from dp x cp).")
     schedule: PipelineSchedule = Field(default=PipelineSchedule.ONE_F_ONE_B, description="Pipeline schedule.")
 
     @model_validator(mode="before")
@@ -40,6 +46,8 @@ class ParallelConfig(FrozenModel):
 
     @model_validator(mode="after")
     def _check(self) -> ParallelConfig:
+        if self.world_size > limits.GPUS.high:
+            raise ValueError(beyond_message(self.world_size, limits.GPUS, "dp x tp x pp x cp"))
         if self.vpp > 1 and self.pp == 1:
             raise ValueError(f"vpp={self.vpp} needs pp > 1; set pp >= 2 or vpp=1")
         if self.vpp > 1 and self.schedule is not PipelineSchedule.INTERLEAVED:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import enum
+from typing import Annotated
 
 from pydantic import Field, model_validator
 
+from frenzy_core import _limits as limits
 from frenzy_core._base import CodedEnum, FrozenModel
+from frenzy_core._limits import at_most, beyond_message
 
 __all__ = [
     "Attention",
@@ -147,9 +150,11 @@ class Fp8Recipe(str, enum.Enum):
 class TrainingConfig(FrozenModel):
     """One training recipe. ``global_batch_size`` None means one micro-batch per data-parallel rank."""
 
-    seq_len: int = Field(default=2048, gt=0, description="Tokens per sample.")
-    micro_batch_size: int = Field(default=1, gt=0, description="Samples per rank per forward pass.")
-    global_batch_size: int | None = Field(default=None, gt=0, description="Samples per optimizer step, all ranks.")
+    seq_len: Annotated[int, at_most(limits.SEQ_LEN)] = Field(default=2048, gt=0, description="Tokens per sample.")
+    micro_batch_size: Annotated[int, at_most(limits.MICRO_BATCH)] = Field(
+        default=1, gt=0, description="Samples per rank per forward pass.")
+    global_batch_size: Annotated[int | None, at_most(limits.GLOBAL_BATCH)] = Field(
+        default=None, gt=0, description="Samples per optimizer step, all ranks.")
     precision: Precision = Field(default=Precision.BF16_MIXED, description="Dtype recipe.")
     optimizer: Optimizer = Field(default=Optimizer.ADAMW, description="Optimizer algorithm.")
     optimizer_impl: OptimizerImpl = Field(default=OptimizerImpl.FOREACH, description="torch optimizer implementation.")
@@ -157,7 +162,8 @@ class TrainingConfig(FrozenModel):
     distributed_optimizer: bool = Field(default=False, description="Megatron's distributed optimizer (ZeRO-1).")
     recompute: Recompute = Field(default=Recompute.NONE, description="Activation recomputation mode.")
     recompute_method: RecomputeMethod = Field(default=RecomputeMethod.UNIFORM, description="Full-recompute layers.")
-    recompute_num_layers: int | None = Field(default=None, gt=0, description="Layers per chunk/block; None: 1/all.")
+    recompute_num_layers: Annotated[int | None, at_most(limits.LAYERS)] = Field(
+        default=None, gt=0, description="Layers per chunk/block; None: 1/all.")
     attention: Attention = Field(default=Attention.FLASH, description="Attention kernel.")
     sequence_parallel: bool = Field(default=False, description="Megatron sequence parallelism (needs tp > 1).")
     framework: Framework = Field(default=Framework.TORCH, description="Runtime whose buffers are modelled.")
@@ -169,6 +175,12 @@ class TrainingConfig(FrozenModel):
 
     @model_validator(mode="after")
     def _check(self) -> TrainingConfig:
+        for what, tokens, limit in (("micro_batch_size x seq_len", self.micro_batch_size * self.seq_len,
+                                     limits.MICRO_BATCH_TOKENS),
+                                    ("global_batch_size x seq_len", (self.global_batch_size or 0) * self.seq_len,
+                                     limits.STEP_TOKENS)):
+            if tokens > limit.high:
+                raise ValueError(beyond_message(tokens, limit, what))
         if self.global_batch_size is not None and self.global_batch_size % self.micro_batch_size != 0:
             raise ValueError(
                 f"global_batch_size={self.global_batch_size} is not a multiple of micro_batch_size="

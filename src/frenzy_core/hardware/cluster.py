@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
-from frenzy_core._base import FrozenModel, load_yaml_mapping
+from frenzy_core._base import FrozenModel
 from frenzy_core._data import data_yaml_files
+from frenzy_core._files import load_yaml_mapping
 from frenzy_core.errors import ConfigError, UnknownNameError, require_name
 from frenzy_core.hardware.gpu import GPUSpec, LinkKind, Links
 from frenzy_core.hardware.gpus import get_gpu_spec

@@ -14,7 +14,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from frenzy_core._base import load_yaml_mapping
+from frenzy_core._files import load_yaml_mapping
 from frenzy_core.errors import ConfigError, UnknownNameError, require_name
 from frenzy_core.hardware.gpu import GPUSpec
 

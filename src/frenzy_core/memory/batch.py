@@ -27,7 +27,9 @@ IntArray = npt.NDArray[np.int64]
 
 @dataclass(frozen=True)
 class BatchEstimate:
-    """Per-configuration results (busiest stage); rows where ``valid`` is False hold -1."""
+    """Per-configuration results (busiest stage); rows where ``valid`` is False hold -1: those the layout rules
+    reject (:func:`layout_mask`) and those whose estimate would exceed 2^60 bytes (what ``estimate_memory``
+    refuses)."""
 
     peak_bytes: IntArray
     device_bytes: IntArray
@@ -61,6 +63,7 @@ def estimate_memory_batch(model: ModelConfig, configs: LayoutArrays | Mapping[st
     best_breakdown = {cat: np.full(valid.shape, -1, dtype=np.int64) for cat in MEMORY_CATEGORIES}
     for stage in _candidate_stages(model, arrays.pp):
         st = stage_arrays(model, training, arrays, stage)
+        valid = valid & st.in_range
         over = overhead_bytes(st.peak_bytes, st.communicators)
         device = st.peak_bytes + sum(over.values())
         better = (device > best_device) | ((device == best_device) & (stage < best_stage))

@@ -9,7 +9,7 @@ from frenzy_core.config.layout import validate_layout
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.parallel import ParallelConfig
 from frenzy_core.config.training import TrainingConfig
-from frenzy_core.errors import require_instance
+from frenzy_core.errors import ConfigError, require_instance
 from frenzy_core.memory.kernel import PHASES, stage_arrays
 from frenzy_core.memory.overhead import overhead_bytes
 from frenzy_core.memory.result import MEMORY_CATEGORIES, MemoryEstimate, StageMemory
@@ -30,6 +30,11 @@ def estimate_memory(model: ModelConfig, training: TrainingConfig,
     validate_layout(model, training, parallel)
     arrays = stage_arrays(model, training, LayoutArrays.from_configs(training, parallel),
                           np.arange(parallel.pp, dtype=np.int64))
+    if not arrays.in_range.all():
+        raise ConfigError(f"stage {int(np.flatnonzero(~arrays.in_range)[0])} of this job would hold more than "
+                          f"2^60 bytes (1 EiB), the most the estimator counts: a million times any GPU",
+                          field="training", hint="shrink micro_batch_size x seq_len or the model, or split it "
+                          "further (tp, pp, cp, ZeRO, recompute, flash attention)")
     over = overhead_bytes(arrays.peak_bytes, arrays.communicators)
     stages = []
     for i in range(parallel.pp):

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from frenzy_core._limits import bytes_in_range, to_int_bytes
 from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.config.model import ModelConfig, PositionEmbedding
 from frenzy_core.config.parallel import PipelineSchedule
@@ -45,6 +46,8 @@ class StageArrays:
     """Parameters, gradients, master weights and optimizer states as held at the optimizer step."""
     activation_bytes: IntArray
     """Largest activations (saved tensors plus the backward working set) at any moment of the passes."""
+    in_range: BoolArray
+    """False where a total exceeds :data:`frenzy_core._limits.MAX_BYTES` (its byte counts then read 0)."""
 
 
 @dataclass(frozen=True)
@@ -323,17 +326,20 @@ def stage_arrays(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
          "logits_loss": logits_others, "optimizer_temporaries": zero, "comm_buffers": comm_passes},
     ]
     shape_all = np.broadcast(stage, lay.tp, lay.pp, lay.dp, lay.seq_len, lay.micro_batch_size).shape
-    rounded = [{k: np.broadcast_to(np.rint(v).astype(np.int64), shape_all) for k, v in ph.items()} for ph in phases]
+    act_total = np.maximum(act.forward, acts + act.work)
+    in_range = np.broadcast_to(bytes_in_range(act_total, *(sum(np.abs(v) for v in ph.values()) for ph in phases)),
+                               shape_all)
+    rounded = [{k: np.broadcast_to(to_int_bytes(v, in_range), shape_all) for k, v in ph.items()} for ph in phases]
     totals = np.stack([sum(ph[cat] for cat in MEMORY_CATEGORIES) for ph in rounded])
     phase = np.argmax(totals, axis=0)
     breakdown = {cat: np.choose(phase, [ph[cat] for ph in rounded]) for cat in MEMORY_CATEGORIES}
     communicators = sum((np.asarray(x) > 1).astype(np.int64) for x in (lay.dp * lay.cp, lay.tp, lay.pp, lay.cp, lay.ep))
     states_total = np.sum([rounded[2][cat] for cat in ("parameters", "gradients", "master_weights",
                                                        "optimizer_states")], axis=0)
-    act_peak = np.broadcast_to(np.rint(np.maximum(act.forward, acts + act.work)).astype(np.int64), shape_all)
+    act_peak = np.broadcast_to(to_int_bytes(act_total, in_range), shape_all)
     return StageArrays(breakdown=breakdown, peak_bytes=np.max(totals, axis=0), phase=phase,
                        model_state_bytes=states_total, activation_bytes=act_peak,
                        num_layers=np.broadcast_to(shape.num_layers, shape_all),
                        num_params=np.broadcast_to(states.num_params, shape_all),
                        inflight=np.broadcast_to(act.inflight, shape_all),
-                       communicators=np.broadcast_to(communicators, shape_all))
+                       communicators=np.broadcast_to(communicators, shape_all), in_range=in_range)

@@ -6,10 +6,10 @@ import functools
 
 import numpy as np
 import numpy.typing as npt
-import yaml
 
 from frenzy_core._base import FrozenModel
 from frenzy_core._data import data_text
+from frenzy_core._files import load_yaml
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.training import Framework, TrainingConfig
 
@@ -37,7 +37,7 @@ class OverheadModel(FrozenModel):
 def overhead_model() -> OverheadModel:
     """The packaged constants."""
     text = data_text("memory_overhead.yaml")
-    return OverheadModel.model_validate(yaml.safe_load(text))
+    return OverheadModel.model_validate(load_yaml(text, "memory_overhead.yaml"))
 
 
 def workspace_bytes(model: ModelConfig, training: TrainingConfig) -> int:

@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from frenzy_core._files import load_json, load_yaml, read_text
 from frenzy_core.errors import ConfigError
 from frenzy_core.timing.calibrate import CalibrationResult
 from frenzy_core.timing.params import TimeModelParams
@@ -49,15 +50,11 @@ def read_calibration_file(path: str | Path) -> dict[str, dict[str, float]]:
     """GPU id -> fitted :class:`TimeModelParams` fields of a calibration file."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read time-model file {str(path)!r}: {exc.strerror}", field="time_model",
-                          value=str(path), hint="write one with: frenzy calibrate RUNS.csv --out FILE") from None
-    try:
-        data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{path}: not a readable time-model file ({exc})", field="time_model",
-                          value=str(path)) from None
+        text = read_text(path, "time-model file")
+        data = load_json(text, str(path)) if path.suffix.lower() == ".json" else load_yaml(text, str(path))
+    except ConfigError as exc:
+        raise ConfigError(f"not a readable time-model file: {exc}", field="time_model", value=str(path),
+                          hint="write one with: frenzy calibrate RUNS.csv --out FILE") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("gpus"), dict):
         raise ConfigError(f"{path}: not a time-model file (expected 'format: {FORMAT}' and a 'gpus' mapping)",
                           field="time_model", value=str(path), hint="write one with: frenzy calibrate")

@@ -8,8 +8,9 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from frenzy_core._base import FrozenModel, load_yaml_mapping
+from frenzy_core._base import FrozenModel
 from frenzy_core._data import data_text
+from frenzy_core._files import load_yaml_mapping
 from frenzy_core.errors import ConfigError
 from frenzy_core.hardware.gpu import GPUSpec
 

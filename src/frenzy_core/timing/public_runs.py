@@ -9,13 +9,13 @@ the sources leave out.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from pydantic import Field
 
 from frenzy_core._base import FrozenModel
+from frenzy_core._files import load_json, read_text
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.parallel import ParallelConfig, PipelineSchedule
 from frenzy_core.config.training import Attention, Fp8Recipe, Framework, Precision, Recompute, TrainingConfig
@@ -73,7 +73,7 @@ class PublicRun(FrozenModel):
 
 def read_public_runs(path: str | Path) -> list[PublicRun]:
     """The runs of a ``throughput_public.json`` file (a JSON list of objects)."""
-    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    data = load_json(read_text(path, "public runs file"), str(path))
     if not isinstance(data, list):
         raise ConfigError(f"{path}: expected a JSON list of runs, got {type(data).__name__}", field="path")
     keys = set(PublicRun.model_fields)

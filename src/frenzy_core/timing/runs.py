@@ -12,11 +12,11 @@ optional ``label``. Empty CSV cells mean "not given".
 from __future__ import annotations
 
 import csv
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from frenzy_core._files import load_json, read_text
 from frenzy_core.config.layout import global_batch_size
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.parallel import ParallelConfig
@@ -90,16 +90,9 @@ def run_measurement(row: Mapping[str, Any], base: Path | None = None, where: str
 
 
 def _table_rows(path: Path) -> list[dict[str, Any]]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read {str(path)!r}: {exc.strerror}", field="runs", value=str(path)) from None
+    text = read_text(path, "run table")
     if path.suffix.lower() == ".json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})", field="runs",
-                              value=str(path)) from None
+        data = load_json(text, str(path))
         if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
             raise ConfigError(f"{path}: expected a JSON list of run objects", field="runs", value=str(path))
         return data

@@ -62,7 +62,7 @@ def _sparse_layers(src: HFSource, num_layers: int) -> tuple[int, int] | None:
     (Qwen2MoeDecoderLayer); :class:`MoEConfig` expresses the patterns "every k-th layer after the first n".
     """
     step = src.get_int("decoder_sparse_step", 1)
-    dense = {int(i) for i in src.get_list("mlp_only_layers")}
+    dense = set(src.get_int_list("mlp_only_layers"))
     if step < 1:
         raise src.fail(f"decoder_sparse_step={step} is not positive", field="decoder_sparse_step", value=step,
                        hint="use 1 for every layer, k for every k-th layer")

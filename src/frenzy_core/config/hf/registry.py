@@ -18,7 +18,7 @@ from frenzy_core.config.hf.layout import ModuleLayout
 from frenzy_core.config.hf.rope_norm import read_rope_norm, write_rope_norm
 from frenzy_core.config.hf.source import HFSource, load_source
 from frenzy_core.config.hf.writing import Unwritable
-from frenzy_core.errors import ConfigError, closest_names
+from frenzy_core.errors import ConfigError, closest_names, short_repr
 
 if TYPE_CHECKING:
     from frenzy_core.config.model import ModelConfig
@@ -46,7 +46,7 @@ def family(model_type: str) -> HFFamily:
     if record is None:
         close = closest_names(model_type, SUPPORTED_HF_FAMILIES)
         closest = f"closest: {', '.join(close)}; " if close else ""
-        raise ConfigError(f"unsupported model_type {model_type!r}", field="model_type", value=model_type,
+        raise ConfigError(f"unsupported model_type {short_repr(model_type)}", field="model_type", value=model_type,
                           hint=f"{closest}supported: {', '.join(SUPPORTED_HF_FAMILIES)}")
     return record
 
@@ -66,9 +66,11 @@ def _fields(src: HFSource, record: HFFamily) -> dict[str, Any]:
 def read_model(model_class: type[M], config: dict[str, Any] | str | os.PathLike[str] | Path) -> M:
     """A ``model_class`` instance from a Hugging Face config (dict, ``config.json`` path, or its folder)."""
     src = load_source(config)
-    model_type = src.req("model_type")
+    model_type = src.get_str("model_type", "")
+    if not model_type:
+        src.req("model_type")
     try:
-        record = family(str(model_type))
+        record = family(model_type)
     except ConfigError as exc:
         raise ConfigError(f"{src.origin}: {exc}", field="model_type", value=model_type) from None
     fields = _fields(src, record)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from frenzy_core.config.architecture import PositionEmbedding, RopeScaling
-from frenzy_core.errors import ConfigError
+from frenzy_core.errors import ConfigError, short_repr
 
 if TYPE_CHECKING:
     from frenzy_core.config.model import ModelConfig
@@ -38,7 +38,7 @@ def _scaling(raw: dict[str, Any], origin: str) -> RopeScaling | None:
     try:
         return RopeScaling(kind=kind, **{k: raw[k] for k in _SCALING_KEYS if raw.get(k) is not None})
     except ConfigError as exc:
-        raise ConfigError(f"{origin}: rope scaling {raw!r} is not supported: {exc}", field="rope_scaling",
+        raise ConfigError(f"{origin}: rope scaling {short_repr(raw)} is not supported: {exc}", field="rope_scaling",
                           value=raw, hint="rope_type linear, dynamic, yarn, llama3 or longrope with a factor") from None
 
 

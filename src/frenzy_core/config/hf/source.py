@@ -6,13 +6,14 @@ fields). Nothing here knows the model class: readers return :class:`ModelConfig`
 
 from __future__ import annotations
 
-import json
+import math
 import os
 from pathlib import Path
 from typing import Any
 
+from frenzy_core._files import load_json, read_text
 from frenzy_core.config.architecture import ArchKind, MLPKind, NormKind, PositionEmbedding
-from frenzy_core.errors import ConfigError
+from frenzy_core.errors import ConfigError, short_repr
 
 __all__ = ["Fields", "HFSource", "gated_mlp", "load_source", "plain_mlp", "rotary_decoder", "rotary_fraction",
            "sliding_window"]
@@ -36,7 +37,7 @@ class HFSource:
     def req(self, key: str) -> Any:
         """A key the config must have."""
         if self.data.get(key) is None:
-            raise self.fail(f"required key {key!r} is missing (model_type {self.data.get('model_type')!r})",
+            raise self.fail(f"required key {key!r} is missing (model_type {short_repr(self.data.get('model_type'))})",
                             field=key, value=None, hint=f"add {key!r} as in the model's published config.json")
         return self.data[key]
 
@@ -59,9 +60,12 @@ class HFSource:
         return None if value is None else self._int(key, value)
 
     def _int(self, key: str, value: Any) -> int:
-        # bool is an int subclass and 2.7 would truncate silently: both are mistakes in a config.json.
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or float(value) != int(value):
-            raise self.fail(f"{key}={value!r} is not a whole number", field=key, value=value,
+        # bool is an int subclass and 2.7 would truncate silently: both are mistakes in a config.json; a float
+        # beyond 2^53 is not a count anyone wrote, and NaN or infinity none at all.
+        whole = isinstance(value, int) or (isinstance(value, float) and math.isfinite(value) and value.is_integer()
+                                           and abs(value) <= 2**53)
+        if isinstance(value, bool) or not whole:
+            raise self.fail(f"{key}={short_repr(value)} is not a whole number", field=key, value=value,
                             hint=f"give {key} as an integer")
         return int(value)
 
@@ -69,7 +73,11 @@ class HFSource:
         """An optional number."""
         value = self.get(key, default)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self.fail(f"{key}={value!r} is not a number", field=key, value=value, hint=f"give {key} as a number")
+            raise self.fail(f"{key}={short_repr(value)} is not a number", field=key, value=value,
+                            hint=f"give {key} as a number")
+        if not math.isfinite(value):
+            raise self.fail(f"{key}={value} is not a finite number", field=key, value=value,
+                            hint=f"give {key} as a number")
         return float(value)
 
     def opt_float(self, key: str, default: float | None = None) -> float | None:
@@ -82,7 +90,7 @@ class HFSource:
         """An optional true/false (a string such as "false" is a mistake, not True)."""
         value = self.get(key, default)
         if not isinstance(value, bool):
-            raise self.fail(f"{key}={value!r} is not true or false", field=key, value=value,
+            raise self.fail(f"{key}={short_repr(value)} is not true or false", field=key, value=value,
                             hint=f"give {key} as a JSON boolean")
         return value
 
@@ -90,21 +98,25 @@ class HFSource:
         """An optional string."""
         value = self.get(key, default)
         if not isinstance(value, str):
-            raise self.fail(f"{key}={value!r} is not a string", field=key, value=value, hint=f"give {key} as a string")
+            raise self.fail(f"{key}={short_repr(value)} is not a string", field=key, value=value, hint=f"give {key} as a string")
         return value
 
     def get_list(self, key: str) -> list[Any]:
         """An optional list (empty when absent or null)."""
         value = self.get(key, [])
         if not isinstance(value, list):
-            raise self.fail(f"{key}={value!r} is not a list", field=key, value=value, hint=f"give {key} as a list")
+            raise self.fail(f"{key}={short_repr(value)} is not a list", field=key, value=value, hint=f"give {key} as a list")
         return value
+
+    def get_int_list(self, key: str) -> list[int]:
+        """An optional list of whole numbers (empty when absent or null)."""
+        return [self._int(f"{key}[{i}]", v) for i, v in enumerate(self.get_list(key))]
 
     def get_dict(self, key: str) -> dict[str, Any]:
         """An optional mapping (empty when absent or null)."""
         value = self.get(key, {})
         if not isinstance(value, dict):
-            raise self.fail(f"{key}={value!r} is not a mapping", field=key, value=value,
+            raise self.fail(f"{key}={short_repr(value)} is not a mapping", field=key, value=value,
                             hint=f"give {key} as a JSON object")
         return value
 
@@ -118,7 +130,7 @@ class HFSource:
         if isinstance(archs, str):
             archs = [archs]
         if not isinstance(archs, list) or not archs:
-            raise self.fail(f"architectures={archs!r} is not a list of class names", field="architectures",
+            raise self.fail(f"architectures={short_repr(archs)} is not a list of class names", field="architectures",
                             value=archs, hint='e.g. "architectures": ["LlamaForCausalLM"]')
         return str(archs[0])
 
@@ -139,9 +151,9 @@ def load_source(config: dict[str, Any] | str | os.PathLike[str]) -> HFSource:
         raise ConfigError(f"no Hugging Face config at {path}", field="config", value=str(config),
                           hint="pass a config.json file, a folder holding one, or the parsed dict")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError, OSError) as exc:
-        raise ConfigError(f"{path}: invalid JSON (or unreadable file): {exc}", field="config", value=str(path)) from None
+        data = load_json(read_text(path, "Hugging Face config"), str(path))
+    except ConfigError as exc:
+        raise ConfigError(str(exc), field="config", value=str(path)) from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a JSON object, got {type(data).__name__}", field="config",
                           value=str(path))
@@ -178,8 +190,8 @@ def rotary_fraction(src: HFSource, default: float) -> float:
     rope = src.get_dict("rope_parameters")
     if rope.get("partial_rotary_factor") is not None:
         value = rope["partial_rotary_factor"]
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise src.fail(f"rope_parameters.partial_rotary_factor={value!r} is not a number",
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise src.fail(f"rope_parameters.partial_rotary_factor={short_repr(value)} is not a number",
                            field="rope_parameters", value=value, hint="give it as a number in (0, 1]")
         return float(value)
     for key in ("partial_rotary_factor", "rotary_pct"):
@@ -202,7 +214,7 @@ def sliding_window(src: HFSource, num_layers: int, *, enabled: bool, default_loc
     types = src.get_list("layer_types") if per_layer else []
     if types:
         if len(types) != num_layers or any(t not in ("sliding_attention", "full_attention") for t in types):
-            raise src.fail(f"layer_types={types!r} is not one of 'sliding_attention' / 'full_attention' per layer",
+            raise src.fail(f"layer_types={short_repr(types)} is not one of 'sliding_attention' / 'full_attention' per layer",
                            field="layer_types", value=types, hint=f"give {num_layers} entries")
         local = [t == "sliding_attention" for t in types]
     else:

@@ -6,10 +6,9 @@ import functools
 import re
 from collections.abc import Mapping, Sequence
 
-import yaml
-
 from frenzy_core._base import FrozenModel
 from frenzy_core._data import data_text
+from frenzy_core._files import load_yaml
 from frenzy_core.errors import ConfigError
 
 __all__ = ["OFF_VALUES", "FlagReader", "FlagTable", "GpuFacts", "MegatronArgs", "flag_table", "tokens_to_dict"]
@@ -41,7 +40,7 @@ class FlagTable(FrozenModel):
 @functools.lru_cache(maxsize=1)
 def flag_table() -> FlagTable:
     """The packaged flag table (read once)."""
-    table: FlagTable = FlagTable.model_validate(yaml.safe_load(data_text("megatron_flags.yaml")))
+    table: FlagTable = FlagTable.model_validate(load_yaml(data_text("megatron_flags.yaml"), "megatron_flags.yaml"))
     return table
 
 

@@ -48,6 +48,8 @@ __all__ = [
     "MAX_BYTES",
     "MICRO_BATCH",
     "MICRO_BATCH_TOKENS",
+    "MIN_BYTES_PER_S",
+    "MIN_TFLOPS",
     "NODES",
     "PARAMS",
     "POSITIONS",
@@ -128,6 +130,10 @@ ITERATIONS = Limit(2**40, "optimizer steps of one training job")
 # ---- hardware, money and time --------------------------------------------------------------------------------------
 GPU_MEMORY_BYTES = Limit(2**44, "16 TiB: 85x a B200's 192 GB")
 BYTES_PER_S = Limit(1e16, "1,000x an H200's 4.8 TB/s of HBM bandwidth")
+MIN_BYTES_PER_S = 1e6
+"""Slowest link or memory accepted (1 MB/s, slower than any a GPU has): times divided by it stay finite."""
+MIN_TFLOPS = 1e-3
+"""Lowest peak accepted (1 GFLOPS, below any GPU frenzy_core models)."""
 TFLOPS = Limit(1e6, "200x a B200's 4,500 dense FP8 TFLOPS")
 PRICE_USD = Limit(1e4, "dollars per GPU-hour: 1,000x an H100's on-demand price of about $10")
 TIME_S = Limit(2**40, "seconds (34,800 years): float64 still resolves a quarter of a millisecond there")

@@ -109,7 +109,8 @@ def require_number(field: str, value: object, *, low: float, high: float, intege
     assert isinstance(value, (int, float))
     inside = math.isfinite(value) and (low < value if low_open else low <= value) and value <= high
     if not inside:
-        bounds = f"{'(' if low_open else '['}{low:g}, {high:g}]"
+        shown = (lambda x: f"{x:,}") if integer else (lambda x: f"{x:g}")
+        bounds = f"{'(' if low_open else '['}{shown(low)}, {shown(high)}]"
         raise ConfigError(f"{field} must be {kind} in {bounds}, got {short_repr(value)}", field=field, value=value)
 
 

@@ -20,12 +20,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from frenzy_core.config.model import ModelConfig
-from frenzy_core.errors import ConfigError, FrenzyError, InfeasiblePlanError, UnknownNameError
+from frenzy_core.errors import ConfigError, FrenzyError, InfeasiblePlanError, UnknownNameError, short_repr
 from frenzy_core.hardware.cluster import DEFAULT_PRESET, Cluster, cluster_preset_info
 
 __all__ = [
     "EXIT_BAD_INPUT",
     "EXIT_INFEASIBLE",
+    "EXIT_INTERNAL",
     "ClusterArg",
     "console",
     "err_console",
@@ -45,6 +46,8 @@ EXIT_INFEASIBLE = 1
 """Exit code for a request no layout can satisfy."""
 EXIT_BAD_INPUT = 2
 """Exit code for invalid input (unknown names, bad values); click's own usage errors use it too."""
+EXIT_INTERNAL = 3
+"""Exit code for an error that is frenzy_core's own bug (reported in one line; FRENZY_DEBUG=1 shows the traceback)."""
 
 _PIPE_WIDTH = 240
 """Columns when stdout is not a terminal (a pipe, a file): rich would otherwise cut tables at 80."""
@@ -149,7 +152,7 @@ def load_cluster_arg(value: str | None, scale: int | None = None) -> ClusterArg:
             cluster = Cluster.from_yaml(path)
         except ConfigError as exc:
             raise ConfigError(
-                f"cluster file {value!r}: {exc}",
+                str(exc) if value in str(exc) else f"cluster file {value!r}: {exc}",
                 field="--cluster",
                 value=value,
                 hint="expected 'nodes: [{gpu: a100-80gb, gpus_per_node: 8, count: 2}]'",
@@ -238,6 +241,14 @@ def handle_errors(func: F) -> F:
                 soft_wrap=True,
             )
             raise typer.Exit(EXIT_BAD_INPUT) from None
+        except Exception as exc:  # a bug of ours: one line, never a traceback (unless asked for)
+            if os.environ.get("FRENZY_DEBUG") or type(exc).__module__.startswith(("typer", "click")):
+                raise  # typer's own exits and usage errors are handled by the app
+            err_console.print(
+                f"[bold red]internal error:[/] {type(exc).__name__}: {escape(short_repr(str(exc), 300))} (a bug in "
+                "frenzy_core; please report it with the command; FRENZY_DEBUG=1 shows the traceback)",
+                highlight=False, soft_wrap=True)
+            raise typer.Exit(EXIT_INTERNAL) from None
 
     return wrapper  # type: ignore[return-value]
 

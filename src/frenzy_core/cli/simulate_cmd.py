@@ -43,7 +43,10 @@ _HEADERS: dict[TraceFormat, tuple[str, ...]] = {
 
 
 def _open_text(path: Path) -> object:
-    return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else path.open(encoding="utf-8")
+    # surrogateescape: a byte that is not UTF-8 is for the trace reader to report (or skip) with its row
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8", errors="surrogateescape")
+    return path.open(encoding="utf-8", errors="surrogateescape")
 
 
 def detect_format(path: Path) -> TraceFormat:

@@ -10,14 +10,16 @@ import contextvars
 import functools
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
+from frenzy_core import _limits as limits
 from frenzy_core._base import FrozenModel
 from frenzy_core._data import data_yaml_files
-from frenzy_core._files import load_yaml_mapping
-from frenzy_core.errors import ConfigError, UnknownNameError, require_name
+from frenzy_core._files import load_yaml_mapping, read_text
+from frenzy_core._limits import at_most, beyond_message
+from frenzy_core.errors import ConfigError, UnknownNameError, require_name, require_number, short_repr
 from frenzy_core.hardware.gpu import GPUSpec, LinkKind, Links
 from frenzy_core.hardware.gpus import get_gpu_spec
 from frenzy_core.hardware.topology import ClusterSummary, build_topology
@@ -39,14 +41,18 @@ class Node(FrozenModel):
     """One node shape, repeated ``count`` times; link fields left out take the GPU type's typical values."""
 
     gpu: str = Field(description="GPU type id or alias; stored as the canonical id.")
-    gpus_per_node: int = Field(gt=0, description="GPUs in each node of this shape.")
-    count: int = Field(default=1, gt=0, description="How many identical nodes of this shape.")
+    gpus_per_node: Annotated[int, at_most(limits.GPUS_PER_NODE)] = Field(
+        gt=0, description="GPUs in each node of this shape.")
+    count: Annotated[int, at_most(limits.NODES)] = Field(
+        default=1, gt=0, description="How many identical nodes of this shape.")
     free_gpus: int | None = Field(default=None, ge=0, description="Free GPUs per node; default all.")
     intra_node_link: LinkKind | None = Field(default=None, description="Default: the GPU type's link.")
-    intra_node_bytes_per_s: float | None = Field(default=None, gt=0, description="Per GPU, per direction.")
+    intra_node_bytes_per_s: Annotated[float | None, at_most(limits.BYTES_PER_S)] = Field(
+        default=None, ge=limits.MIN_BYTES_PER_S, description="Per GPU, per direction.")
     link_domain_gpus: int | None = Field(default=None, gt=0, description=(
         "GPUs per fast-link (NVLink/Infinity Fabric) domain in a node; default min(type's, gpus_per_node)."))
-    inter_node_bytes_per_s: float | None = Field(default=None, gt=0, description="NIC bandwidth per GPU, per direction.")
+    inter_node_bytes_per_s: Annotated[float | None, at_most(limits.BYTES_PER_S)] = Field(
+        default=None, ge=limits.MIN_BYTES_PER_S, description="NIC bandwidth per GPU, per direction.")
     rack: str | None = Field(default=None, description="Optional rack label (placement locality).")
     zone: str | None = Field(default=None, description="Optional zone label (placement locality).")
 
@@ -101,6 +107,14 @@ class Cluster(FrozenModel):
             raise ValueError("a cluster needs at least one node; give nodes: [{gpu: ..., gpus_per_node: ...}]")
         return data
 
+    @model_validator(mode="after")
+    def _size(self) -> Cluster:
+        for what, total, limit in (("nodes (counts summed)", self.num_nodes, limits.NODES),
+                                   ("GPUs", self.total_gpus, limits.GPUS)):
+            if total > limit.high:
+                raise ValueError(beyond_message(total, limit, f"the cluster's {what}"))
+        return self
+
     @field_validator("nodes", mode="after")
     @classmethod
     def _resolve(cls, nodes: tuple[Node, ...]) -> tuple[Node, ...]:
@@ -122,11 +136,14 @@ class Cluster(FrozenModel):
     @classmethod
     def from_yaml(cls, text: str | Path, specs: Mapping[str, GPUSpec] | None = None) -> Cluster:  # type: ignore[override]
         """A cluster from YAML text or a path to a YAML file (same schema as :meth:`from_dict`)."""
+        if not isinstance(text, (str, Path)):
+            raise ConfigError(f"Cluster.from_yaml takes YAML text or a path, got {type(text).__name__}",
+                              field="text", value=text, hint="use Cluster.from_dict for a mapping")
         if isinstance(text, Path) or ("\n" not in text and (text.endswith((".yaml", ".yml")) or _is_file(text))):
             path = Path(text)
             if not path.is_file():
-                raise ConfigError(f"Cluster: no such file {str(path)!r}", field="path", value=str(path))
-            text = path.read_text(encoding="utf-8")
+                raise ConfigError(f"Cluster: no such file {short_repr(str(path))}", field="path", value=str(path))
+            text = read_text(path, "cluster file")
         data = load_yaml_mapping(text, "Cluster")
         data = {k: v for k, v in data.items() if k not in ClusterPreset.META_KEYS}
         return cls.from_dict(data, specs)
@@ -222,9 +239,7 @@ def scale_counts(counts: list[int], gpus_per_node: list[int], types: list[str], 
     """Node counts scaled to at most ``total_gpus`` GPUs in proportion to ``counts``: floors of the exact
     shares, then one more node to the shapes with the largest remainders (ties: first shape) while it fits;
     every GPU type keeps at least one node, which may push the total above ``total_gpus``."""
-    if total_gpus <= 0:
-        raise ConfigError(f"scale must be a positive number of GPUs, got {total_gpus}", field="scale",
-                          value=total_gpus)
+    require_number("scale", total_gpus, low=1, high=limits.GPUS.high, integer=True)
     current = sum(c * g for c, g in zip(counts, gpus_per_node))
     shares = [c * total_gpus / current for c in counts]
     new = [int(s) for s in shares]

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import enum
-from typing import NamedTuple
+from typing import Annotated, NamedTuple
 
 from pydantic import Field, model_validator
 
+from frenzy_core import _limits as limits
 from frenzy_core._base import FrozenModel
+from frenzy_core._limits import at_most
 
 __all__ = ["DTYPES", "GPUSpec", "LinkKind", "Links"]
 
@@ -57,20 +59,24 @@ class GPUSpec(FrozenModel):
     name: str = Field(description="Marketing name.")
     vendor: str = Field(description="nvidia or amd.")
     aliases: list[str] = Field(default_factory=list, description="Other names (driver names, short names).")
-    memory_bytes: int = Field(gt=0, description="Usable memory as the driver reports it.")
-    nominal_memory_bytes: int = Field(gt=0, description="Marketing memory size (GB = 1e9 bytes).")
-    memory_bandwidth_bytes_per_s: float = Field(gt=0)
+    memory_bytes: Annotated[int, at_most(limits.GPU_MEMORY_BYTES)] = Field(
+        gt=0, description="Usable memory as the driver reports it.")
+    nominal_memory_bytes: Annotated[int, at_most(limits.GPU_MEMORY_BYTES)] = Field(
+        gt=0, description="Marketing memory size (GB = 1e9 bytes).")
+    memory_bandwidth_bytes_per_s: Annotated[float, at_most(limits.BYTES_PER_S)] = Field(ge=limits.MIN_BYTES_PER_S)
     peak_tflops: dict[str, float] = Field(description="Dense peak per dtype: fp32, tf32, bf16, fp16, fp8.")
     matmul_efficiency: float | None = Field(default=None, gt=0, le=1,
                                             description="Best measured bf16 matmul / bf16 peak, where measured.")
     intra_node_link: LinkKind = Field(description="nvlink2..5, pcie3..5, infinity-fabric.")
-    intra_node_bytes_per_s: float = Field(gt=0, description="Per GPU, per direction.")
-    link_domain_gpus: int = Field(default=1, gt=0, description=(
+    intra_node_bytes_per_s: Annotated[float, at_most(limits.BYTES_PER_S)] = Field(
+        ge=limits.MIN_BYTES_PER_S, description="Per GPU, per direction.")
+    link_domain_gpus: Annotated[int, at_most(limits.GPUS_PER_NODE)] = Field(default=1, gt=0, description=(
         "GPUs of one node that share the fast intra-node link (NVLink/NVSwitch or Infinity Fabric domain); "
         "1 for cards that reach each other only over PCIe."))
-    gpus_per_node: int = Field(gt=0, description="Typical GPUs per node.")
-    inter_node_bytes_per_s: float = Field(gt=0, description="Typical network bandwidth per GPU, per direction.")
-    price_per_gpu_hour_usd: float | None = Field(default=None, gt=0)
+    gpus_per_node: Annotated[int, at_most(limits.GPUS_PER_NODE)] = Field(gt=0, description="Typical GPUs per node.")
+    inter_node_bytes_per_s: Annotated[float, at_most(limits.BYTES_PER_S)] = Field(
+        ge=limits.MIN_BYTES_PER_S, description="Typical network bandwidth per GPU, per direction.")
+    price_per_gpu_hour_usd: Annotated[float | None, at_most(limits.PRICE_USD)] = Field(default=None, gt=0)
     price_date: str | None = Field(default=None, description="ISO date the price was read.")
     notes: str = Field(default="", description="Modelling choices worth knowing (e.g. one MI250X GCD per device).")
     sources: dict[str, str] = Field(description=(
@@ -81,9 +87,10 @@ class GPUSpec(FrozenModel):
         unknown = sorted(set(self.peak_tflops) - set(DTYPES))
         if unknown:
             raise ValueError(f"peak_tflops has unknown dtypes {unknown}; use some of {list(DTYPES)}")
-        bad = sorted(k for k, v in self.peak_tflops.items() if not v > 0)
+        bad = sorted(k for k, v in self.peak_tflops.items() if not limits.MIN_TFLOPS <= v <= limits.TFLOPS.high)
         if bad:
-            raise ValueError(f"peak_tflops must be > 0 for {bad}; leave a dtype out when it is unsupported")
+            raise ValueError(f"peak_tflops must be in [{limits.MIN_TFLOPS:g}, {limits.TFLOPS.high:g}] for {bad} "
+                             f"({limits.TFLOPS.why}); leave a dtype out when it is unsupported")
         if self.link_domain_gpus > self.gpus_per_node:
             raise ValueError(f"link_domain_gpus ({self.link_domain_gpus}) exceeds gpus_per_node "
                              f"({self.gpus_per_node})")

@@ -14,8 +14,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from frenzy_core._files import load_yaml_mapping
-from frenzy_core.errors import ConfigError, UnknownNameError, require_name
+from frenzy_core._files import load_yaml_mapping, read_text
+from frenzy_core.errors import ConfigError, UnknownNameError, require_name, short_repr
 from frenzy_core.hardware.gpu import GPUSpec
 
 __all__ = ["catalogue_markdown", "get_gpu_spec", "gpu_ids", "load_gpu_specs", "normalize_gpu_name"]
@@ -53,7 +53,13 @@ def _builtin_specs() -> dict[str, GPUSpec]:
 
 def _extra_files(extra_dirs: Iterable[str | Path]) -> list[Path]:
     files: list[Path] = []
+    if isinstance(extra_dirs, Mapping) or not isinstance(extra_dirs, Iterable):
+        raise ConfigError(f"extra_dirs must be a folder, a file or a list of them, got {type(extra_dirs).__name__}",
+                          field="extra_dirs", value=extra_dirs)
     for item in extra_dirs:
+        if not isinstance(item, (str, Path)):
+            raise ConfigError(f"extra_dirs holds {type(item).__name__} {short_repr(item)}, not a path",
+                              field="extra_dirs", value=item)
         path = Path(item)
         if path.is_dir():
             files.extend(sorted(path.glob("*.yaml")) + sorted(path.glob("*.yml")))
@@ -68,7 +74,14 @@ def _extra_files(extra_dirs: Iterable[str | Path]) -> list[Path]:
 def _apply_override(spec: GPUSpec, changes: Mapping[str, Any]) -> GPUSpec:
     """``changes`` applied to ``spec``; ``peak_tflops`` merges per dtype; changed fields are sourced
     "user override" unless ``changes`` has its own ``sources``."""
+    if not isinstance(changes, Mapping):
+        raise ConfigError(f"an override must map field names to values, got {type(changes).__name__}",
+                          field="overrides", value=changes, hint="e.g. {'memory_bytes': 85899345920}")
     changes = dict(changes)
+    if changes.get("id", spec.id) != spec.id:
+        raise ConfigError(f"an override cannot change the id ({spec.id!r} to {short_repr(changes['id'])}): the "
+                          "catalogue is keyed by it", field="id", value=changes["id"],
+                          hint="add a GPU spec file with the new id instead")
     user_sources = dict(changes.pop("sources", {}))
     sources = dict(spec.sources)
     for key in changes:
@@ -92,15 +105,19 @@ def load_gpu_specs(extra_dirs: Iterable[str | Path] | str | Path | None = None,
         extra_dirs = [extra_dirs]
     specs = dict(_builtin_specs())
     for path in _extra_files(extra_dirs or ()):
-        spec = _read_spec_file(path.read_text(encoding="utf-8"), str(path), normalize_gpu_name(path.stem))
+        spec = _read_spec_file(read_text(path, "GPU spec file"), str(path), normalize_gpu_name(path.stem))
         specs[spec.id] = spec
     _alias_index(specs)  # fail early on a clash between files
+    if overrides is not None and not isinstance(overrides, Mapping):
+        raise ConfigError(f"overrides must map GPU names to field values, got {type(overrides).__name__}",
+                          field="overrides", value=overrides, hint="e.g. {'h100': {'price_per_gpu_hour_usd': 2.5}}")
     for name, changes in (overrides or {}).items():
         spec = get_gpu_spec(name, specs)
         try:
             specs[spec.id] = _apply_override(spec, changes)
+            _alias_index(specs)  # an override may not take another type's name
         except ConfigError as exc:
-            raise ConfigError(f"overrides[{name!r}]: {exc}", field=exc.field, value=exc.value) from None
+            raise ConfigError(f"overrides[{short_repr(name)}]: {exc}", field=exc.field, value=exc.value) from None
     return specs
 
 

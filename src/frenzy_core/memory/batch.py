@@ -16,6 +16,7 @@ from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.config.layout import layout_mask
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.training import TrainingConfig
+from frenzy_core.errors import require_instance
 from frenzy_core.memory.kernel import stage_arrays
 from frenzy_core.memory.overhead import overhead_bytes
 from frenzy_core.memory.result import MEMORY_CATEGORIES
@@ -54,6 +55,8 @@ def estimate_memory_batch(model: ModelConfig, configs: LayoutArrays | Mapping[st
     and gives defaults for missing columns. Equal to ``estimate_memory`` per layout; invalid ones (those
     ``estimate_memory`` would refuse: :func:`layout_mask`) get ``valid`` False and -1.
     """
+    require_instance("model", model, ModelConfig, "use ModelConfig.preset(name) or ModelConfig(...)")
+    require_instance("training", training, TrainingConfig)
     layouts = configs if isinstance(configs, LayoutArrays) else LayoutArrays.from_columns(configs, training)
     valid = layout_mask(model, layouts)
     arrays = layouts.masked(valid)

@@ -10,7 +10,7 @@ import numpy as np
 
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.training import Recompute, TrainingConfig
-from frenzy_core.errors import ConfigError
+from frenzy_core.errors import ConfigError, require_number, short_repr
 from frenzy_core.planning.candidates import CandidateTable
 from frenzy_core.planning.diagnosis import type_rejections
 from frenzy_core.planning.estimators import AnalyticEstimator, LayoutEstimator
@@ -23,6 +23,11 @@ from frenzy_core.planning.search import ClusterLike, Search, make_search
 __all__ = ["SOLVERS", "build_plan", "plan_job", "solve"]
 
 SOLVERS = ("cp-sat", "exhaustive")
+
+MAX_TIME_LIMIT_S = 86400.0
+"""Longest solver time limit accepted (a day; the default is 10 s)."""
+MAX_TOP_K = 1000
+"""Most runners-up a plan lists."""
 """Solver names ``plan_job`` accepts."""
 
 
@@ -117,14 +122,11 @@ def plan_job(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig 
             raise ConfigError("give estimator or time_model, not both", field="time_model",
                               hint="pass AnalyticEstimator(time_model=...) as the estimator")
         estimator = AnalyticEstimator(time_model=time_model)
-    if solver not in SOLVERS:
-        raise ConfigError(f"unknown solver {solver!r}", field="solver", value=solver,
+    if not isinstance(solver, str) or solver not in SOLVERS:
+        raise ConfigError(f"unknown solver {short_repr(solver)}", field="solver", value=solver,
                           hint="use one of " + ", ".join(repr(s) for s in SOLVERS))
-    if not time_limit_s > 0:
-        raise ConfigError(f"time_limit_s must be positive, got {time_limit_s}", field="time_limit_s",
-                          value=time_limit_s)
-    if top_k < 0:
-        raise ConfigError(f"top_k must be >= 0, got {top_k}", field="top_k", value=top_k)
+    require_number("time_limit_s", time_limit_s, low=0, low_open=True, high=MAX_TIME_LIMIT_S)
+    require_number("top_k", top_k, low=0, high=MAX_TOP_K, integer=True)
     search = make_search(model, cluster, training, objective, constraints, estimator)
     table = search.table()
     solution = solve(search, table, solver, time_limit_s)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import enum
+from typing import Annotated
 
 from pydantic import Field, model_validator
 
+from frenzy_core import _limits as limits
 from frenzy_core._base import FrozenModel
+from frenzy_core._limits import at_most
 from frenzy_core.config.training import Recompute
 
 __all__ = [
@@ -64,18 +67,22 @@ class PlanConstraints(FrozenModel):
                             description="Fraction of each GPU's usable memory left free.")
     gpu_types: list[str] | None = Field(default=None, min_length=1,
                                         description="Allowed GPU type ids (None: every type in the cluster).")
-    max_gpus: int | None = Field(default=None, gt=0, description="Most GPUs the job may take.")
-    num_gpus: int | None = Field(default=None, gt=0, description="Exactly this many GPUs (user-request mode).")
+    max_gpus: Annotated[int | None, at_most(limits.GPUS)] = Field(
+        default=None, gt=0, description="Most GPUs the job may take.")
+    num_gpus: Annotated[int | None, at_most(limits.GPUS)] = Field(
+        default=None, gt=0, description="Exactly this many GPUs (user-request mode).")
     max_price_per_hour_usd: float | None = Field(default=None, gt=0,
                                                  description="Most dollars per hour for all GPUs of the job.")
-    token_budget: int | None = Field(default=None, gt=0,
-                                     description="Tokens to train; needed by the cost and time_to_train objectives.")
-    deadline_s: float | None = Field(default=None, gt=0,
-                                     description="Finish token_budget tokens within this many seconds.")
-    tp: int | None = Field(default=None, gt=0, description="Pin the tensor-parallel degree.")
-    pp: int | None = Field(default=None, gt=0, description="Pin the pipeline-parallel degree.")
-    micro_batch_sizes: list[int] | None = Field(default=None, min_length=1,
-                                                description="Micro-batch sizes to search (None: 1, 2, 4, 8).")
+    token_budget: Annotated[int | None, at_most(limits.TOKENS)] = Field(
+        default=None, gt=0, description="Tokens to train; needed by the cost and time_to_train objectives.")
+    deadline_s: Annotated[float | None, at_most(limits.TIME_S)] = Field(
+        default=None, gt=0, description="Finish token_budget tokens within this many seconds.")
+    tp: Annotated[int | None, at_most(limits.DEGREE)] = Field(
+        default=None, gt=0, description="Pin the tensor-parallel degree.")
+    pp: Annotated[int | None, at_most(limits.DEGREE)] = Field(
+        default=None, gt=0, description="Pin the pipeline-parallel degree.")
+    micro_batch_sizes: list[Annotated[int, at_most(limits.MICRO_BATCH)]] | None = Field(
+        default=None, min_length=1, max_length=64, description="Micro-batch sizes to search (None: 1, 2, 4, 8).")
     recompute: list[Recompute] | None = Field(default=None, min_length=1,
                                               description="Recompute modes to search (None: all three).")
     zero_stages: list[int] | None = Field(default=None, min_length=1,

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import Field, field_validator, model_validator
 
+from frenzy_core import _limits as limits
 from frenzy_core._base import FrozenModel
+from frenzy_core._limits import at_most, beyond_message
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.training import TrainingConfig
 from frenzy_core.errors import UnknownNameError
@@ -16,7 +20,7 @@ __all__ = ["GPURequest", "TrainingJob"]
 class GPURequest(FrozenModel):
     """The allocation a user asked for: a GPU count, optionally of one GPU type."""
 
-    num_gpus: int = Field(gt=0, description="GPUs asked for.")
+    num_gpus: Annotated[int, at_most(limits.GPUS)] = Field(gt=0, description="GPUs asked for.")
     gpu_type: str | None = Field(default=None, description=(
         "GPU type id or alias, stored as the catalogue id (e.g. 'v100' -> 'v100-32gb'); None: any type."))
 
@@ -36,20 +40,27 @@ class TrainingJob(FrozenModel):
     iterations, which need a fixed ``training.global_batch_size``): it must not depend on the layout."""
 
     id: str = Field(description="Unique within a workload.")
-    submit_time_s: float = Field(ge=0, description="Arrival, seconds after the workload starts.")
+    submit_time_s: Annotated[float, at_most(limits.TIME_S)] = Field(
+        ge=0, description="Arrival, seconds after the workload starts.")
     model: ModelConfig = Field(description="The model trained.")
     training: TrainingConfig = Field(description="The recipe (sequence length, batch, precision, optimizer).")
-    work_tokens: int | None = Field(default=None, gt=0, description="Tokens to train; or work_iterations.")
-    work_iterations: int | None = Field(default=None, gt=0, description="Optimizer steps; or work_tokens.")
+    work_tokens: Annotated[int | None, at_most(limits.TOKENS)] = Field(
+        default=None, gt=0, description="Tokens to train; or work_iterations.")
+    work_iterations: Annotated[int | None, at_most(limits.ITERATIONS)] = Field(
+        default=None, gt=0, description="Optimizer steps; or work_tokens.")
     request: GPURequest | None = Field(default=None, description="The allocation the user asked for, if any.")
-    deadline_s: float | None = Field(default=None, description="Finish by this time (same clock as submit).")
-    priority: int = Field(default=0, description="Higher runs first under priority-aware policies.")
+    deadline_s: Annotated[float | None, at_most(limits.TIME_S)] = Field(
+        default=None, description="Finish by this time (same clock as submit).")
+    priority: int = Field(default=0, ge=-(2**31), lt=2**31, description="Higher runs first under priority-aware policies.")
 
     @model_validator(mode="after")
     def _check(self) -> TrainingJob:
         if (self.work_tokens is None) == (self.work_iterations is None):
             raise ValueError(f"give exactly one of work_tokens ({self.work_tokens}) and work_iterations "
                              f"({self.work_iterations})")
+        if self.total_tokens_or_none is not None and self.total_tokens_or_none > limits.TOKENS.high:
+            raise ValueError(beyond_message(self.total_tokens_or_none, limits.TOKENS, "work_iterations x tokens per "
+                                            "iteration"))
         if self.work_iterations is not None and self.training.global_batch_size is None:
             raise ValueError("work_iterations needs training.global_batch_size (with one micro-batch per "
                              "rank the tokens per iteration depend on the layout); give work_tokens instead")
@@ -62,6 +73,14 @@ class TrainingJob(FrozenModel):
         """Tokens one optimizer step trains on, when the global batch is fixed."""
         gbs = self.training.global_batch_size
         return None if gbs is None else gbs * self.training.seq_len
+
+    @property
+    def total_tokens_or_none(self) -> int | None:
+        """The job's work in tokens; None for iterations without a fixed global batch (which the validator refuses)."""
+        if self.work_tokens is not None:
+            return self.work_tokens
+        per_step = self.tokens_per_iteration
+        return None if self.work_iterations is None or per_step is None else self.work_iterations * per_step
 
     @property
     def total_tokens(self) -> int:

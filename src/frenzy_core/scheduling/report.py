@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from frenzy_core.errors import OptionalDependencyError
+from frenzy_core.errors import ConfigError, OptionalDependencyError, require_instance
 from frenzy_core.scheduling.result import SimulationResult
 
 __all__ = ["compare", "plot_results"]
@@ -26,7 +26,11 @@ def compare(results: Sequence[SimulationResult]) -> str:
     makespan (h), mean GPU utilisation, median round latency (ms), and avg JCT relative to the first row."""
     head = ["policy", "finished", "OOM", "unsched", "avg JCT h", "median JCT h", "p99 JCT h", "avg queue h",
             "makespan h", "util %", "round ms", "vs first"]
-    base = results[0].avg_jct_s if results else None
+    if isinstance(results, (str, bytes)) or not isinstance(results, Sequence):
+        raise ConfigError(f"results must be a list of SimulationResult, got {type(results).__name__}", field="results")
+    for i, r in enumerate(results):
+        require_instance(f"results[{i}]", r, SimulationResult)
+    base = (results[0].avg_jct_s or None) if results else None  # None or 0: nothing to compare against
     rows = []
     for r in results:
         util = r.mean_utilisation()

@@ -14,10 +14,10 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from frenzy_core.errors import ConfigError, FrenzyError
+from frenzy_core.errors import ConfigError, FrenzyError, require_instance, require_seed
 from frenzy_core.hardware.cluster import Cluster
 from frenzy_core.scheduling.jobs import TrainingJob
 from frenzy_core.scheduling.policies import get_policy
@@ -38,8 +38,12 @@ class SimulationError(FrenzyError):
 
 
 def _check_jobs(jobs: Sequence[TrainingJob]) -> None:
+    if isinstance(jobs, (str, bytes, Mapping)) or not isinstance(jobs, Sequence):
+        raise ConfigError(f"jobs must be a list of TrainingJob, got {type(jobs).__name__}", field="jobs",
+                          hint="build them with TrainingJob(...), synthetic_jobs or jobs_from_trace")
     seen: set[str] = set()
-    for job in jobs:
+    for i, job in enumerate(jobs):
+        require_instance(f"jobs[{i}]", job, TrainingJob)
         if job.id in seen:
             raise ConfigError(f"job id {job.id!r} appears twice; ids must be unique", field="jobs.id",
                               value=job.id)
@@ -124,6 +128,11 @@ def simulate(jobs: Sequence[TrainingJob], cluster: Cluster, policy: str | Policy
     placements where no layout fits as failed jobs instead of raising :class:`SimulationError`.
     """
     _check_jobs(jobs)
+    require_instance("cluster", cluster, Cluster, "use Cluster.preset(name) or Cluster.from_yaml(path)")
+    require_seed(seed)
+    if throughput is not None and not callable(throughput):
+        raise ConfigError(f"throughput must be a function (model, training, gpu, count) -> tokens/s, got "
+                          f"{type(throughput).__name__}", field="throughput")
     chosen = get_policy(policy)
     state = ClusterState(cluster)
     chosen.start(state, throughput or PlannedThroughput(), seed)

@@ -16,7 +16,7 @@ from pydantic import Field
 from frenzy_core._base import FrozenModel
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.training import TrainingConfig
-from frenzy_core.errors import ConfigError, InfeasiblePlanError
+from frenzy_core.errors import ConfigError, InfeasiblePlanError, require_instance, require_seed
 from frenzy_core.hardware.cluster import Cluster
 from frenzy_core.hardware.gpus import get_gpu_spec
 from frenzy_core.scheduling.jobs import GPURequest, TrainingJob
@@ -172,6 +172,14 @@ def jobs_from_trace(trace_jobs: Sequence[TraceJob], *, seed: int = 0, cluster: C
     overrides the GPU type durations are converted on; ``default_duration_s`` is used for jobs whose trace
     records no duration (Sia).
     """
+    require_seed(seed)
+    if isinstance(trace_jobs, (str, bytes, Mapping)) or not isinstance(trace_jobs, Sequence):
+        raise ConfigError(f"trace_jobs must be a list of TraceJob, got {type(trace_jobs).__name__}",
+                          field="trace_jobs", hint="read them with load_trace")
+    for i, job in enumerate(trace_jobs):
+        require_instance(f"trace_jobs[{i}]", job, TraceJob)
+    if cluster is not None:
+        require_instance("cluster", cluster, Cluster)
     _check_buckets(buckets)
     if default_duration_s is not None and not default_duration_s > 0:
         raise ConfigError(f"default_duration_s={default_duration_s} must be > 0", field="default_duration_s",

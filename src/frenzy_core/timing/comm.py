@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from frenzy_core.errors import ConfigError
+from frenzy_core import _limits as limits
+from frenzy_core.errors import ConfigError, require_number
 from frenzy_core.hardware.cluster import Cluster
 from frenzy_core.hardware.gpu import GPUSpec, Links
 
@@ -25,6 +26,11 @@ def links_for(gpu: GPUSpec, cluster: Cluster | Links | None = None) -> Links:
     if cluster is None:
         return gpu.links
     if isinstance(cluster, Links):
+        require_number("cluster.gpus_per_node", cluster.gpus_per_node, low=1, high=limits.GPUS_PER_NODE.high,
+                       integer=True)
+        for name in ("intra_node_bytes_per_s", "inter_node_bytes_per_s"):
+            require_number(f"cluster.{name}", getattr(cluster, name), low=limits.MIN_BYTES_PER_S,
+                           high=limits.BYTES_PER_S.high)
         return cluster
     if isinstance(cluster, Cluster):
         return cluster.links(gpu.id)

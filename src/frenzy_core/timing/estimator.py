@@ -126,7 +126,11 @@ def estimate_iteration_time_batch(
     Layout rules (:func:`validate_layout`) are not checked here, except that values are in range and the global
     batch splits into whole micro-batches (ConfigError naming the first candidate that breaks them).
     """
+    require_instance("model", model, ModelConfig, "use ModelConfig.preset(name) or ModelConfig(...)")
+    require_instance("training", training, TrainingConfig)
     gpu = resolve_gpu(gpu)
+    if params is not None:
+        require_instance("params", params, TimeModelParams)
     p = params if params is not None else default_time_model_params(gpu)
     links = links_for(gpu, cluster)
     peak = _peak_flops(gpu, training.precision)

@@ -12,16 +12,21 @@ import csv
 import enum
 import gzip
 import math
+import os
+import re
 import warnings
+import zlib
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, TypeVar
+from typing import IO, Any, TypeVar
 
 import numpy as np
 
-from frenzy_core.errors import ConfigError
+from frenzy_core import _limits as limits
+from frenzy_core._limits import beyond_message
+from frenzy_core.errors import ConfigError, require_seed, short_repr
 from frenzy_core.scheduling.traces._base import Excluded, TraceReader
 from frenzy_core.scheduling.traces._fields import Fields, ParsedRow, RowError
 from frenzy_core.scheduling.traces.alibaba import AlibabaSpotReader
@@ -63,18 +68,46 @@ def _choice(enum_type: type[_E], value: object, field: str) -> _E:
         return enum_type(value)
     except ValueError:
         known = [m.value for m in enum_type]
-        raise ConfigError(f"{field}={value!r} is not one of {known}", field=field, value=value) from None
+        raise ConfigError(f"{field}={short_repr(value)} is not one of {known}", field=field, value=value) from None
 
 
 @contextmanager
 def _open_text(path: Path) -> Iterator[IO[str]]:
-    """The file as text; ``.gz`` files are decompressed; a byte-order mark is dropped."""
+    """The file as text; ``.gz`` files are decompressed; a byte-order mark is dropped; bytes that are not UTF-8
+    become lone surrogates (``surrogateescape``), so that the row holding them can be reported or skipped."""
     if path.suffix == ".gz":
-        with gzip.open(path, "rt", encoding="utf-8-sig", newline="") as zipped:
+        with gzip.open(path, "rt", encoding="utf-8-sig", errors="surrogateescape", newline="") as zipped:
             yield zipped
     else:
-        with open(path, encoding="utf-8-sig", newline="") as plain:
+        with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as plain:
             yield plain
+
+
+_UNDECODABLE = re.compile("[\udc80-\udcff]")
+"""What ``surrogateescape`` makes of a byte that is not UTF-8."""
+
+
+def _csv_rows(rows: Iterator[list[str]]) -> Iterator[list[str] | RowError]:
+    """The rows of a CSV reader; a row csv refuses (a field over its 131,072-character limit) as a RowError in its
+    place (the reader goes on at the next line); a row with bytes that are not UTF-8 too."""
+    while True:
+        try:
+            row = next(rows)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            yield RowError(None, f"is not a CSV row csv can read ({exc})")
+            continue
+        yield RowError(None, "holds bytes that are not UTF-8") if _UNDECODABLE.search("".join(row)) else row
+
+
+def _check_bounds(result: ParsedRow) -> None:
+    """A RowError for a row whose GPUs or times are beyond frenzy_core's bounds (docs/architecture.md)."""
+    if result.num_gpus > limits.GPUS.high:
+        raise RowError(None, beyond_message(result.num_gpus, limits.GPUS, "GPUs"))
+    for what, seconds in (("submit time", result.submit_abs_s), ("duration", result.duration_s or 0.0)):
+        if abs(seconds) > limits.TIME_S.high:
+            raise RowError(None, beyond_message(seconds, limits.TIME_S, what))
 
 
 def _column_index(header: list[str] | None, reader: TraceReader, path: Path) -> dict[str, int]:
@@ -98,23 +131,28 @@ def _parse_file(path: Path, reader: TraceReader, on_error: OnError
     skipped: list[SkippedRow] = []
     excluded: Counter[str] = Counter()
     data_row = 0
-    with _open_text(path) as handle:
+    with _read_errors(path) as where, _open_text(path) as handle:
         rows = csv.reader(handle)
+        where.append(rows)
         index = _column_index(next(rows, None), reader, path)
         width = len(index)
-        for row in rows:
+        for row in _csv_rows(rows):
             if not row:  # a blank line (a trailing newline, say) is no row
                 continue
             data_row += 1
             try:
+                if isinstance(row, RowError):
+                    raise row
                 if len(row) != width:
                     raise RowError(None, f"has {len(row)} fields; the header has {width}")
                 result = reader.parse(Fields(row, index), data_row)
+                if not isinstance(result, Excluded):
+                    _check_bounds(result)
             except RowError as exc:
                 bad = SkippedRow(line=rows.line_num, row=data_row, column=exc.column, reason=exc.reason)
                 if on_error is OnError.FAIL:
                     raise ConfigError(bad.describe(path.name), field=exc.column,
-                                      value=row[index[exc.column]] if exc.column else row,
+                                      value=row[index[exc.column]] if exc.column and isinstance(row, list) else row,
                                       hint="pass on_error='skip' to leave malformed rows out") from None
                 skipped.append(bad)
                 continue
@@ -123,6 +161,19 @@ def _parse_file(path: Path, reader: TraceReader, on_error: OnError
             else:
                 parsed.append(result)
     return parsed, skipped, excluded, data_row
+
+
+@contextmanager
+def _read_errors(path: Path) -> Iterator[list[Any]]:
+    """A file that cannot be read to its end (a truncated or corrupt ``.gz``, a read error) as one ConfigError
+    naming the line reached; the caller appends its csv reader to the yielded list so that the line is known."""
+    reader: list[Any] = []
+    try:
+        yield reader
+    except (EOFError, OSError, zlib.error) as exc:
+        line = reader[0].line_num if reader else 0
+        raise ConfigError(f"{path.name}: reading stopped after line {line}: {exc}", field="path", value=str(path),
+                          hint="the file is truncated or corrupt; download it again") from None
 
 
 def _check_window(time_window: tuple[float, float] | None) -> tuple[float, float] | None:
@@ -167,10 +218,14 @@ def read_trace(path: str | Path, format: TraceFormat | str = TraceFormat.PHILLY,
     """
     fmt = _choice(TraceFormat, format, "format")
     mode = _choice(OnError, on_error, "on_error")
+    require_seed(seed)
+    if not isinstance(path, (str, os.PathLike)):
+        raise ConfigError(f"path must be a file path, got {type(path).__name__}", field="path", value=path)
     window = _check_window(time_window)
-    if not (isinstance(arrival_scale, (int, float)) and math.isfinite(arrival_scale) and arrival_scale > 0):
-        raise ConfigError(f"arrival_scale={arrival_scale!r} must be a finite number > 0 (2.0 doubles the "
-                          "arrival rate)", field="arrival_scale", value=arrival_scale)
+    if not (isinstance(arrival_scale, (int, float)) and not isinstance(arrival_scale, bool)
+            and 1e-6 <= arrival_scale <= 1e6):
+        raise ConfigError(f"arrival_scale={short_repr(arrival_scale)} must be a number in [1e-6, 1e6] (2.0 doubles "
+                          "the arrival rate)", field="arrival_scale", value=arrival_scale)
     file = Path(path)
     if not file.is_file():
         raise ConfigError(f"no such trace file {str(file)!r}", field="path", value=str(file),

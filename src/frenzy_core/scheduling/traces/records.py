@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import enum
+from typing import Annotated
 
 from pydantic import Field
 
+from frenzy_core import _limits as limits
 from frenzy_core._base import FrozenModel
+from frenzy_core._limits import at_most
 
 __all__ = ["SkippedRow", "TraceFormat", "TraceJob", "TraceLoad"]
 
@@ -29,14 +32,18 @@ class TraceJob(FrozenModel):
 
     id: str = Field(description="The trace's job id; Philly has none and uses the 1-based data-row number.")
     source: TraceFormat = Field(description="The format it was read from.")
-    submit_time_s: float = Field(ge=0, description="Seconds after the first submit (or the window start).")
-    duration_s: float | None = Field(default=None, gt=0, description="Recorded run time, if recorded.")
-    num_gpus: int = Field(gt=0, description="GPUs the job asked for (all workers together).")
+    submit_time_s: Annotated[float, at_most(limits.TIME_S)] = Field(
+        ge=0, description="Seconds after the first submit (or the window start).")
+    duration_s: Annotated[float | None, at_most(limits.TIME_S)] = Field(
+        default=None, gt=0, description="Recorded run time, if recorded.")
+    num_gpus: Annotated[int, at_most(limits.GPUS)] = Field(
+        gt=0, description="GPUs the job asked for (all workers together).")
     gpu_type: str | None = Field(default=None, description="GPU model as the trace names it, where recorded.")
     group: str | None = Field(default=None, description="Virtual cluster or organisation that submitted it.")
     user: str | None = Field(default=None, description="Submitting user, where recorded.")
     application: str | None = Field(default=None, description="Workload name (Sia: cifar10, bert, ...).")
-    batch_size: int | None = Field(default=None, gt=0, description="Recorded batch size (Sia).")
+    batch_size: Annotated[int | None, at_most(limits.GLOBAL_BATCH)] = Field(
+        default=None, gt=0, description="Recorded batch size (Sia).")
     state: str | None = Field(default=None, description="Final state (Helios: COMPLETED, FAILED, ...).")
     job_type: str | None = Field(default=None, description="Job class (Alibaba spot: HP or Spot).")
 

@@ -23,7 +23,13 @@ from frenzy_core.config.architecture import (
     RopeScaling,
 )
 from frenzy_core.config.hf.registry import read_model, write_hf_config
-from frenzy_core.config.params import count_parameters
+from frenzy_core.config.params import (
+    count_parameters,
+    embedding_parameters,
+    head_parameters,
+    layer_parameters,
+    norm_parameters,
+)
 from frenzy_core.config.preset_files import model_preset_file, model_preset_names
 
 __all__ = ["ArchKind", "MLAConfig", "MLPKind", "MoEConfig", "ModelConfig", "NormKind", "NormPlacement",
@@ -175,9 +181,10 @@ class ModelConfig(FrozenModel):
             )
         _check_layout_fields(self)
         _check_attention_fields(self)
-        total = count_parameters(self).total
-        if total > limits.PARAMS.high:
-            raise ValueError(beyond_message(total, limits.PARAMS, "the parameter count"))
+        if _parameter_bound(self) > limits.PARAMS.high:  # the exact count only where the quick bound is too high
+            total = count_parameters(self).total
+            if total > limits.PARAMS.high:
+                raise ValueError(beyond_message(total, limits.PARAMS, "the parameter count"))
         return self
 
     # ---- derived facts -------------------------------------------------
@@ -267,6 +274,16 @@ class ModelConfig(FrozenModel):
 @functools.cache
 def _preset_model(name: str) -> ModelConfig:
     return ModelConfig.model_validate(model_preset_file(name).fields)
+
+
+def _parameter_bound(model: ModelConfig) -> int:
+    """At least the parameter count, in constant time: every layer counted as the largest of the first layers,
+    which include a dense and an MoE layer where the model has both."""
+    first = model.moe.first_dense_layers if model.moe is not None else 0
+    sample = {i for i in (0, first, first + 1) if i < model.num_layers}
+    layer = max(layer_parameters(model, i).total for i in sample)
+    return (embedding_parameters(model) + head_parameters(model) + norm_parameters(model) + model.vision_tower_params
+            + model.num_layers * layer)
 
 
 def _check_layout_fields(model: ModelConfig) -> None:

@@ -95,6 +95,9 @@ def test_more_batch_sequence_or_layers_never_needs_less(model: ModelConfig, trai
 @given(models(), trainings(), st.sampled_from(["tp", "pp"]), st.integers(1, 3))
 def test_more_tp_or_pp_never_needs_more_per_gpu(model: ModelConfig, training: TrainingConfig, what: str,
                                                 m: int) -> None:
+    """tp 1 -> 2, or pp 1 -> 2 under 1F1B. Not a law beyond that: GPipe holds every micro-batch on every stage
+    (test_gpipe_never_needs_less_than_1f1b), and from pp = 2 on, 1F1B's first stage holds min(pp, m) micro-batches
+    of its embeddings, so more stages can cost it a little (HF eager decoders: a causal mask per micro-batch)."""
     training = training.replace(global_batch_size=training.micro_batch_size * m)
     base = ParallelConfig()
     more = ParallelConfig(**{what: 2})
@@ -102,6 +105,79 @@ def test_more_tp_or_pp_never_needs_more_per_gpu(model: ModelConfig, training: Tr
     assume(what == "tp" or model.num_layers % 2 == 0)
     assume(_ok(model, training, base) and _ok(model, training, more))
     assert estimate_memory(model, training, more).peak_bytes <= estimate_memory(model, training, base).peak_bytes
+
+
+def _hf_eager_decoder(model: ModelConfig, training: TrainingConfig) -> bool:
+    """HF eager decoders keep one (b, 1, s, s) causal mask per checkpointed or in-flight micro-batch."""
+    return training.framework.value == "torch" and training.attention.value == "eager" and model.causal
+
+
+@SETTINGS
+@given(models(), trainings(), st.sampled_from(["1f1b", "gpipe"]), st.sampled_from([(1, 2), (2, 4), (1, 4)]),
+       st.integers(1, 4))
+def test_more_pp_never_needs_more_model_states(model: ModelConfig, training: TrainingConfig, schedule: str,
+                                               pps: tuple[int, int], m: int) -> None:
+    """Splitting every stage further (pp times k, layers divisible) gives each new stage a subset of an old
+    stage's layers: the busiest stage's weights, gradients and optimizer states never grow, on any schedule."""
+    low, high = pps
+    assume(model.num_layers % high == 0)
+    training = training.replace(global_batch_size=training.micro_batch_size * m)
+    more, base = ParallelConfig(pp=high, schedule=schedule), ParallelConfig(pp=low, schedule=schedule)
+    assume(_ok(model, training, more) and _ok(model, training, base))
+    states = [max(s.model_state_bytes for s in estimate_memory(model, training, p).stages) for p in (more, base)]
+    assert states[0] <= states[1]
+
+
+@SETTINGS
+@given(models(), trainings(), st.sampled_from(["1f1b", "gpipe"]), st.sampled_from([(1, 2), (2, 4), (1, 4)]),
+       st.data())
+def test_more_pp_with_no_more_microbatches_than_stages_never_needs_more(
+        model: ModelConfig, training: TrainingConfig, schedule: str, pps: tuple[int, int], data: st.DataObject) -> None:
+    """With m <= pp micro-batches, every schedule holds all m on the first stage before and after: more stages
+    then only take layers away from each GPU."""
+    low, high = pps
+    m = data.draw(st.integers(1, low))
+    assume(model.num_layers % high == 0)
+    training = training.replace(global_batch_size=training.micro_batch_size * m)
+    more, base = ParallelConfig(pp=high, schedule=schedule), ParallelConfig(pp=low, schedule=schedule)
+    assume(_ok(model, training, more) and _ok(model, training, base))
+    assert estimate_memory(model, training, more).peak_bytes <= estimate_memory(model, training, base).peak_bytes
+
+
+@SETTINGS
+@given(models(), trainings(), st.integers(1, 4), st.sampled_from([2, 4]))
+def test_gpipe_never_needs_less_than_1f1b(model: ModelConfig, training: TrainingConfig, m: int, pp: int) -> None:
+    """GPipe runs every forward before any backward: each stage holds all m micro-batches (and the last stage
+    all m logits), where 1F1B holds at most pp - stage. So per stage, GPipe >= 1F1B."""
+    training = training.replace(global_batch_size=training.micro_batch_size * m)
+    gpipe, one_f_one_b = ParallelConfig(pp=pp, schedule="gpipe"), ParallelConfig(pp=pp)
+    assume(_ok(model, training, gpipe) and _ok(model, training, one_f_one_b))
+    for g, o in zip(estimate_memory(model, training, gpipe).stages, estimate_memory(model, training, one_f_one_b).stages):
+        assert g.peak_bytes >= o.peak_bytes
+
+
+@SETTINGS
+@given(models(), trainings(), st.integers(1, 4))
+def test_gpipe_more_stages_never_need_more_once_pipelined(model: ModelConfig, training: TrainingConfig,
+                                                          m: int) -> None:
+    """GPipe from pp = 2 to 4: every stage keeps all m micro-batches, of half the layers."""
+    assume(model.num_layers % 4 == 0)
+    training = training.replace(global_batch_size=training.micro_batch_size * m)
+    more, base = ParallelConfig(pp=4, schedule="gpipe"), ParallelConfig(pp=2, schedule="gpipe")
+    assume(_ok(model, training, more) and _ok(model, training, base))
+    assert estimate_memory(model, training, more).peak_bytes <= estimate_memory(model, training, base).peak_bytes
+
+
+def test_gpipe_from_one_stage_to_two_can_need_more() -> None:
+    """The exception the pp law leaves out: pp = 1 runs its m = 3 micro-batches one after another (gradient
+    accumulation); GPipe on 2 stages holds all 3 at once on each, of half the layers (1.5x a layer stack)."""
+    model = ModelConfig(num_layers=4, hidden_size=256, num_attention_heads=4, vocab_size=1000,
+                        max_position_embeddings=8192, hidden_dropout=0.1)
+    training = TrainingConfig(seq_len=1024, micro_batch_size=4, global_batch_size=12, precision="fp32")
+    one = estimate_memory(model, training, ParallelConfig(schedule="gpipe"))
+    two = estimate_memory(model, training, ParallelConfig(pp=2, schedule="gpipe"))
+    assert two.stages[0].inflight_microbatches == 3 and one.stages[0].inflight_microbatches == 1
+    assert two.peak_bytes > 1.2 * one.peak_bytes
 
 
 @SETTINGS
@@ -119,6 +195,8 @@ def test_zero_stages_shrink_model_states(model: ModelConfig, training: TrainingC
 @SETTINGS
 @given(models(), trainings(), st.sampled_from([1, 2]))
 def test_recompute_never_increases_activations(model: ModelConfig, training: TrainingConfig, pp: int) -> None:
+    """full <= selective <= none with full recompute of one layer at a time (the uniform default); chunks of
+    several layers and block recompute have their own laws below."""
     parallel = ParallelConfig(pp=pp)
     training = training.replace(global_batch_size=training.micro_batch_size * 2)
     # HF eager decoders: each checkpointed micro-batch keeps its (b, 1, s, s) causal mask until backward, which
@@ -131,6 +209,64 @@ def test_recompute_never_increases_activations(model: ModelConfig, training: Tra
         acts.append([s.activation_bytes for s in estimate_memory(model, t, parallel).stages])
     for full, selective, none in zip(*acts):
         assert full <= selective <= none
+
+
+@st.composite
+def chunked_recompute(draw: st.DrawFn, training: TrainingConfig) -> TrainingConfig:
+    """``training`` with full recompute of chunks of k layers (uniform) or of the first k layers (block)."""
+    return training.replace(recompute="full", recompute_method=draw(st.sampled_from(["uniform", "block"])),
+                            recompute_num_layers=draw(st.integers(1, 12)),
+                            global_batch_size=training.micro_batch_size * 2)
+
+
+def _activations(model: ModelConfig, training: TrainingConfig, parallel: ParallelConfig) -> list[int]:
+    assume(_ok(model, training, parallel))
+    return [s.activation_bytes for s in estimate_memory(model, training, parallel).stages]
+
+
+@SETTINGS
+@given(models(), trainings(), st.sampled_from([1, 2]), st.data())
+def test_chunked_or_block_recompute_never_exceeds_none(model: ModelConfig, training: TrainingConfig, pp: int,
+                                                       data: st.DataObject) -> None:
+    """Full recompute in chunks of k layers, or of the first k layers of each stage (block), keeps at most what
+    no recompute keeps: each recomputed layer's working set replaces tensors it would have saved. Dense models:
+    for a stage mixing dense and MoE layers the estimate sizes the working set by its largest layer and the saved
+    layers by their average, which can put it a few percent above (docs/memory-model.md)."""
+    assume(model.moe is None and not _hf_eager_decoder(model, training))
+    full = data.draw(chunked_recompute(training))
+    parallel = ParallelConfig(pp=pp)
+    for chunked, none in zip(_activations(model, full, parallel),
+                             _activations(model, full.replace(recompute="none"), parallel)):
+        assert chunked <= none
+
+
+@SETTINGS
+@given(models(), trainings(), st.sampled_from([1, 2]), st.integers(1, 11))
+def test_block_recompute_of_more_layers_never_needs_more(model: ModelConfig, training: TrainingConfig, pp: int,
+                                                         k: int) -> None:
+    """Block recompute between none and full: recomputing one more layer of each stage never costs activations,
+    and every layer recomputed alone (the uniform default) is the least of all (dense models, as above)."""
+    assume(model.moe is None and not _hf_eager_decoder(model, training))
+    training = training.replace(recompute="full", recompute_method="block", global_batch_size=training.micro_batch_size * 2)
+    parallel = ParallelConfig(pp=pp)
+    fewer = _activations(model, training.replace(recompute_num_layers=k), parallel)
+    more = _activations(model, training.replace(recompute_num_layers=k + 1), parallel)
+    each = _activations(model, training.replace(recompute_method="uniform", recompute_num_layers=None), parallel)
+    for f, m, e in zip(fewer, more, each):
+        assert e <= m <= f
+
+
+def test_block_recompute_can_exceed_selective() -> None:
+    """The exception to full <= selective <= none: block recompute of 1 of 4 layers saves the other 3 whole and
+    rebuilds the first, as much as no recompute keeps; selective drops every layer's attention scores (eager
+    attention: 55% more here)."""
+    model = ModelConfig(num_layers=4, hidden_size=256, num_attention_heads=4, vocab_size=1000,
+                        max_position_embeddings=8192, hidden_dropout=0.1)
+    base = TrainingConfig(seq_len=1024, micro_batch_size=4, attention="eager", framework="megatron")
+    block = base.replace(recompute="full", recompute_method="block", recompute_num_layers=1)
+    acts = {name: estimate_memory(model, t).stages[0].activation_bytes
+            for name, t in (("block", block), ("selective", base.replace(recompute="selective")), ("none", base))}
+    assert 1.5 * acts["selective"] < acts["block"] <= acts["none"]
 
 
 @SETTINGS

@@ -23,12 +23,13 @@ IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 
-PHASES: tuple[str, ...] = ("forward", "backward", "optimizer", "backward", "backward", "backward", "backward")
+PHASES: tuple[str, ...] = ("forward", "backward", "optimizer", "backward", "backward", "backward")
 """Label of each candidate peak: end of forward (loss), start of backward (loss gradient), optimizer step, late
 backward (torch with one micro-batch: gradients almost all written when the first layer is recomputed), the top
-layer's backward (head gradient written, recompute working set live), the end of backward (every gradient
-written; a tied head's buffered contribution meets the embedding's), and the first layer's attention backward
-(its MLP's gradients written, the probabilities' gradients live)."""
+layer's backward (head gradient written, recompute working set live), and the end of backward (every gradient
+written; a tied head's buffered contribution meets the embedding's). The two backward moments of a layer are each
+the larger of its MLP's backward and its attention's (the MLP's gradients written, the probabilities' gradients
+live)."""
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,10 @@ class _Activations:
     work: FloatArray
     """Backward working set: what recomputation rebuilds for one layer/chunk."""
     top: FloatArray
-    """Working set while the top layer runs its backward: ``work`` plus the gradient temporaries."""
+    """Working set while the top layer runs its MLP's backward: ``work`` plus the MLP's gradient temporaries."""
+    top_attention: FloatArray
+    """While it runs its attention's backward: ``work`` less the MLP's freed tensors, plus the probabilities'
+    gradients."""
     late: FloatArray
     """When the stage's first layer runs its MLP's backward: other micro-batches' tensors, this one's first layer
     (as saved, or rebuilt) and the MLP's gradient temporaries."""
@@ -175,9 +179,11 @@ def _activations(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
     attn_temps = np.where(n > 0, layer.score_grad - layer.freed_before_core, 0.0)
     late = acts - one_mb + first_layer + mlp_temps
     late_attn = acts - one_mb + first_layer + attn_temps
-    top = work + np.maximum(mlp_temps, attn_temps)
+    top = work + mlp_temps
+    top_attn = work + attn_temps
     kv_first = np.where(n > 0, kv_layer - kv_extra, 0.0)
-    return _Activations(forward=acts_fwd, backward=acts, work=work, top=top, late=np.maximum(late, 0.0),
+    return _Activations(forward=acts_fwd, backward=acts, work=work, top=top, top_attention=top_attn,
+                        late=np.maximum(late, 0.0),
                         late_attention=np.maximum(late_attn, 0.0),
                         inflight=inflight, kv_cache=n * kv_layer, kv_extra=n * kv_extra, kv_first=kv_first)
 
@@ -263,7 +269,9 @@ class _Gradients:
     passes: FloatArray
     """While activations are live."""
     top: FloatArray
-    """While the top layer runs its backward (the head's gradient written)."""
+    """While the top layer runs its MLP's backward (the head's gradient written)."""
+    top_attention: FloatArray
+    """While it runs its attention's backward (its MLP's gradients written too)."""
     late: FloatArray
     """While the stage's first layer runs its MLP's backward."""
     late_attention: FloatArray
@@ -285,28 +293,37 @@ def _gradients(model: ModelConfig, megatron: bool, per_param: StateBytes, lay: L
     # Once the loss gradient is through the head, its weight gradient exists (torch creates it then) while the
     # top layer runs its backward (and, with recomputation, its working set).
     head_grad = last * per_param.grad * (model.vocab_size * model.hidden_size / tp if model.lm_head else 0.0)
-    top = np.maximum(passes, head_grad)
     # torch, tied head and embedding on one stage: the weight's gradient node has two inputs, so autograd holds the
-    # head's contribution in an input buffer until the embedding's arrives at the very end of backward
-    # (torch/csrc/autograd/input_buffer.cpp) - a second V x h gradient while the layers run their backward.
+    # head's contribution in its input buffer (torch/csrc/autograd/input_buffer.cpp) and writes .grad only when the
+    # embedding's arrives at the very end of backward: one V x h gradient while the layers run their backward, in
+    # the buffer, and two at the end (the buffered one and the embedding's).
     tied = not megatron and model.tied_embeddings and model.lm_head
     tied_buffer = first * head_grad * (1.0 if tied else 0.0)
+    head_written = head_grad - tied_buffer
+    top = np.maximum(passes, head_written)
     # Late backward: the stage's first layer is being recomputed; its own gradients and the embeddings' are not
     # written yet.
-    emb_grad = model.vocab_size * model.hidden_size / tp * (1.0 - (last if model.tied_embeddings else 0.0))
+    emb_grad = model.vocab_size * model.hidden_size / tp
     if model.position_embedding is PositionEmbedding.LEARNED:
         emb_grad = emb_grad + model.max_position_embeddings * model.hidden_size
     emb_grad = emb_grad + model.type_vocab_size * model.hidden_size
     k_late = np.minimum(np.where(lay.recompute_num_layers > 0, lay.recompute_num_layers, 1), n)
-    not_yet = k_late * np.where(shape.num_moe_layers > 0, np.minimum(layer.dense, layer.moe + layer.experts),
-                                layer.dense) + first * emb_grad
+    # (the first layer's kind is known only when the stage's layers are all of one kind; else the smaller)
+    n_moe = shape.num_moe_layers
+    first_layer = np.where(n_moe == shape.num_layers, layer.moe + layer.experts,
+                           np.where(n_moe > 0, np.minimum(layer.dense, layer.moe + layer.experts), layer.dense))
+    not_yet = k_late * first_layer + first * emb_grad
     sharded = lay.effective_zero_stage >= 2
     late = np.maximum(top, grads - per_param.grad * np.where(sharded, not_yet / replicas, not_yet)) + tied_buffer
     # By the time the first layer's attention runs its backward, its MLP's gradients are written too.
     not_yet_attn = np.minimum(not_yet, layer.attention + (k_late - 1) * layer.dense + first * emb_grad)
     late_attn = np.maximum(top, grads - per_param.grad * np.where(sharded, not_yet_attn / replicas, not_yet_attn)
                            ) + tied_buffer
-    return _Gradients(passes=passes, top=top, late=late, late_attention=late_attn, tied_buffer=tied_buffer)
+    mlp_layer = np.where(n_moe == shape.num_layers, layer.moe + layer.experts, layer.dense) - layer.attention
+    top_attn = np.maximum(passes, np.minimum(head_written + per_param.grad * np.where(sharded, mlp_layer / replicas,
+                                                                                   mlp_layer), grads))
+    return _Gradients(passes=passes, top=top, top_attention=np.where(n > 0, top_attn, top), late=late,
+                      late_attention=late_attn, tied_buffer=tied_buffer)
 
 
 def _logits(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays, modes: _Modes, shape: StageShape
@@ -343,6 +360,13 @@ def _outputs(training: TrainingConfig, act: _Activations, returned: FloatArray) 
                     late=keep * (act.kv_cache - act.kv_first), step=keep * act.kv_cache)
 
 
+def _either(grads_a: FloatArray, acts_a: FloatArray, grads_b: FloatArray, acts_b: FloatArray
+            ) -> dict[str, FloatArray]:
+    """Gradients and activations of whichever of two moments holds more."""
+    pick_b = grads_b + acts_b > grads_a + acts_a
+    return {"gradients": np.where(pick_b, grads_b, grads_a), "activations": np.where(pick_b, acts_b, acts_a)}
+
+
 def stage_arrays(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays, stage: IntArray) -> StageArrays:
     """Memory of pipeline stage ``stage`` for each layout in ``lay`` (training gives the fixed recipe)."""
     modes = _Modes.of(lay)
@@ -374,14 +398,13 @@ def stage_arrays(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
          "optimizer_temporaries": zero, "comm_buffers": comm_passes},
         {**common, "gradients": states.grads, "activations": out.step, "logits_loss": out.logits,
          "optimizer_temporaries": states.temporaries, "comm_buffers": comm_step},
-        {**common, "gradients": grads.late, "activations": acts_late + out.late,
+        {**common, **_either(grads.late, acts_late + out.late, grads.late_attention, acts_late_attn + out.late),
          "logits_loss": logits_others + out.logits, "optimizer_temporaries": zero, "comm_buffers": comm_passes},
-        {**common, "gradients": grads.top + grads.tied_buffer, "activations": acts + act.top + out.passes,
+        {**common, **_either(grads.top + grads.tied_buffer, acts + act.top + out.passes,
+                             grads.top_attention + grads.tied_buffer, acts + act.top_attention + out.passes),
          "logits_loss": logits_others + out.logits, "optimizer_temporaries": zero, "comm_buffers": comm_passes},
         {**common, "gradients": states.grads + grads.tied_buffer, "activations": out.step, "logits_loss": out.logits,
          "optimizer_temporaries": zero, "comm_buffers": comm_passes},
-        {**common, "gradients": grads.late_attention, "activations": acts_late_attn + out.late,
-         "logits_loss": logits_others + out.logits, "optimizer_temporaries": zero, "comm_buffers": comm_passes},
     ]
     shape_all = np.broadcast(stage, lay.tp, lay.pp, lay.dp, lay.seq_len, lay.micro_batch_size).shape
     rounded = [{k: np.broadcast_to(np.rint(v).astype(np.int64), shape_all) for k, v in ph.items()} for ph in phases]

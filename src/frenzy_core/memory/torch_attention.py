@@ -237,7 +237,7 @@ def _eager_probs(model: ModelConfig, training: TrainingConfig, layout: ModuleLay
 def _freed_before_core(led: _Ledger) -> float:
     """The output projection's input and the values as the probabilities' matmul saved them: freed (their nodes
     done) by the time the softmax backward runs."""
-    names = ("out_copy", "out", "v_rep", "v_cast", "v_math", "v_cache", "v_proj", "v_split")
+    names = ("out_copy", "out", "v_rep", "v_cast", "v_math", "v_mm", "v_cache", "v_proj", "v_split")
     return float(sum(led.bytes.get(n, 0.0) for n in names))
 
 
@@ -246,10 +246,11 @@ def _score_grad(model: ModelConfig, training: TrainingConfig, layout: ModuleLayo
     """Per head and key: what the probabilities' backward holds beyond the saved tensors it frees.
 
     The softmax backward runs with the probabilities' gradient (the softmax's dtype) and writes the scores' gradient
-    beside the saved softmax output; the separate copy the matmul with v saved (a cast or the dropout output) was
-    freed by then. An fp32 softmax of bf16 scores casts them first and back-propagates in fp32; of fp16 scores CUDA
-    runs the fused half-to-float kernel, whose backward writes fp16 (``_softmax_backward_data``'s meta function in
-    aten/src/ATen/native/SoftMax.cpp). The math kernel works in fp32 with no copy.
+    beside the saved softmax output; the separate copy the matmul with v saved (a cast or the dropout output, with
+    the dropout's mask) was freed by then. An fp32 softmax of bf16 scores casts them first and back-propagates in
+    fp32; of fp16 scores CUDA runs the fused half-to-float kernel, whose backward writes fp16
+    (``_softmax_backward_data``'s meta function in aten/src/ATen/native/SoftMax.cpp). The math kernel works in
+    fp32 with no copy.
     """
     b = dt.matmul
     if kernel is Kernel.MATH:
@@ -264,7 +265,8 @@ def _score_grad(model: ModelConfig, training: TrainingConfig, layout: ModuleLayo
     copy = dropout or soft != b
     fp16 = training.precision in (Precision.FP16, Precision.AMP_FP16)
     scores_grad = b if (soft == b or fp16) else FP32
-    return float(soft + scores_grad - (b if copy else 0))
+    # The dropout's mask is freed with its output (its backward has run).
+    return float(soft + scores_grad - (b if copy else 0) - (MASK_BYTES if dropout else 0))
 
 
 def _core_inputs(model: ModelConfig, kernel: Kernel, dt: _Dtypes, t: _Tensor, repeated: bool, name: str,
@@ -272,12 +274,22 @@ def _core_inputs(model: ModelConfig, kernel: Kernel, dt: _Dtypes, t: _Tensor, re
     """What the kernel keeps of one of q, k, v: the tensor as given, or the copy it makes (cast, repeat, upcast)."""
     q = model.q_size
     if kernel is Kernel.MATH:
-        if name == "v" and t.nbytes == FP32 and not repeated:
+        if name == "v" and t.nbytes == FP32 and t.width == q:
             led.keep(t.storage, t.storage_bytes)
         else:
             # _scaled_dot_product_attention_math: half inputs upcast to fp32; q and k scaled (new tensors), keys and
             # values repeated to every query head for grouped heads (repeat_interleave or matmul broadcasting).
             led.keep(f"{name}_math", FP32 * q)
+        return
+    if kernel is Kernel.EAGER:
+        # torch.matmul reshapes its 4-d operands to 3-d for bmm, which copies any that are not contiguous over
+        # (batch, heads) - the projections' strided views, the rotary outputs laid out (b, s, heads, d) - and
+        # repeat_kv copies too: the saved operand is a tensor of its own, pinning no projection output.
+        contiguous = name != "q" and t.storage in ("k_cache", "v_cache") and not repeated
+        if contiguous and t.nbytes == dt.matmul:
+            led.keep(t.storage, t.storage_bytes)
+        else:
+            led.keep(f"{name}_mm", dt.matmul * (q if repeated else t.width))
         return
     if repeated:
         led.keep(f"{name}_rep", dt.matmul * q)  # repeat_kv (expand + reshape) copies to every query head

@@ -123,7 +123,7 @@ def layer_activations(model: ModelConfig, training: TrainingConfig, *, tp: npt.A
     s_loc = np.asarray(seq_len, dtype=np.float64) / np.asarray(cp, dtype=np.float64)
     tokens = s_loc * np.asarray(micro_batch_size, dtype=np.float64)
     if training.framework is Framework.TORCH:
-        t = torch_layer(model, training, tp_a, s_loc)
+        t = torch_layer(model, training, tp_a, s_loc, np.asarray(micro_batch_size, dtype=np.float64))
         return LayerActivations(dense=tokens * t.dense, moe=tokens * t.moe, core_dense=tokens * t.core,
                                 dispatch=np.zeros_like(tokens), score_grad=tokens * t.score_grad,
                                 layer_input=tokens * t.layer_input, kind_excess=tokens * t.kind_excess,

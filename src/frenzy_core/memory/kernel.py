@@ -360,6 +360,39 @@ def _outputs(training: TrainingConfig, act: _Activations, returned: FloatArray) 
                     late=keep * (act.kv_cache - act.kv_first), step=keep * act.kv_cache)
 
 
+def _whole(value: FloatArray, shape: tuple[int, ...]) -> IntArray:
+    """Bytes rounded to whole bytes, as int64 of ``shape``."""
+    return np.broadcast_to(np.rint(value).astype(np.int64), shape)
+
+
+def _peak(phases: list[dict[str, FloatArray]], shape: tuple[int, ...]) -> tuple[IntArray, IntArray, dict[str, IntArray]]:
+    """The largest phase total of each row, its index and its categories, every category rounded to whole bytes
+    (so a breakdown sums to its peak). Categories equal in every phase are rounded once."""
+    memo: dict[int, FloatArray] = {}
+
+    def rint(v: FloatArray) -> FloatArray:
+        if id(v) not in memo:
+            memo[id(v)] = np.rint(v)
+        return memo[id(v)]
+
+    rounded = [{cat: rint(ph[cat]) for cat in MEMORY_CATEGORIES} for ph in phases]
+    totals = np.stack([np.broadcast_to(sum(ph.values()), shape) for ph in rounded])
+    phase = np.argmax(totals, axis=0)
+    breakdown = {}
+    for cat in MEMORY_CATEGORIES:
+        values = [ph[cat] for ph in rounded]
+        others = [i for i, v in enumerate(values) if v is not values[0]]
+        if not others:
+            chosen = values[0]
+        elif all(values[i] is values[others[0]] for i in others):  # two values: one where, not a choose
+            in_others = phase == others[0] if len(others) == 1 else np.isin(phase, others)
+            chosen = np.where(in_others, values[others[0]], values[0])
+        else:
+            chosen = np.choose(phase, [np.broadcast_to(v, shape) for v in values])
+        breakdown[cat] = np.broadcast_to(np.asarray(chosen).astype(np.int64), shape)
+    return np.max(totals, axis=0).astype(np.int64), phase, breakdown
+
+
 def _either(grads_a: FloatArray, acts_a: FloatArray, grads_b: FloatArray, acts_b: FloatArray
             ) -> dict[str, FloatArray]:
     """Gradients and activations of whichever of two moments holds more."""
@@ -407,15 +440,13 @@ def stage_arrays(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
          "optimizer_temporaries": zero, "comm_buffers": comm_passes},
     ]
     shape_all = np.broadcast(stage, lay.tp, lay.pp, lay.dp, lay.seq_len, lay.micro_batch_size).shape
-    rounded = [{k: np.broadcast_to(np.rint(v).astype(np.int64), shape_all) for k, v in ph.items()} for ph in phases]
-    totals = np.stack([sum(ph[cat] for cat in MEMORY_CATEGORIES) for ph in rounded])
-    phase = np.argmax(totals, axis=0)
-    breakdown = {cat: np.choose(phase, [ph[cat] for ph in rounded]) for cat in MEMORY_CATEGORIES}
+    peak, phase, breakdown = _peak(phases, shape_all)
     communicators = sum((np.asarray(x) > 1).astype(np.int64) for x in (lay.dp * lay.cp, lay.tp, lay.pp, lay.cp, lay.ep))
-    states_total = np.sum([rounded[2][cat] for cat in ("parameters", "gradients", "master_weights",
-                                                       "optimizer_states")], axis=0)
+    step = phases[2]
+    states_total = sum(_whole(step[cat], shape_all) for cat in ("parameters", "gradients", "master_weights",
+                                                                 "optimizer_states"))
     act_peak = np.broadcast_to(np.rint(np.maximum(act.forward, acts + act.work)).astype(np.int64), shape_all)
-    return StageArrays(breakdown=breakdown, peak_bytes=np.max(totals, axis=0), phase=phase,
+    return StageArrays(breakdown=breakdown, peak_bytes=peak, phase=phase,
                        model_state_bytes=states_total, activation_bytes=act_peak,
                        num_layers=np.broadcast_to(shape.num_layers, shape_all),
                        num_params=np.broadcast_to(states.num_params, shape_all),

@@ -328,6 +328,7 @@ def attention_terms(model: ModelConfig, training: TrainingConfig, *, masked: boo
     if model.mla is not None:
         return _mla_terms(model, training, dt, masked=masked, cache=cache)
     a, g, q = model.num_attention_heads, model.num_kv_heads, model.q_size
+    masked = masked or layout is ModuleLayout.FALCON  # FalconAttention hands SDPA its materialised mask always
     led = _Ledger()
     qt, kt, vt = _projections(model, dt, layout)
     if model.qk_norm:

@@ -143,6 +143,20 @@ def _moe_consumers(model: ModelConfig) -> int:
     return 1 + shared
 
 
+def _moe_grad(model: ModelConfig, training: TrainingConfig) -> float:
+    """Backward of a grouped-experts block, per token: the routed outputs' gradients first (the sum's expanded
+    gradient materialised, and the zeros the un-permuting index scatters it into: three hidden widths per routed
+    token), then each expert's gated-MLP gradients (two expert widths); plus a shared expert's."""
+    m = model.moe
+    assert m is not None
+    stream, bm = dtype_bytes(training)
+    be = stream if training.precision.is_amp else bm  # the experts run in fp32 under autocast
+    routed = m.top_k * (m.capacity_factor or 1.0)
+    expert = routed * be * max(3 * model.hidden_size, 2 * m.expert_ffn_hidden_size)
+    shared = _mlp_grad(model, training, m.shared_expert_ffn_hidden_size) if m.shared_expert_ffn_hidden_size else 0.0
+    return float(expert + shared)
+
+
 def _norms(model: ModelConfig, training: TrainingConfig, mlp_c: int) -> tuple[float, float]:
     """Bytes per token of the norms on the attention side and on the MLP side (read by ``mlp_c`` linears) of one
     layer, as placed."""
@@ -191,12 +205,13 @@ def _moe_mlp(model: ModelConfig, training: TrainingConfig, norm: float, tp: Floa
     return np.asarray(norm + shared_bytes + 2 * FP32 * m.num_experts + body)
 
 
-def _masks(model: ModelConfig, training: TrainingConfig, s: FloatArray) -> FloatArray:
+def _masks(model: ModelConfig, training: TrainingConfig, s: FloatArray, b: FloatArray) -> FloatArray:
     """Per token: the masks built once per forward (masking_utils.create_causal_mask and the sliding variant).
 
     Eager attention gets an additive (b, 1, s, s) mask in the model's dtype per kind of layer (global, local);
     SDPA gets none for global layers (``is_causal``) and a boolean one for local layers once the sequence reaches
-    the window (``_ignore_causal_mask_sdpa``); Falcon always materialises its boolean mask.
+    the window (``_ignore_causal_mask_sdpa``); Falcon always materialises its boolean mask. A boolean mask is one
+    (s, s) tensor expanded over the batch (``sdpa_mask`` without padding), so it costs s x s bytes per micro-batch.
     """
     if not model.causal:
         return np.zeros_like(s)
@@ -206,8 +221,9 @@ def _masks(model: ModelConfig, training: TrainingConfig, s: FloatArray) -> Float
         return np.asarray((kinds_local + kinds_global) * training.precision.param_bytes * s)
     falcon = module_layout(model) is ModuleLayout.FALCON
     window = float(model.sliding_window or 0)
-    local = np.where(s >= window, MASK_BYTES * s, 0.0) if kinds_local else 0.0 * s
-    return np.asarray(local + (MASK_BYTES * s if (kinds_global and falcon) else 0.0))
+    per_token = MASK_BYTES * s / b
+    local = np.where(s >= window, per_token, 0.0) if kinds_local else 0.0 * s
+    return np.asarray(local + (per_token if (kinds_global and falcon) else 0.0))
 
 
 @functools.lru_cache(maxsize=64)
@@ -224,8 +240,10 @@ def _attention_bytes(t: AttentionTerms, tp: FloatArray, s: FloatArray) -> tuple[
     return t.outside / tp + core, core
 
 
-def torch_layer(model: ModelConfig, training: TrainingConfig, tp: FloatArray, s: FloatArray) -> TorchLayer:
-    """Per-token bytes of one layer (``tp`` and ``s``, the keys per query, are arrays over configurations)."""
+def torch_layer(model: ModelConfig, training: TrainingConfig, tp: FloatArray, s: FloatArray, b: FloatArray
+                ) -> TorchLayer:
+    """Per-token bytes of one layer (``tp``, ``s`` the keys per query and ``b`` the micro-batch are arrays over
+    configurations)."""
     h, f = model.hidden_size, model.ffn_hidden_size
     stream, bm = dtype_bytes(training)
     drop = MASK_BYTES * h if model.hidden_dropout > 0 else 0
@@ -259,8 +277,9 @@ def torch_layer(model: ModelConfig, training: TrainingConfig, tp: FloatArray, s:
     kv_extra = sum(w * block(k, True)[2].kv_extra for k, w in kinds if w > 0) / tp if cache_on else 0.0 * tp
     grad = max(t.score_grad for t in variants.values()) * s / tp
     base = norm_attn + drop
-    mlp_width = f if model.moe is None else max(f, model.moe.top_k * model.moe.expert_ffn_hidden_size
-                                                + model.moe.shared_expert_ffn_hidden_size)
+    mlp_grad = _mlp_grad(model, training, f) / tp
+    if model.moe is not None:
+        mlp_grad = np.maximum(mlp_grad, _moe_grad(model, training) / tp)
     freed = max(t.freed_before_core for t in variants.values())
     post_attn_norm = norm_bytes(model, training, 0) if model.norm_placement in (
         NormPlacement.SANDWICH, NormPlacement.POST) else 0.0
@@ -271,5 +290,5 @@ def torch_layer(model: ModelConfig, training: TrainingConfig, tp: FloatArray, s:
         kind_excess=np.asarray(excess), core=np.asarray(core),
         layer_input=np.asarray(stream * h + 0 * tp), cache_delta=np.asarray(attn_c - attn_n),
         kv_cache=np.asarray(kv), kv_extra=np.asarray(kv_extra), score_grad=np.asarray(grad + residual_grad),
-        mlp_grad=np.asarray(_mlp_grad(model, training, mlp_width) / tp + residual_grad + 0 * s),
-        freed_before_core=np.asarray(dense_mlp + post_attn_norm + freed / tp + 0 * s), masks=_masks(model, training, s))
+        mlp_grad=np.asarray(mlp_grad + residual_grad + 0 * s),
+        freed_before_core=np.asarray(dense_mlp + post_attn_norm + freed / tp + 0 * s), masks=_masks(model, training, s, b))

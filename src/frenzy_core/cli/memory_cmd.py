@@ -99,6 +99,10 @@ def memory(
     framework: Annotated[
         Framework, typer.Option(help="Runtime whose buffers are modelled.")
     ] = Framework.TORCH,
+    keep_outputs: Annotated[bool, typer.Option(
+        "--keep-outputs", help=("The training loop keeps the model output (logits, KV cache) through backward and "
+                                "the optimizer step, as out = model(**batch); out.loss.backward() does."))
+    ] = False,
     dp: Annotated[int, typer.Option(min=1, help="Data-parallel degree.")] = 1,
     tp: Annotated[int, typer.Option(min=1, help="Tensor-parallel degree.")] = 1,
     pp: Annotated[int, typer.Option(min=1, help="Pipeline stages.")] = 1,
@@ -145,6 +149,7 @@ def memory(
         attention=attention,
         sequence_parallel=sequence_parallel,
         framework=framework,
+        keep_outputs=keep_outputs,
     )
     par: dict[str, Any] = {"dp": dp, "tp": tp, "pp": pp, "vpp": vpp, "cp": cp, "ep": ep}
     if schedule is not None:

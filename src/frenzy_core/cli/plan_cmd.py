@@ -115,6 +115,10 @@ def plan(
             "distributed optimizer and sequence parallelism for megatron)."
         ),
     ] = Framework.TORCH,
+    keep_outputs: Annotated[bool, typer.Option(
+        "--keep-outputs", help=("The training loop keeps the model output (logits, KV cache) through backward and "
+                                "the optimizer step, as out = model(**batch); out.loss.backward() does."))
+    ] = False,
     objective: Annotated[
         Objective, typer.Option(help=("What to optimise; cost and time_to_train need --tokens."))
     ] = Objective.THROUGHPUT,
@@ -218,6 +222,7 @@ def plan(
         optimizer=optimizer,
         attention=attention,
         framework=framework,
+        keep_outputs=keep_outputs,
     )
     constraints = PlanConstraints(
         headroom=headroom,

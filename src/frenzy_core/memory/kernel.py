@@ -443,8 +443,8 @@ def stage_arrays(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
     peak, phase, breakdown = _peak(phases, shape_all)
     communicators = sum((np.asarray(x) > 1).astype(np.int64) for x in (lay.dp * lay.cp, lay.tp, lay.pp, lay.cp, lay.ep))
     step = phases[2]
-    states_total = sum(_whole(step[cat], shape_all) for cat in ("parameters", "gradients", "master_weights",
-                                                                 "optimizer_states"))
+    states_total = np.sum([_whole(step[cat], shape_all) for cat in ("parameters", "gradients", "master_weights",
+                                                                     "optimizer_states")], axis=0)
     act_peak = np.broadcast_to(np.rint(np.maximum(act.forward, acts + act.work)).astype(np.int64), shape_all)
     return StageArrays(breakdown=breakdown, peak_bytes=peak, phase=phase,
                        model_state_bytes=states_total, activation_bytes=act_peak,

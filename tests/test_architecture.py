@@ -23,7 +23,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"config", "hardware"}),
     frozenset({"memory", "timing"}),
     frozenset({"planning"}),
-    frozenset({"scheduling", "adapters"}),
+    frozenset({"scheduling", "adapters", "plotting"}),
     frozenset({"cli"}),
 )
 """Subpackages (and top-level modules) by layer: a module imports only from its own subpackage and from lower
@@ -290,6 +290,9 @@ PUBLIC_API: dict[str, list[str]] = {
         'Alternative', 'AnalyticEstimator', 'BaselinePlan', 'LayoutEstimator', 'Objective', 'Plan', 'PlanConstraints',
         'RejectReason', 'Rejection', 'SEARCHED_TRAINING_FIELDS', 'SOLVERS', 'assess_baseline', 'marp_configs',
         'marp_plan', 'plan_job', 'user_request_plan',
+    ],
+    'frenzy_core.plotting': [
+        'PLOT_SUFFIXES', 'check_plot_path', 'memory_figure', 'plan_figure', 'plot_memory', 'plot_plan',
     ],
     'frenzy_core.scheduling': [
         'ClusterState', 'DEFAULT_SIZE_BUCKETS', 'GPURequest', 'JobRecord', 'JobStatus', 'LogNormalWork', 'MixEntry',

@@ -105,7 +105,7 @@ def test_the_memory_figure_draws_each_gpus_limits() -> None:
         levels = [line.get_ydata()[0] for line in ax.get_lines()]
         assert any(math.isclose(y, memory / GIB) for y in levels)
         assert any(math.isclose(y, int(memory * 0.9) / GIB) for y in levels)
-    assert f"{estimate.device_bytes / GIB:.1f} GiB" in ax.get_title()
+    assert f"{estimate.device_bytes / GIB:.1f} GiB" in ax.get_title(loc="left")
 
 
 def test_bad_paths_and_missing_matplotlib_are_config_errors(interleaved_plan: Plan, tmp_path: Path,

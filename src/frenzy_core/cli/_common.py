@@ -36,6 +36,7 @@ __all__ = [
     "new_table",
     "parse_count",
     "parse_names",
+    "plot_target",
     "print_json",
     "require_matplotlib",
     "require_positive",
@@ -209,6 +210,20 @@ def require_matplotlib(option: str) -> None:
     if importlib.util.find_spec("matplotlib") is None:
         raise ConfigError(f"{option} needs matplotlib, which is not installed", field=option,
                           hint="pip install 'frenzy_core[plot]', or leave out " + option)
+
+
+def plot_target(path: Path | None, option: str = "--plot") -> Path | None:
+    """A ``--plot`` path checked before any work: a figure suffix, a folder that exists, matplotlib installed."""
+    if path is None:
+        return None
+    from frenzy_core.plotting import check_plot_path
+
+    check_plot_path(path, option)
+    if not path.parent.is_dir():
+        raise ConfigError(f"{option} {str(path)!r}: the folder {str(path.parent)!r} does not exist", field=option,
+                          value=str(path), hint="create it first, or give a path in an existing folder")
+    require_matplotlib(option)
+    return path
 
 
 def require_positive(value: float | None, option: str) -> None:

@@ -20,6 +20,10 @@ if TYPE_CHECKING:
 __all__ = ["GPULimit", "draw_memory", "memory_figure", "plot_memory"]
 
 
+_LIMIT_COLOURS = ("black", "#d62728", "#17becf", "#7f7f7f")
+"""Lines of the GPU limits: outside the category palette, so a line never reads as a category."""
+
+
 @dataclass(frozen=True)
 class GPULimit:
     """A GPU's memory and the part of it a job may use (less the headroom), drawn as two lines."""
@@ -52,7 +56,7 @@ def draw_memory(ax: Axes, estimate: MemoryEstimate, limits: Sequence[GPULimit] =
     top = max(bottom)
     for j, limit in enumerate(limits):
         memory, usable = limit.memory_bytes / GIB, limit.usable_bytes / GIB
-        colour = "black" if j == 0 else category_colour(len(layers) + j)
+        colour = _LIMIT_COLOURS[j % len(_LIMIT_COLOURS)]
         ax.axhline(memory, color=colour, linewidth=1.2, label=f"{limit.gpu}: {memory:.1f} GiB")
         ax.axhline(usable, color=colour, linewidth=1.2, linestyle="--", label=f"less headroom: {usable:.1f} GiB")
         if j == 0:
@@ -77,13 +81,14 @@ def draw_memory(ax: Axes, estimate: MemoryEstimate, limits: Sequence[GPULimit] =
 def memory_figure(estimate: MemoryEstimate, *, gpus: Sequence[str] = (), headroom: float = DEFAULT_HEADROOM,
                   title: str | None = None) -> Figure:
     """The memory of every pipeline stage, stacked by category, with two lines for each GPU type in ``gpus``:
-    its memory, and what ``headroom`` leaves of it."""
+    its memory, and what ``headroom`` leaves of it; ``title`` heads the busiest stage's total."""
     limits = [GPULimit.of(g, headroom) for g in gpus]
     fig = new_figure("plot_memory", figsize=(max(6.0, 3.0 + 0.35 * len(estimate.stages)), 4.8))
     ax = fig.add_subplot()
     draw_memory(ax, estimate, limits)
-    ax.set_title(title or f"Memory per GPU: {estimate.device_bytes / GIB:.1f} GiB on the busiest "
-                 f"(stage {estimate.busiest_stage}, peak in {estimate.peak_phase})", fontsize=10)
+    busiest = (f"{estimate.device_bytes / GIB:.1f} GiB per GPU on the busiest stage ({estimate.busiest_stage}, "
+               f"peak in {estimate.peak_phase})")
+    ax.set_title(f"{title or 'Memory per GPU by pipeline stage'}\n{busiest}", fontsize=10, loc="left")
     return fig
 
 

@@ -329,38 +329,6 @@ def test_help_has_examples(command: str) -> None:
     assert "Examples" in result.stdout and f"frenzy {command}" in result.stdout
 
 
-# ---- docs/cli.md ----------------------------------------------------------------------------------------------
-
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
-
-
-def _doc_examples() -> list[tuple[str, int, str]]:
-    """(command, expected exit code, first documented output line) for each ``$ frenzy`` line of docs/cli.md
-    that needs no file of its own."""
-    lines = DOCS.read_text(encoding="utf-8").splitlines()
-    out = []
-    for i, line in enumerate(lines):
-        if not line.startswith("$ frenzy "):
-            continue
-        command, _, comment = line[2:].partition("  # exit ")
-        if any(word.endswith((".csv", ".yaml", ".json", ".png")) for word in command.split()):
-            continue
-        out.append((command, int(comment or 0), lines[i + 1]))
-    return out
-
-
-@pytest.mark.parametrize(("command", "code", "first_line"), _doc_examples(),
-                         ids=[command for command, _, _ in _doc_examples()])
-def test_docs_examples_run_as_documented(command: str, code: int, first_line: str) -> None:
-    import shlex
-
-    result = runner.invoke(app, shlex.split(command)[1:], env={"COLUMNS": "100"})
-    assert result.exit_code == code, result.output
-    shown = first_line.split("...")[0].rstrip()
-    actual = (result.stdout if code == 0 else result.stderr).splitlines()[0].rstrip()
-    assert actual.startswith(shown), (actual, shown)
-
-
 def test_emit_to_writes_only_the_launcher_text(tmp_path: Path) -> None:
     import yaml
 

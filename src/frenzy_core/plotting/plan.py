@@ -41,8 +41,8 @@ def draw_runners_up(ax: Axes, plan: Plan) -> None:
                label=f"chosen: {plan.num_gpus} x {plan.gpu_type}, {plan.parallel.describe()}")
     ax.axvline(plan.usable_bytes / GIB, color="black", linestyle="--", linewidth=1,
                label=f"{plan.gpu_type} usable: {plan.usable_bytes / GIB:.1f} GiB")
-    ax.margins(0.15)
-    ax.set_ylim(bottom=0)
+    ax.margins(x=0.15)
+    ax.set_ylim(0, max([plan.time.tokens_per_s, *(a.tokens_per_s for a in plan.alternatives)]) * 1.12)
     ax.set_xlabel("GiB per GPU (busiest stage)")
     ax.set_ylabel("tokens/s (whole job)")
     ax.yaxis.set_major_formatter(lambda v, _: f"{v:,.0f}")

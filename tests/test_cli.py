@@ -322,6 +322,26 @@ def test_cli_surface_is_frozen() -> None:
         assert longs == SURFACE[name], name
 
 
+def test_each_option_is_defined_once_with_its_fields_description() -> None:
+    """An option that several commands take has one flag set and one help text everywhere; an option that sets a
+    config field opens its help with the field's own description."""
+    import typer.main
+
+    from frenzy_core.cli.options import DESCRIBED_BY
+
+    group = typer.main.get_command(app)
+    seen: dict[str, tuple[tuple[str, ...], str | None]] = {}
+    for name, command in group.commands.items():  # type: ignore[attr-defined]
+        for param in command.params:
+            if not param.opts[0].startswith("--") or param.name in ("help", "model", "out", "gpu"):
+                continue  # calibrate's --model/--gpu/--out describe a logged run, not MODEL or a config field
+            shape = (tuple(param.opts + param.secondary_opts), getattr(param, "help", None))
+            assert seen.setdefault(param.opts[0], shape) == shape, f"{param.opts[0]} differs in {name}"
+    for flag, (model, field) in DESCRIBED_BY.items():
+        assert flag in seen, flag
+        assert (seen[flag][1] or "").startswith(model.model_fields[field].description or "?"), (flag, field)
+
+
 @pytest.mark.parametrize("command", sorted(SURFACE))
 def test_help_has_examples(command: str) -> None:
     result = invoke(command, "--help")

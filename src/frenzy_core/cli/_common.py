@@ -41,6 +41,7 @@ __all__ = [
     "parse_names",
     "plot_target",
     "print_json",
+    "require_file",
     "require_matplotlib",
     "require_positive",
 ]
@@ -238,6 +239,12 @@ def plot_target(path: Path | None, option: str = "--plot") -> Path | None:
                           value=str(path), hint="create it first, or give a path in an existing folder")
     require_matplotlib(option)
     return path
+
+
+def require_file(path: Path | None, option: str, hint: str) -> None:
+    """ConfigError naming ``option`` before any work when ``path`` is given but is not a file."""
+    if path is not None and not path.is_file():
+        raise ConfigError(f"{option} {str(path)!r} does not exist", field=option, value=str(path), hint=hint)
 
 
 def require_positive(value: float | None, option: str) -> None:

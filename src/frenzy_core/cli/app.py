@@ -66,6 +66,9 @@ def main(args: list[str] | None = None) -> int:
     try:
         code = app(args=args, prog_name="frenzy", standalone_mode=False)  # returns typer.Exit's code, not raising
     except UsageError as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # plain `frenzy`: the help is the answer, not an error
+            typer.echo(exc.format_message(), nl=False)  # (rich has printed it already; plain click has not)
+            return 0
         hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
         err_console.print(f"[bold red]error:[/] {exc.format_message()}{hint}", highlight=False, soft_wrap=True,
                           markup=True)

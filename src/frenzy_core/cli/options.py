@@ -20,10 +20,12 @@ from typing import Annotated, Any, TypeVar
 import typer
 from pydantic import BaseModel
 
+from frenzy_core.adapters import LAUNCHERS
 from frenzy_core.config import ParallelConfig, TrainingConfig
 from frenzy_core.planning.request import PlanConstraints
 
 __all__ = [
+    "DESCRIBED_BY",
     "OPTION_OF_FIELD",
     "Attention",
     "Cluster",
@@ -72,6 +74,8 @@ T = TypeVar("T")
 OPTION_OF_FIELD: dict[str, str] = {}
 """Config field name (``max_gpus``, ``seq_len``) -> the flag that sets it (``--max-gpus``), filled as the options
 below are defined."""
+DESCRIBED_BY: dict[str, tuple[type[BaseModel], str]] = {}
+"""Flag -> the config model and field whose description is its help."""
 
 
 def described(model: type[BaseModel], field: str, note: str = "") -> str:
@@ -84,8 +88,10 @@ def _field_option(flags: tuple[str, ...], model: type[BaseModel], field: str, no
                   also: tuple[str, ...] = (), **kwargs: Any) -> Any:
     """A typer option setting ``model.field``, its help from the field; records the flag for the field (and for
     the fields in ``also`` that the same flag sets elsewhere)."""
+    flag = flags[0].split("/")[0]
     for name in (field, *also):
-        OPTION_OF_FIELD.setdefault(name, flags[0].split("/")[0])
+        OPTION_OF_FIELD.setdefault(name, flag)
+    DESCRIBED_BY[flag] = (model, field)
     return typer.Option(*flags, help=described(model, field, note), **kwargs)
 
 
@@ -149,8 +155,8 @@ TimeModel = Annotated[T, typer.Option("--time-model", help="Calibrated time-mode
 # ---- launchers -------------------------------------------------------------------------------------------------
 
 Emit = Annotated[T, typer.Option("--emit", help=(
-    "After the plan, print a launch config for it: torchrun, megatron, deepspeed, accelerate, slurm, kubernetes, "
-    "ray or skypilot (with --json: in the JSON, under 'launch')."))]
+    f"After the plan, print a launch config for it: {', '.join(LAUNCHERS[:-1])} or {LAUNCHERS[-1]} (with --json: "
+    "in the JSON, under 'launch')."))]
 EmitOption = Annotated[T, typer.Option("--emit-option", "-o", help=(
     "KEY=VALUE option of the --emit launcher (repeatable), e.g. -o script=train.py."))]
 EmitTo = Annotated[T, typer.Option("--emit-to", help="Write the --emit launcher text to this file instead of stdout.")]

@@ -18,6 +18,7 @@ from frenzy_core.cli._common import (
     parse_names,
     plot_target,
     print_json,
+    require_file,
     require_positive,
 )
 from frenzy_core.cli.emit import LaunchOutput, emit_launcher, launcher_options, parse_emit_options
@@ -91,6 +92,7 @@ def plan(
                           field="--tokens", hint="e.g. --tokens 10B")
     require_positive(max_price_per_hour, "--max-price-per-hour")
     require_positive(time_limit, "--time-limit")
+    require_file(time_model, "--time-model", "write one with: frenzy calibrate RUNS.csv --out FILE")
     emit_options = _emit_request(emit, parse_emit_options(emit_option or []), emit_to)
     plot = plot_target(plot)
     cfg = load_model_arg(model)

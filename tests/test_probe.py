@@ -269,7 +269,9 @@ def test_pure_bf16_halves_parameters_and_optimizer_states() -> None:
 
 
 def test_full_recompute_and_sdpa_lower_the_forward_peak() -> None:
-    long = _TRAIN.replace(seq_len=512, attention="eager")
+    # bf16: _TINY has grouped KV heads, which on CUDA reach a fused kernel (flash) in half precision only; fp32
+    # GQA runs SDPA's math kernel there, which saves the s x s probabilities as eager attention does.
+    long = _TRAIN.replace(seq_len=512, attention="eager", precision="bf16")
     eager = probe_memory(_TINY, long)
     sdpa = probe_memory(_TINY, long.replace(attention="sdpa"))
     recompute = probe_memory(_TINY, long.replace(recompute="full"))
@@ -279,11 +281,12 @@ def test_full_recompute_and_sdpa_lower_the_forward_peak() -> None:
 
 def test_sdpa_activations_grow_linearly_with_sequence_length() -> None:
     def forward_activation_bytes(seq_len: int) -> int:
-        result = probe_memory(_TINY, _TRAIN.replace(seq_len=seq_len))
+        result = probe_memory(_TINY, _TRAIN.replace(seq_len=seq_len, precision="bf16"))
         return result.phases[0].tracker_breakdown["Activation"]
 
     # Unpadded batches run SDPA with is_causal and no (b, 1, s, s) mask, as on a GPU, so nothing is
-    # quadratic in the sequence length: doubling it at most doubles the forward's activations.
+    # quadratic in the sequence length: doubling it at most doubles the forward's activations. (bf16: with
+    # grouped KV heads CUDA's fused kernels take half precision only; fp32 runs the math kernel.)
     assert forward_activation_bytes(256) <= 2 * forward_activation_bytes(128)
 
 

@@ -150,16 +150,26 @@ def _model_class(data: dict[str, Any], config: Any, origin: str, transformers: A
         name = next((getattr(modeling_auto, m)[family] for m in maps if family in getattr(modeling_auto, m)), "")
     cls = getattr(transformers, name, None) if name else None
     if cls is None or not isinstance(config, cls.config_class):
-        family_classes = [n for n in dir(transformers) if getattr(getattr(transformers, n, None), "config_class",
-                                                                     None) is type(config)]
+        known = _family_classes(family, modeling_auto)
         raise ConfigError(f"{origin}: architectures names {name!r}, which is no {family} model class in Transformers "
                           f"{transformers.__version__}", field="architectures", value=name,
-                          hint=f"closest: {', '.join(closest_names(name, family_classes)) or ', '.join(family_classes)}")
+                          hint=f"closest: {', '.join(closest_names(name, known) or known)}")
     head = name.endswith(_HEAD_SUFFIXES)
     if not head and not name.endswith("Model"):
         raise ConfigError(f"{origin}: {name} has a task head the probe does not train", field="architectures",
                           value=name, hint="use the family's causal-LM, masked-LM or bare model class")
     return cls, head
+
+
+def _family_classes(family: str, modeling_auto: Any) -> list[str]:
+    """The model classes Transformers' auto mappings list for ``family`` (no class is imported)."""
+    names: set[str] = set()
+    for attribute in dir(modeling_auto):
+        mapping = getattr(modeling_auto, attribute)
+        if attribute.endswith("MAPPING_NAMES") and isinstance(mapping, Mapping) and family in mapping:
+            value = mapping[family]
+            names.update([value] if isinstance(value, str) else value)
+    return sorted(names)
 
 
 def _attn_implementation(training: TrainingConfig, notes: list[str]) -> str:

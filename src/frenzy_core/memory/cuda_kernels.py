@@ -16,8 +16,9 @@ Both are re-registered in torch's dispatcher (``AutogradCPU`` kernels of ``aten:
   whose autograd saves, exactly the CUDA outputs: output, log-sum-exp (padded to 32 rows for the efficient
   kernel), RNG state. Grouped-query attention reaches flash with its fewer key/value heads; the memory-efficient
   kernel of this build takes equal head counts only, so fp32 GQA with ``enable_gqa`` runs the math kernel on CUDA
-  as well (k and v repeated, the s x s probabilities saved). Assumed: an sm80+ GPU (A100, H100, B200); cuDNN attention, which torch prefers on sm90/sm100
-  with cuDNN > 9.15, saves the same output and log-sum-exp bytes as flash.
+  as well (k and v repeated, the s x s probabilities saved). Assumed: an sm80+ GPU (A100, H100, B200); cuDNN
+  attention, which torch prefers on sm90/sm100 with cuDNN > 9.15, saves the same output and log-sum-exp bytes as
+  flash.
 """
 
 from __future__ import annotations

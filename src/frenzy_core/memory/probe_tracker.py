@@ -99,7 +99,7 @@ def _tracker_class() -> type:
             self.peak_op_index = 0
             self.made_in = ""
             self.attribute_at_op = attribute_at_op
-            self._origin: dict[int, tuple[str, str, str]] = {}
+            self._origin: dict[int, tuple[str, str, str, str, tuple[int, ...]]] = {}
             self._op = ""
             self.live_at_op: list[PeakTensors] = []
 

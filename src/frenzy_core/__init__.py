@@ -7,6 +7,7 @@ from frenzy_core.config import (
     ArchKind,
     Attention,
     Framework,
+    LayoutArrays,
     MLPKind,
     ModelConfig,
     MoEConfig,
@@ -32,7 +33,7 @@ from frenzy_core.errors import (
     OptionalDependencyError,
     UnknownNameError,
 )
-from frenzy_core.hardware import Cluster, ClusterSummary, GPUSpec, LinkKind, Node, get_gpu_spec, load_gpu_specs
+from frenzy_core.hardware import Cluster, ClusterSummary, GPUSpec, LinkKind, Links, Node, get_gpu_spec, load_gpu_specs
 from frenzy_core.memory import BatchEstimate, estimate_memory, estimate_memory_batch
 from frenzy_core.memory.probe import PhasePeak, ProbeResult, measure_training_step, probe_memory
 from frenzy_core.memory.result import MemoryEstimate, StageMemory
@@ -80,7 +81,9 @@ __all__ = [
     "GPURequest",
     "GPUSpec",
     "InfeasiblePlanError",
+    "LayoutArrays",
     "LinkKind",
+    "Links",
     "MLPKind",
     "Measurement",
     "MegatronJob",

@@ -1,6 +1,15 @@
-"""Validated configuration models: the model, the training recipe and the parallel layout."""
+"""Validated configuration models: the model, the training recipe and the parallel layout; layouts as arrays
+and the rules they must satisfy."""
 
-from frenzy_core.config.layout import global_batch_size, num_microbatches, validate_layout
+from frenzy_core.config.arrays import LAYOUT_COLUMNS, LayoutArrays
+from frenzy_core.config.layout import (
+    LAYOUT_RULES,
+    LayoutRule,
+    global_batch_size,
+    layout_mask,
+    num_microbatches,
+    validate_layout,
+)
 from frenzy_core.config.model import ArchKind, MLPKind, ModelConfig, MoEConfig, NormKind, PositionEmbedding
 from frenzy_core.config.parallel import ParallelConfig, PipelineSchedule
 from frenzy_core.config.params import ParamCounts, count_parameters
@@ -16,9 +25,13 @@ from frenzy_core.config.training import (
 )
 
 __all__ = [
+    "LAYOUT_COLUMNS",
+    "LAYOUT_RULES",
     "ArchKind",
     "Attention",
     "Framework",
+    "LayoutArrays",
+    "LayoutRule",
     "MLPKind",
     "MoEConfig",
     "ModelConfig",
@@ -35,6 +48,7 @@ __all__ = [
     "TrainingConfig",
     "count_parameters",
     "global_batch_size",
+    "layout_mask",
     "num_microbatches",
     "validate_layout",
 ]

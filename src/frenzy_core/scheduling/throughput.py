@@ -13,11 +13,10 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from frenzy_core.config.model import ModelConfig
-from frenzy_core.config.training import Recompute, TrainingConfig
+from frenzy_core.config.training import TrainingConfig
 from frenzy_core.errors import InfeasiblePlanError
 from frenzy_core.hardware.cluster import Cluster
 from frenzy_core.hardware.gpus import get_gpu_spec
-from frenzy_core.planning.layouts import RECOMPUTE_ORDER, LayoutBatch
 
 __all__ = ["PlannedThroughput", "ThroughputCurve", "homogeneous_cluster", "planned_tokens_per_s"]
 
@@ -99,7 +98,7 @@ class PlannedThroughput:
                  ) -> tuple[np.ndarray, list[str | None]]:
         """Best tokens/s per world size 0..max_gpus from one candidate table (NaN: nothing fits), and the layout
         of each."""
-        from frenzy_core.planning.planner import make_search
+        from frenzy_core.planning.search import make_search
 
         search = make_search(model, homogeneous_cluster(gpu_id, max_gpus), training, "throughput",
                              {"max_gpus": max_gpus, "gpu_types": [gpu_id]})
@@ -113,22 +112,6 @@ class PlannedThroughput:
         worlds, first = np.unique(table.world[ranked], return_index=True)
         for world, row in zip(worlds, ranked[first]):
             out[world] = table.tokens_per_s[row]
-            names[int(world)] = _describe(table.layouts, int(table.layout[row]))
+            names[int(world)] = table.layouts.describe(int(table.layout[row]), compact=True)
         return out, names
 
-
-def _describe(layouts: LayoutBatch, i: int) -> str:
-    """One layout in words: degrees (vpp, cp, ep only when > 1), micro-batch, recompute, ZeRO/distributed optimizer."""
-    parts = [f"dp{layouts.dp[i]}", f"tp{layouts.tp[i]}", f"pp{layouts.pp[i]}"]
-    parts += [f"{name}{getattr(layouts, name)[i]}" for name in ("vpp", "cp", "ep") if getattr(layouts, name)[i] > 1]
-    parts.append(f"mbs{layouts.micro_batch_size[i]}")
-    recompute = RECOMPUTE_ORDER[int(layouts.recompute[i])]
-    if recompute is not Recompute.NONE:
-        parts.append(f"recompute={recompute.value}")
-    if layouts.zero_stage[i]:
-        parts.append(f"zero{layouts.zero_stage[i]}")
-    if layouts.distributed_optimizer[i]:
-        parts.append("dist-opt")
-    if layouts.sequence_parallel[i]:
-        parts.append("sp")
-    return " ".join(parts)

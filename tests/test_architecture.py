@@ -35,7 +35,6 @@ LONG_FUNCTIONS: dict[str, str] = {
     "config/megatron.py:_model": "adapters engineer, issue 16 item 5 (config/megatron/ package)",
     "config/megatron_writer.py:to_megatron_args": "adapters engineer, issue 16 item 5 (config/megatron/ package)",
     "memory/activations.py:_torch_layer": "hf engineer, issue 16 item 4 (module-layout enum)",
-    "memory/probe.py:measure_training_step": "probe engineer",
     "timing/estimator.py:estimate_iteration_time_batch": "timing engineer, issue 11 (time-model rewrite)",
     "cli/memory_cmd.py:memory": "adapters engineer, issue 16 item 6 (JSON assembly out of the commands)",
     "cli/plan_cmd.py:plan": "adapters engineer, issue 16 item 6 (JSON assembly out of the commands)",

@@ -34,7 +34,6 @@ MAX_CLI_LINES = 120
 LONG_FUNCTIONS: dict[str, str] = {
     "config/megatron.py:_model": "adapters engineer, issue 16 item 5 (config/megatron/ package)",
     "config/megatron_writer.py:to_megatron_args": "adapters engineer, issue 16 item 5 (config/megatron/ package)",
-    "memory/activations.py:_torch_layer": "hf engineer, issue 16 item 4 (module-layout enum)",
     "timing/estimator.py:estimate_iteration_time_batch": "timing engineer, issue 11 (time-model rewrite)",
     "cli/memory_cmd.py:memory": "adapters engineer, issue 16 item 6 (JSON assembly out of the commands)",
     "cli/plan_cmd.py:plan": "adapters engineer, issue 16 item 6 (JSON assembly out of the commands)",
@@ -47,7 +46,6 @@ LAZY_IMPORTS: dict[str, str] = {
     "scheduling/throughput.py": "scheduler engineer (frenzy_core.planning imported on first use)",
     "scheduling/workload.py": "scheduler engineer",
     "timing/calibrate.py": "timing engineer, issue 11",
-    "memory/activations.py": "hf engineer, issue 16 item 4 (family records replace the lookup)",
     "memory/hf_models.py": "probe engineer (transformers is an optional extra)",
     "memory/probe.py": "probe engineer (torch is an optional extra)",
 }
@@ -97,7 +95,11 @@ def _targets(node: ast.Import | ast.ImportFrom, module: Module) -> list[str]:
             here = here[: len(here) - node.level + 1]
             base = ".".join(here + ([base] if base else []))
         names = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
-    return [n for n in names if n in known]
+    # Importing a.b.c first runs the __init__ of each package on the way (a.b here) that is not already being
+    # imported as a parent of the importing module itself.
+    own = {".".join(module.name.split(".")[:i]) for i in range(1, module.name.count(".") + 2)}
+    parents = {".".join(n.split(".")[:i]) for n in names for i in range(1, n.count(".") + 1)}
+    return [n for n in [*names, *sorted(parents - own)] if n in known]
 
 
 def _type_checking(node: ast.stmt) -> bool:
@@ -242,11 +244,11 @@ PUBLIC_API: dict[str, list[str]] = {
     'frenzy_core': [
         'ArchKind', 'Attention', 'BatchEstimate', 'CalibrationResult', 'Cluster', 'ClusterSummary', 'ConfigError',
         'Framework', 'FrenzyError', 'GPURequest', 'GPUSpec', 'InfeasiblePlanError', 'LayoutArrays', 'LinkKind',
-        'Links', 'MLPKind', 'Measurement', 'MegatronJob', 'MemoryEstimate', 'MoEConfig', 'ModelConfig', 'Node',
-        'NormKind', 'Objective', 'Optimizer', 'OptimizerImpl', 'OptionalDependencyError', 'POLICIES',
+        'Links', 'MLAConfig', 'MLPKind', 'Measurement', 'MegatronJob', 'MemoryEstimate', 'MoEConfig', 'ModelConfig', 'Node',
+        'NormKind', 'NormPlacement', 'Objective', 'Optimizer', 'OptimizerImpl', 'OptionalDependencyError', 'POLICIES',
         'ParallelConfig', 'PhasePeak', 'PipelineSchedule', 'Plan', 'PlanConstraints', 'PositionEmbedding',
-        'Precision', 'ProbeResult', 'Recompute', 'RecomputeMethod', 'SimulationResult', 'StageMemory', 'TimeEstimate',
-        'TimeModelParams', 'TraceFormat', 'TraceJob', 'TrainingConfig', 'TrainingJob', 'UnknownNameError',
+        'Precision', 'ProbeResult', 'QKNormScope', 'Recompute', 'RecomputeMethod', 'SimulationResult', 'StageMemory',
+        'TimeEstimate', 'TimeModelParams', 'TraceFormat', 'TraceJob', 'TrainingConfig', 'TrainingJob', 'UnknownNameError',
         'calibrate', 'compare', 'count_parameters', 'estimate_iteration_time', 'estimate_iteration_time_batch',
         'estimate_memory', 'estimate_memory_batch', 'from_megatron_args', 'get_gpu_spec', 'jobs_from_trace',
         'load_gpu_specs', 'load_trace', 'measure_training_step', 'parse_megatron_args', 'plan_job', 'probe_memory',
@@ -260,10 +262,15 @@ PUBLIC_API: dict[str, list[str]] = {
     ],
     'frenzy_core.config': [
         'ArchKind', 'Attention', 'Framework', 'LAYOUT_COLUMNS', 'LAYOUT_RULES', 'LayoutArrays', 'LayoutRule',
-        'MLPKind', 'MoEConfig', 'ModelConfig', 'NormKind', 'Optimizer', 'OptimizerImpl', 'ParallelConfig',
-        'ParamCounts', 'PipelineSchedule', 'PositionEmbedding', 'Precision', 'Recompute', 'RecomputeMethod',
+        'MLAConfig', 'MLPKind', 'MoEConfig', 'ModelConfig', 'NormKind', 'NormPlacement', 'Optimizer',
+        'OptimizerImpl', 'ParallelConfig', 'ParamCounts', 'PipelineSchedule', 'PositionEmbedding', 'Precision',
+        'QKNormScope', 'Recompute', 'RecomputeMethod',
         'TrainingConfig', 'count_parameters', 'global_batch_size', 'layout_mask', 'num_microbatches',
         'validate_layout',
+    ],
+    'frenzy_core.config.hf': [
+        'FAMILIES', 'HFFamily', 'ModuleLayout', 'SUPPORTED_HF_FAMILIES', 'family', 'hf_family_of',
+        'model_from_hf_config', 'module_layout', 'to_hf_config',
     ],
     'frenzy_core.hardware': [
         'Cluster', 'ClusterPreset', 'ClusterSummary', 'DEFAULT_PRESET', 'DTYPES', 'GPUSpec', 'LinkKind', 'Links',

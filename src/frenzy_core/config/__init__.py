@@ -10,7 +10,17 @@ from frenzy_core.config.layout import (
     num_microbatches,
     validate_layout,
 )
-from frenzy_core.config.model import ArchKind, MLPKind, ModelConfig, MoEConfig, NormKind, PositionEmbedding
+from frenzy_core.config.model import (
+    ArchKind,
+    MLAConfig,
+    MLPKind,
+    ModelConfig,
+    MoEConfig,
+    NormKind,
+    NormPlacement,
+    PositionEmbedding,
+    QKNormScope,
+)
 from frenzy_core.config.parallel import ParallelConfig, PipelineSchedule
 from frenzy_core.config.params import ParamCounts, count_parameters
 from frenzy_core.config.training import (
@@ -32,10 +42,12 @@ __all__ = [
     "Framework",
     "LayoutArrays",
     "LayoutRule",
+    "MLAConfig",
     "MLPKind",
     "MoEConfig",
     "ModelConfig",
     "NormKind",
+    "NormPlacement",
     "Optimizer",
     "OptimizerImpl",
     "ParallelConfig",
@@ -43,6 +55,7 @@ __all__ = [
     "PipelineSchedule",
     "PositionEmbedding",
     "Precision",
+    "QKNormScope",
     "Recompute",
     "RecomputeMethod",
     "TrainingConfig",

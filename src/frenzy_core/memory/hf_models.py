@@ -19,7 +19,8 @@ process, data-parallel degree 1; ZeRO, tensor, pipeline, context and expert para
 - framework: torch only (Megatron's Transformer Engine kernels save other tensors).
 - model: a head class (``...ForCausalLM``, ``...LMHeadModel``, ``...ForMaskedLM``) trains on its own loss; a bare
   ``...Model`` on the sum of its last hidden state (whose backward saves nothing). Dropout as the config sets it
-  (train mode); ``use_cache`` as the config sets it (the family default when absent; a ModelConfig: False);
+  (train mode); ``use_cache`` as the config sets it (the family default when absent; a ModelConfig: its
+  ``returns_kv_cache``);
   the batch is ``micro_batch_size x seq_len`` token ids used as labels (no padding, no attention mask, one
   sequence per row).
 """
@@ -278,8 +279,7 @@ def _config_data(model: ModelConfig | Mapping[str, Any] | str | PathLike[str],
     if isinstance(model, ModelConfig):
         from frenzy_core.config.hf import to_hf_config
 
-        data, origin = dict(to_hf_config(model)), model.name or "ModelConfig"
-        data["use_cache"] = False  # a ModelConfig does not record it; the framework loops train without
+        data, origin = dict(to_hf_config(model)), model.name or "ModelConfig"  # use_cache: returns_kv_cache
     else:
         data, origin = _read_config(model)
     if use_cache is not None:

@@ -25,9 +25,20 @@ from os import PathLike
 from typing import TYPE_CHECKING, Any
 
 from frenzy_core.errors import ConfigError, FrenzyError, MeasurementError, OptionalDependencyError
+from frenzy_core.memory.cuda_autocast import cuda_autocast_policy
+from frenzy_core.memory.cuda_kernels import cuda_dropout_and_attention
 from frenzy_core.memory.probe_loops import StepContext, TrainingLoop, TrainingStep, resolve_loop
 from frenzy_core.memory.probe_result import PeakTensors, Phase, PhasePeak, ProbeResult
-from frenzy_core.memory.probe_tracker import CUDA_BLOCK_BYTES
+from frenzy_core.memory.probe_tracker import (
+    CUDA_BLOCK_BYTES,
+    PhaseRecorder,
+    block_rounding,
+    breakdown,
+    module_activations,
+    new_tracker,
+    optimizer_state_bytes,
+    tag_head,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -54,9 +65,6 @@ def _import_torch() -> Any:
 def _cuda_like_run() -> Any:
     """Fake tensors, CUDA block rounding and CUDA kernel behaviour, for one measurement."""
     from torch._subclasses.fake_tensor import FakeTensorMode
-
-    from frenzy_core.memory.cuda_autocast import cuda_autocast_policy
-    from frenzy_core.memory.cuda_kernels import cuda_dropout_and_attention
 
     with FakeTensorMode(), cuda_dropout_and_attention(), cuda_autocast_policy(), warnings.catch_warnings():
         # ModTracker warns when a module made in forward (e.g. a loss helper) is gone by backward; harmless.
@@ -94,15 +102,6 @@ class _Plan:
 
 def _run(plan: _Plan, attribute_at_op: int | None) -> _Run:
     """Build the module and run ``plan.steps`` optimizer steps under the tracker."""
-    from frenzy_core.memory.probe_tracker import (
-        PhaseRecorder,
-        block_rounding,
-        module_activations,
-        new_tracker,
-        optimizer_state_bytes,
-        tag_head,
-    )
-
     with block_rounding(plan.block_bytes), _cuda_like_run():
         module = plan.module_factory()
         module.train()
@@ -154,8 +153,6 @@ def _one_microbatch(plan: _Plan, module: Any, optimizer: Any, recorder: Any, ste
 
 
 def _result(run: _Run, plan: _Plan, loop_name: str) -> ProbeResult:
-    from frenzy_core.memory.probe_tracker import breakdown
-
     best = max(run.records, key=lambda r: r.peak_bytes)
     return ProbeResult(
         peak_bytes=best.peak_bytes,
@@ -246,7 +243,7 @@ def probe_memory(
     config (dict, ``config.json`` path or folder), probed as the class its ``architectures`` names, built with
     ``from_config`` (no weights, no network, no remote code). ``loop`` defaults to the one
     ``training.keep_outputs`` describes where that setting exists, else the framework loop. ``use_cache`` overrides
-    the config's (a ModelConfig records none: False). ``training.global_batch_size`` sets the
+    the config's (a ModelConfig's is its ``returns_kv_cache``). ``training.global_batch_size`` sets the
     gradient-accumulation micro-batches. ZeRO, tensor, pipeline and context parallelism are analytic only. See
     :mod:`frenzy_core.memory.hf_models` for how each setting maps onto Transformers and torch, and
     ``ProbeResult.notes`` for what was approximated.

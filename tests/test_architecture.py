@@ -32,7 +32,6 @@ layers (``frenzy_core/__init__.py`` re-exports from all of them)."""
 MAX_LINES = 80
 MAX_CLI_LINES = 120
 LONG_FUNCTIONS: dict[str, str] = {
-    "memory/probe.py:measure_training_step": "probe engineer",
     "timing/estimator.py:estimate_iteration_time_batch": "timing engineer, issue 11 (time-model rewrite)",
     "cli/memory_cmd.py:memory": "adapters engineer, issue 16 item 6 (JSON assembly out of the commands)",
     "cli/plan_cmd.py:plan": "adapters engineer, issue 16 item 6 (JSON assembly out of the commands)",

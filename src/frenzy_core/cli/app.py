@@ -14,7 +14,7 @@ import typer
 try:  # typer >= 0.24 carries its own copy of click
     from typer._click.exceptions import UsageError
 except ImportError:  # pragma: no cover - older typer on click
-    from click.exceptions import UsageError  # type: ignore[assignment]
+    from click.exceptions import UsageError  # type: ignore[assignment,no-redef]
 
 from frenzy_core.cli import calibrate_cmd, catalogues, memory_cmd, plan_cmd, simulate_cmd
 from frenzy_core.cli._common import EXIT_BAD_INPUT, console, err_console

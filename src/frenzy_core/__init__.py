@@ -42,6 +42,7 @@ from frenzy_core.planning import Objective, Plan, PlanConstraints, plan_job
 from frenzy_core.scheduling import (
     POLICIES,
     GPURequest,
+    OnlineScheduler,
     SimulationResult,
     TraceFormat,
     TraceJob,
@@ -90,6 +91,7 @@ __all__ = [
     "Node",
     "NormKind",
     "Objective",
+    "OnlineScheduler",
     "Optimizer",
     "OptimizerImpl",
     "OptionalDependencyError",

@@ -161,13 +161,13 @@ def simulate(
         return
     table = new_table(
         f"{len(jobs)} jobs; job completion time (JCT) and makespan in hours",
-        ["policy", "finished", "OOM", "unschedulable", "avg JCT", "p99 JCT", "makespan"],
+        ["policy", "finished", "violations", "unschedulable", "avg JCT", "p99 JCT", "makespan"],
     )
     for r in results:
         table.add_row(
             r.policy,
             str(r.finished),
-            str(r.oom_placements),
+            str(r.violations),
             str(len(r.unschedulable)),
             _hours(r.avg_jct_s),
             _hours(r.p99_jct_s),

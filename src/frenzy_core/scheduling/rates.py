@@ -1,7 +1,15 @@
-"""``RateBook``: what each GPU type and count would give a job (tokens/s), looked up once per job.
+"""``RateBook``: what each GPU type and count would give a job, and the placement it actually gets on free GPUs.
 
-The one place that turns a :data:`ThroughputFn` into numpy arrays for the policies: a vectorised curve when
-the function offers one (:class:`ThroughputCurve`), one call per count otherwise (stubs in tests).
+The one place that turns a throughput model into what policies use:
+
+* ``rates``/``options``: tokens/s per (type, count) on the GPUs the cluster offers (every node as free as it
+  ever is), the estimate a policy ranks options by;
+* ``place``: GPUs for one (type, count) on the GPUs free now, re-planned there: the job starts with the fastest
+  layout that fits those very GPUs (its tensor-parallel groups inside nodes, its memory on the card, links of
+  those nodes) at that layout's rate, or not at all.
+
+With a :class:`PlannedThroughput` both come from the planner; a plain :data:`ThroughputFn` (test stubs) rates a
+count the same wherever it lands and names no layout.
 """
 
 from __future__ import annotations
@@ -16,7 +24,9 @@ from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.training import TrainingConfig
 from frenzy_core.errors import InfeasiblePlanError
 from frenzy_core.scheduling.jobs import TrainingJob
-from frenzy_core.scheduling.throughput import ThroughputCurve
+from frenzy_core.scheduling.plans import Placement, RunLayout
+from frenzy_core.scheduling.state import Allocation, ClusterState
+from frenzy_core.scheduling.throughput import GPUGroup, PlannedThroughput
 from frenzy_core.scheduling.workload import ThroughputFn
 
 __all__ = ["JobOptions", "RateBook", "power_of_two_counts"]
@@ -39,51 +49,74 @@ class JobOptions:
     count: np.ndarray
     tokens_per_s: np.ndarray
     run_s: np.ndarray
-    """Seconds the job's whole work takes on the option."""
+    """Seconds the job's remaining work takes on the option."""
 
     def __len__(self) -> int:
         return int(self.gpu.shape[0])
 
 
 class RateBook:
-    """Tokens/s per (job, GPU type, count), cached per (model, recipe, type, count)."""
+    """Tokens/s per (job, GPU type, count) on the cluster's nodes, and placements re-planned on free GPUs."""
 
-    def __init__(self, throughput: ThroughputFn, gpu_types: Sequence[str]):
+    def __init__(self, throughput: ThroughputFn | PlannedThroughput, state: ClusterState):
         self.throughput = throughput
-        self.gpu_types = tuple(gpu_types)
+        self.state = state
+        self.gpu_types = state.gpu_types
         self._rates: dict[tuple[ModelConfig, TrainingConfig, str, int], float] = {}
+        self._usable = {t: self._group(t, state.nodes_of(t), state.initial_free, whole=True) for t in self.gpu_types}
 
+    @property
+    def planned(self) -> PlannedThroughput | None:
+        """The planner model, when the throughput is one (layouts are then named and checked)."""
+        return self.throughput if isinstance(self.throughput, PlannedThroughput) else None
+
+    def _group(self, gpu_type: str, nodes: np.ndarray, free: np.ndarray, *, whole: bool) -> GPUGroup:
+        """The planner's view of ``free`` GPUs on ``nodes``: node size is the nodes' own (``whole``: what the
+        cluster offers) or the GPUs taken on each (an allocation: the job sees only those), links the slowest."""
+        s = self.state
+        size = int(s.capacity[nodes].max()) if whole else int(free[nodes].max())
+        return GPUGroup.of(free[nodes].tolist(), size, float(s.intra_node_bytes_per_s[nodes].min()),
+                           float(s.inter_node_bytes_per_s[nodes].min()))
+
+    def group_of(self, gpu_type: str, allocation: Allocation) -> GPUGroup:
+        """The GPUs of an allocation as the planner sees them."""
+        nodes = np.fromiter(allocation, dtype=np.int64, count=len(allocation))
+        free = np.zeros(len(self.state.node_types), dtype=np.int64)
+        free[nodes] = list(allocation.values())
+        return self._group(gpu_type, nodes, free, whole=False)
+
+    # -- estimates on the GPUs the cluster offers ------------------------------------------------------------
     def rate(self, job: TrainingJob, gpu_type: str, num_gpus: int) -> float | None:
-        """Tokens/s of ``num_gpus`` ``gpu_type`` GPUs for the job; None when no layout fits in memory."""
+        """Tokens/s of ``num_gpus`` ``gpu_type`` GPUs for the job; None when no layout fits them."""
         value = float(self.rates(job, gpu_type, [num_gpus])[0])
         return None if math.isnan(value) else value
 
-    def layout(self, job: TrainingJob, gpu_type: str, num_gpus: int) -> str | None:
-        """The layout the job would run with, in words, when the throughput function names it."""
-        if isinstance(self.throughput, ThroughputCurve):
-            return self.throughput.layout(job.model, job.training, gpu_type, num_gpus)
-        return None
-
     def rates(self, job: TrainingJob, gpu_type: str, counts: Sequence[int]) -> np.ndarray:
-        """Tokens/s per count (NaN where no layout fits)."""
+        """Tokens/s per count (NaN where no layout fits the cluster's nodes of the type)."""
         if not counts:
             return np.zeros(0)
-        if isinstance(self.throughput, ThroughputCurve):
-            curve = self.throughput.curve(job.model, job.training, gpu_type, max(counts))
+        planned = self.planned
+        if planned is not None:
+            curve = planned.curve_on(job.model, job.training, gpu_type, self._usable[gpu_type], max(counts))
             return np.asarray(curve[np.asarray(counts)], dtype=np.float64)
         out = np.empty(len(counts))
         for i, n in enumerate(counts):
-            key = (job.model, job.training, gpu_type, n)
-            if key not in self._rates:
-                try:
-                    self._rates[key] = float(self.throughput(job.model, job.training, gpu_type, n))
-                except InfeasiblePlanError:
-                    self._rates[key] = math.nan
-            out[i] = self._rates[key]
+            out[i] = self._function_rate(job.model, job.training, gpu_type, n)
         return out
 
-    def options(self, job: TrainingJob, counts_per_type: Sequence[Sequence[int]]) -> JobOptions:
-        """Every (type, count) of ``counts_per_type`` (one list per GPU type) that fits the job in memory."""
+    def _function_rate(self, model: ModelConfig, training: TrainingConfig, gpu_type: str, n: int) -> float:
+        key = (model, training, gpu_type, n)
+        if key not in self._rates:
+            try:
+                self._rates[key] = float(self.throughput(model, training, gpu_type, n))
+            except InfeasiblePlanError:
+                self._rates[key] = math.nan
+        return self._rates[key]
+
+    def options(self, job: TrainingJob, counts_per_type: Sequence[Sequence[int]], work_tokens: float
+                ) -> JobOptions:
+        """Every (type, count) of ``counts_per_type`` (one list per GPU type) that fits the job in memory, with the
+        time ``work_tokens`` take there."""
         gpu, count, rate = [], [], []
         for g, counts in enumerate(counts_per_type):
             r = self.rates(job, self.gpu_types[g], list(counts))
@@ -94,4 +127,40 @@ class RateBook:
         tokens = np.concatenate(rate) if rate else np.zeros(0)
         return JobOptions(gpu=np.concatenate(gpu) if gpu else np.zeros(0, np.int64),
                           count=np.concatenate(count) if count else np.zeros(0, np.int64),
-                          tokens_per_s=tokens, run_s=job.total_tokens / tokens if tokens.size else tokens)
+                          tokens_per_s=tokens, run_s=work_tokens / tokens if tokens.size else tokens)
+
+    # -- placements on the GPUs free now -------------------------------------------------------------------------
+    def on_gpus(self, job: TrainingJob, gpu_type: str, allocation: Allocation) -> tuple[float, RunLayout | None] | None:
+        """(tokens/s, layout) of the job on exactly these GPUs, re-planned there; None when no layout fits."""
+        n = sum(allocation.values())
+        planned = self.planned
+        if planned is None:
+            rate = self._function_rate(job.model, job.training, gpu_type, n)
+            return None if math.isnan(rate) else (rate, None)
+        layout = planned.best_on(job.model, job.training, gpu_type, self.group_of(gpu_type, allocation), n)
+        return None if layout is None else (layout.tokens_per_s, layout)
+
+    def place(self, job: TrainingJob, gpu_type: str, num_gpus: int, free: ClusterState) -> Placement | None:
+        """The best placement of ``num_gpus`` ``gpu_type`` GPUs among those ``free`` now, or None when no set of
+        them fits a layout. Tried: the best-fit allocation in whole tensor-parallel groups for each group size
+        the fitting layouts use (best layout first); the one whose re-planned rate is highest wins (ties: the
+        first tried)."""
+        planned = self.planned
+        blocks = [1] if planned is None else planned.tps_on(job.model, job.training, gpu_type,
+                                                            self._usable[gpu_type], num_gpus)
+        best: tuple[float, Allocation, RunLayout | None] | None = None
+        tried: set[tuple[tuple[int, int], ...]] = set()
+        for block in blocks:
+            allocation = free.find(gpu_type, num_gpus, block)
+            if allocation is None:
+                continue
+            key = tuple(sorted(allocation.items()))
+            if key in tried:
+                continue
+            tried.add(key)
+            got = self.on_gpus(job, gpu_type, allocation)
+            if got is not None and (best is None or got[0] > best[0]):
+                best = (got[0], allocation, got[1])
+        if best is None:
+            return None
+        return Placement(job_id=job.id, gpu_type=gpu_type, nodes=best[1], tokens_per_s=best[0], layout=best[2])

@@ -23,12 +23,11 @@ from __future__ import annotations
 import numpy as np
 
 from frenzy_core.scheduling.jobs import TrainingJob
+from frenzy_core.scheduling.messages import Action
 from frenzy_core.scheduling.policies._choice import choose
 from frenzy_core.scheduling.policies._queue import QueuePolicy, QueueTable, elastic_counts
-from frenzy_core.scheduling.policy import Placement
 from frenzy_core.scheduling.rates import JobOptions
 from frenzy_core.scheduling.state import ClusterState
-from frenzy_core.scheduling.workload import ThroughputFn
 
 __all__ = ["DEFAULT_ROUND_BUDGET", "DEFAULT_STARVATION_FACTOR", "FrenzyCore"]
 
@@ -55,26 +54,19 @@ class FrenzyCore(QueuePolicy):
         self.starvation_factor = starvation_factor
         self.round_budget = round_budget
         self.stretch = stretch
-        self.running: dict[str, tuple[float, int, int]] = {}
-        """Job id -> (expected end, GPU type index, GPUs) of the jobs this policy started."""
-        self.capacity: dict[str, int] = {}
-        """GPU type -> GPUs usable at the start."""
+
+    def params(self) -> dict[str, float]:
+        return {"starvation_factor": self.starvation_factor, "round_budget": self.round_budget,
+                "stretch": self.stretch}
 
     def job_options(self, job: TrainingJob, allowed: list[str]) -> JobOptions:
         return self.counted_options(job, allowed, lambda t: elastic_counts(job, self.state.usable_gpus(t)))
 
-    def start(self, state: ClusterState, throughput: ThroughputFn, seed: int) -> None:
-        super().start(state, throughput, seed)
-        self.capacity = {t: state.usable_gpus(t) for t in state.gpu_types}
-
-    def on_finish(self, job_id: str, now: float) -> None:
-        self.running.pop(job_id, None)
-
     def _release_times(self, now: float) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per type: expected end times of the running jobs (sorted) and the GPUs free after each, from now."""
         out = []
-        for g, t in enumerate(self.state.gpu_types):
-            ends = sorted((end, n) for end, gg, n in self.running.values() if gg == g)
+        for t in self.state.gpu_types:
+            ends = sorted((r.end_s(), r.plan.num_gpus) for r in self.running.values() if r.plan.gpu_type == t)
             times = np.array([now] + [max(now, e) for e, _ in ends])
             freed = self.state.free_gpus(t) + np.concatenate([[0], np.cumsum([n for _, n in ends])])
             out.append((times, freed.astype(np.int64)))
@@ -90,11 +82,11 @@ class FrenzyCore(QueuePolicy):
         return start
 
     def _serve_starving(self, table: QueueTable, starving: np.ndarray, now: float, left: np.ndarray,
-                        free: ClusterState) -> tuple[list[Placement], set[int]]:
+                        free: ClusterState) -> tuple[list[Action], set[int]]:
         """Starving jobs, oldest first: each starts with its fastest option that fits now and is within the
         stretch of its earliest completion; the first that cannot reserves its best type. Returns the
         placements and the reserved type indices."""
-        placements: list[Placement] = []
+        placements: list[Action] = []
         reserved: set[int] = set()
         rows = np.flatnonzero(starving[table.owner])
         finish = self._earliest_start(table, rows, now) + table.run_s[rows]
@@ -123,12 +115,14 @@ class FrenzyCore(QueuePolicy):
                 break
             mine = ok & (owners == good[0])
             row = int(rows[mine][np.argmin(table.run_s[rows][mine])])
-            placements.append(self.place_row(table, row, free))
-            left[table.gpu[row]] -= table.count[row]
+            started = self.place_row(table, row, free)
+            if started is not None:  # None: the type's free GPUs are too fragmented for its layouts
+                placements.append(started)
+                left[table.gpu[row]] -= table.count[row]
             done = int(good[0]) + 1
         return placements, reserved
 
-    def schedule(self, now: float) -> list[Placement]:
+    def schedule(self, now: float) -> list[Action]:
         free = self.state.copy()
         left = self.free_per_type(free)
         table = self.table()
@@ -143,19 +137,14 @@ class FrenzyCore(QueuePolicy):
         if left.any():
             # value: (least queued GPU-seconds / the job's) x (its fastest run / this run), within the stretch
             area = table.per_job_min(table.count * table.run_s)
-            horizon = float(area.sum()) / sum(self.capacity.values())  # draining the queue at full speed
+            horizon = float(area.sum()) / self.state.usable_gpus()  # draining the queue at full speed
             fast_o, area_o = fast[table.owner], area[table.owner]
             ok = (table.run_s - fast_o <= np.maximum((self.stretch - 1.0) * fast_o, horizon)) & ~starving[table.owner]
             worth = VALUE_SCALE * (float(area.min()) / area_o) * (fast_o / table.run_s)
             values = np.where(ok, np.maximum(1, np.rint(worth)), 0).astype(np.int64)
             choice = choose(table.owner, table.gpu, table.count, values, left, len(self.queue),
                             deterministic_time=self.round_budget, seed=self.seed)
-            placements += [self.place_row(table, int(row), free) for row in choice.picks if row >= 0]
-        for p in placements:
-            assert p.tokens_per_s is not None
-            opts = self.options[p.job_id]
-            work_tokens = float(opts.run_s[0] * opts.tokens_per_s[0])
-            self.running[p.job_id] = (now + work_tokens / p.tokens_per_s,
-                                      self.state.gpu_types.index(p.gpu_type), p.num_gpus)
-        self.dequeue({p.job_id for p in placements})
+            placements += [a for a in (self.place_row(table, int(r), free) for r in choice.picks if r >= 0)
+                           if a is not None]
+        self.dequeue({a.job_id for a in placements})
         return placements

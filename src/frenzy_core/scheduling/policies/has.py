@@ -21,8 +21,8 @@ import numpy as np
 from frenzy_core.hardware.gpus import get_gpu_spec
 from frenzy_core.planning import marp_configs
 from frenzy_core.scheduling.jobs import TrainingJob
+from frenzy_core.scheduling.messages import Action
 from frenzy_core.scheduling.policies._queue import QueuePolicy
-from frenzy_core.scheduling.policy import Placement
 from frenzy_core.scheduling.rates import JobOptions
 
 __all__ = ["FrenzyHAS"]
@@ -48,7 +48,7 @@ class FrenzyHAS(QueuePolicy):
                 if (t, cfg.num_gpus) in seen:
                     continue
                 seen.add((t, cfg.num_gpus))
-                r = self.rates.rate(job, t, cfg.num_gpus)
+                r = self.rates.rate(job, t, cfg.num_gpus)  # None: no layout fits the type's nodes
                 if r is not None:
                     gpu.append(self.state.gpu_types.index(t))
                     count.append(cfg.num_gpus)
@@ -57,8 +57,8 @@ class FrenzyHAS(QueuePolicy):
         return JobOptions(gpu=np.asarray(gpu, dtype=np.int64), count=np.asarray(count, dtype=np.int64),
                           tokens_per_s=tokens, run_s=job.total_tokens / tokens if tokens.size else tokens)
 
-    def schedule(self, now: float) -> list[Placement]:
-        placements: list[Placement] = []
+    def schedule(self, now: float) -> list[Action]:
+        starts: list[Action] = []
         free = self.state.copy()
         left = self.free_per_type(free)
         table = self.table()
@@ -67,9 +67,11 @@ class FrenzyHAS(QueuePolicy):
         # only jobs with a configuration that fits the free GPUs before any placement can start
         for j in np.unique(table.owner[table.count <= left[table.gpu]]):
             rows = np.arange(first[j], ends[j])
-            fits = rows[table.count[rows] <= left[table.gpu[rows]]]
-            if fits.size:  # the first configuration in priority order that has room
-                placements.append(self.place_row(table, int(fits[0]), free))
-                left[table.gpu[fits[0]]] -= table.count[fits[0]]
-        self.dequeue({p.job_id for p in placements})
-        return placements
+            for row in rows[table.count[rows] <= left[table.gpu[rows]]]:  # first in priority order that has room
+                started = self.place_row(table, int(row), free)
+                if started is not None:
+                    starts.append(started)
+                    left[table.gpu[row]] -= table.count[row]
+                    break
+        self.dequeue({a.job_id for a in starts})
+        return starts

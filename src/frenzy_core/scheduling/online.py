@@ -321,13 +321,15 @@ class OnlineScheduler:
             entry = asdict(b)
             entry["last"] = None if b.last is None else b.last.model_dump(mode="json")
             books[j] = entry
-        pending = [[k, a.model_dump(mode="json") if k == "submit" else a] for k, a in self._pending]
+        pending = [[k, a.model_dump(mode="json", exclude_unset=True) if k == "submit" else a] for k, a in self._pending]
         data = {
             "version": STATE_VERSION, "cluster": self.cluster.to_dict(), "policy": policy.name,
             "policy_params": policy.params(), "seed": self.seed, "checkpoint": self.checkpoint.model_dump(),
             "node_names": list(self.node_names), "now_s": self.now_s, "up": self.state.up.tolist(),
-            "jobs": [j.model_dump(mode="json") for j in self.jobs.values()], "books": books, "running": running,
+            # exclude_unset: a recipe's explicitly set fields are pinned by the planner, the others searched
+            "jobs": [j.model_dump(mode="json", exclude_unset=True) for j in self.jobs.values()], "books": books, "running": running,
             "queue": [[j.id, j.total_tokens] for j in policy.queued()], "rejected": policy.rejected,
+            "policy_state": policy.saved(),
             "pending": pending,
         }
         return json.dumps(data)
@@ -354,7 +356,9 @@ class OnlineScheduler:
         for entry in data["running"]:
             plan = Placement.model_validate(entry.pop("plan"))
             out.state.take(plan.nodes)
-            out.running[entry["job_id"]] = RunningJob(job=out.jobs[entry.pop("job_id")], plan=plan, **entry)
+            job_id = entry.pop("job_id")
+            out.running[job_id] = RunningJob(job=out.jobs[job_id], plan=plan, **entry)
+        policy.restore(data["policy_state"])
         for job_id, tokens in data["queue"]:
             job = out.jobs[job_id]
             if tokens != job.total_tokens:

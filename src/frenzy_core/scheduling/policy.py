@@ -109,6 +109,13 @@ class Policy(abc.ABC):
     def schedule(self, now: float) -> list[Action]:
         """Actions for now, applied in order: each Start or Resize must fit the GPUs free after the ones before."""
 
+    def saved(self) -> dict[str, Any]:
+        """Internal state beyond the queue that a restored policy needs to decide the same (plain JSON data)."""
+        return {}
+
+    def restore(self, data: dict[str, Any]) -> None:
+        """Take back what :meth:`saved` returned (called before the queue is resubmitted)."""
+
     def queued(self) -> list[TrainingJob]:
         """The waiting jobs, in the policy's order (saved with a scheduler's state; resubmitted in this order)."""
         raise NotImplementedError(f"policy {self.name!r} does not list its queue, so its state cannot be saved")

@@ -7,6 +7,7 @@ import bisect
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -161,6 +162,12 @@ class QueuePolicy(Policy):
 
     def queued(self) -> list[TrainingJob]:
         return list(self.queue)
+
+    def saved(self) -> dict[str, Any]:
+        return {"arrival": list(self._arrival)}
+
+    def restore(self, data: dict[str, Any]) -> None:
+        self._arrival = {job_id: i for i, job_id in enumerate(data["arrival"])}
 
     def on_finish(self, job_id: str, now: float) -> None:
         """Nothing to update: the freed GPUs are visible in the cluster state."""

@@ -327,7 +327,8 @@ class OnlineScheduler:
             "policy_params": policy.params(), "seed": self.seed, "checkpoint": self.checkpoint.model_dump(),
             "node_names": list(self.node_names), "now_s": self.now_s, "up": self.state.up.tolist(),
             # exclude_unset: a recipe's explicitly set fields are pinned by the planner, the others searched
-            "jobs": [j.model_dump(mode="json", exclude_unset=True) for j in self.jobs.values()], "books": books, "running": running,
+            "jobs": [j.model_dump(mode="json", exclude_unset=True) for j in self.jobs.values()], "books": books,
+            "running": running,
             "queue": [[j.id, j.total_tokens] for j in policy.queued()], "rejected": policy.rejected,
             "policy_state": policy.saved(),
             "pending": pending,

@@ -115,6 +115,8 @@ class Policy(abc.ABC):
 
     def restore(self, data: dict[str, Any]) -> None:
         """Take back what :meth:`saved` returned (called before the queue is resubmitted)."""
+        if data:
+            raise NotImplementedError(f"policy {self.name!r} saved state it cannot restore")
 
     def queued(self) -> list[TrainingJob]:
         """The waiting jobs, in the policy's order (saved with a scheduler's state; resubmitted in this order)."""

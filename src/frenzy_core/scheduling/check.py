@@ -33,9 +33,18 @@ class PlacementCheck:
         self.rates = rates
         self._memory: dict[tuple[object, ...], int] = {}
         self._time: dict[tuple[object, ...], float] = {}
+        self._verdicts: dict[tuple[object, ...], tuple[str | None, RunLayout | None]] = {}
 
     def __call__(self, job: TrainingJob, plan: Placement) -> str | None:
         """Why ``plan`` does not fit ``job`` on its GPUs, or None when it does."""
+        group = self.rates.group_of(plan.nodes)
+        key = (self.rates.key(job), plan.gpu_type, group, id(plan.layout), plan.tokens_per_s)
+        known = self._verdicts.get(key)
+        if known is None:
+            known = self._verdicts[key] = (self._check(job, plan, group), plan.layout)  # the layout keeps its id
+        return known[0]
+
+    def _check(self, job: TrainingJob, plan: Placement, group: GPUGroup) -> str | None:
         if self.rates.planned is None:
             got = self.rates.on_gpus(job, plan.gpu_type, plan.nodes)
             if got is None or plan.tokens_per_s > got[0] * (1 + RATE_TOLERANCE):
@@ -56,7 +65,6 @@ class PlacementCheck:
         usable = int(spec.memory_bytes * (1.0 - DEFAULT_HEADROOM))
         if device > usable:
             return f"layout {layout.describe()} needs {device / 2**30:.2f} GiB per GPU; {plan.gpu_type} has {usable / 2**30:.2f}"
-        group = self.rates.group_of(plan.gpu_type, plan.nodes)
         rate = self._tokens_per_s(job, layout, plan.gpu_type, group)
         if not math.isfinite(rate) or plan.tokens_per_s > rate * (1 + RATE_TOLERANCE):
             return (f"claims {plan.tokens_per_s:.6g} tokens/s; layout {layout.describe()} gets {rate:.6g} on these "

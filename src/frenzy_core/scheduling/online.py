@@ -297,13 +297,13 @@ class OnlineScheduler:
         if status is JobStatus.UNSCHEDULABLE and reason is None:
             reason = "still waiting when no event was left" if b.status == "queued" else f"still {b.status}"
         p = b.last
-        return JobRecord(
+        return JobRecord.model_construct(  # every value comes from validated objects: no need to check again
             id=job_id, status=status, submit_time_s=job.submit_time_s, start_time_s=b.first_start_s,
             finish_time_s=b.finish_s, gpu_type=None if p is None else p.gpu_type,
             num_gpus=None if p is None else p.num_gpus, tokens_per_s=None if p is None else p.tokens_per_s,
             layout=None if p is None else p.describe(), reason=reason, work_tokens=job.total_tokens,
             gpu_seconds=b.gpu_s, preemptions=b.preemptions, interruptions=b.interruptions, resizes=b.resizes,
-            lost_tokens=b.lost_tokens)
+            lost_tokens=b.lost_tokens, violation=None)
 
     # -- saving and restoring ----------------------------------------------------------------------------------------
     def to_json(self) -> str:

@@ -56,34 +56,53 @@ class JobOptions:
 
 
 class RateBook:
-    """Tokens/s per (job, GPU type, count) on the cluster's nodes, and placements re-planned on free GPUs."""
+    """Tokens/s per (job, GPU type, count) on the cluster's nodes, and placements re-planned on free GPUs.
+
+    Answers are cached per distinct (model, recipe) -- :meth:`key` -- since a trace has few of them and hashing
+    the configs themselves on every question would cost more than the answers."""
 
     def __init__(self, throughput: ThroughputFn | PlannedThroughput, state: ClusterState):
         self.throughput = throughput
         self.state = state
         self.gpu_types = state.gpu_types
-        self._rates: dict[tuple[ModelConfig, TrainingConfig, str, int], float] = {}
-        self._usable = {t: self._group(t, state.nodes_of(t), state.initial_free, whole=True) for t in self.gpu_types}
+        self._by_identity: dict[tuple[int, int], tuple[int, ModelConfig, TrainingConfig]] = {}
+        self._by_value: dict[tuple[ModelConfig, TrainingConfig], int] = {}
+        self._rates: dict[tuple[int, str, int], float] = {}
+        self._curves: dict[tuple[int, str], np.ndarray] = {}
+        self._tps: dict[tuple[int, str, int], list[int]] = {}
+        self._options: dict[tuple[object, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._on: dict[tuple[object, ...], tuple[float, RunLayout | None] | None] = {}
+        self._intra = state.intra_node_bytes_per_s.tolist()
+        self._inter = state.inter_node_bytes_per_s.tolist()
+        self._usable = {t: self._offered(t) for t in self.gpu_types}
 
     @property
     def planned(self) -> PlannedThroughput | None:
         """The planner model, when the throughput is one (layouts are then named and checked)."""
         return self.throughput if isinstance(self.throughput, PlannedThroughput) else None
 
-    def _group(self, gpu_type: str, nodes: np.ndarray, free: np.ndarray, *, whole: bool) -> GPUGroup:
-        """The planner's view of ``free`` GPUs on ``nodes``: node size is the nodes' own (``whole``: what the
-        cluster offers) or the GPUs taken on each (an allocation: the job sees only those), links the slowest."""
-        s = self.state
-        size = int(s.capacity[nodes].max()) if whole else int(free[nodes].max())
-        return GPUGroup.of(free[nodes].tolist(), size, float(s.intra_node_bytes_per_s[nodes].min()),
-                           float(s.inter_node_bytes_per_s[nodes].min()))
+    def key(self, job: TrainingJob) -> int:
+        """A small integer per distinct (model, recipe); the objects are kept, so their ids stay theirs."""
+        ident = (id(job.model), id(job.training))
+        hit = self._by_identity.get(ident)
+        if hit is None:
+            number = self._by_value.setdefault((job.model, job.training), len(self._by_value))
+            hit = self._by_identity[ident] = (number, job.model, job.training)
+        return hit[0]
 
-    def group_of(self, gpu_type: str, allocation: Allocation) -> GPUGroup:
-        """The GPUs of an allocation as the planner sees them."""
-        nodes = np.fromiter(allocation, dtype=np.int64, count=len(allocation))
-        free = np.zeros(len(self.state.node_types), dtype=np.int64)
-        free[nodes] = list(allocation.values())
-        return self._group(gpu_type, nodes, free, whole=False)
+    def _offered(self, gpu_type: str) -> GPUGroup:
+        """What the cluster offers of a type, as :func:`plan_job` reads a cluster: every node as free as it is at
+        the start, the largest node size, the slowest links."""
+        s, nodes = self.state, self.state.nodes_of(gpu_type)
+        return GPUGroup.of(s.initial_free[nodes].tolist(), int(s.capacity[nodes].max()),
+                           float(s.intra_node_bytes_per_s[nodes].min()), float(s.inter_node_bytes_per_s[nodes].min()))
+
+    def group_of(self, allocation: Allocation) -> GPUGroup:
+        """The GPUs of an allocation as the planner sees them: one node per entry with the GPUs taken there (the
+        job sees only those), the slowest links among them."""
+        counts = list(allocation.values())
+        return GPUGroup.of(counts, max(counts), min(self._intra[n] for n in allocation),
+                           min(self._inter[n] for n in allocation))
 
     # -- estimates on the GPUs the cluster offers ------------------------------------------------------------
     def rate(self, job: TrainingJob, gpu_type: str, num_gpus: int) -> float | None:
@@ -95,20 +114,21 @@ class RateBook:
         """Tokens/s per count (NaN where no layout fits the cluster's nodes of the type)."""
         if not counts:
             return np.zeros(0)
+        k = self.key(job)
         planned = self.planned
         if planned is not None:
-            curve = planned.curve_on(job.model, job.training, gpu_type, self._usable[gpu_type], max(counts))
+            curve = self._curves.get((k, gpu_type))
+            if curve is None or curve.size <= max(counts):
+                curve = planned.curve_on(job.model, job.training, gpu_type, self._usable[gpu_type], max(counts))
+                self._curves[(k, gpu_type)] = curve
             return np.asarray(curve[np.asarray(counts)], dtype=np.float64)
-        out = np.empty(len(counts))
-        for i, n in enumerate(counts):
-            out[i] = self._function_rate(job.model, job.training, gpu_type, n)
-        return out
+        return np.array([self._function_rate(job, k, gpu_type, n) for n in counts], dtype=np.float64)
 
-    def _function_rate(self, model: ModelConfig, training: TrainingConfig, gpu_type: str, n: int) -> float:
-        key = (model, training, gpu_type, n)
+    def _function_rate(self, job: TrainingJob, k: int, gpu_type: str, n: int) -> float:
+        key = (k, gpu_type, n)
         if key not in self._rates:
             try:
-                self._rates[key] = float(self.throughput(model, training, gpu_type, n))
+                self._rates[key] = float(self.throughput(job.model, job.training, gpu_type, n))
             except InfeasiblePlanError:
                 self._rates[key] = math.nan
         return self._rates[key]
@@ -117,28 +137,37 @@ class RateBook:
                 ) -> JobOptions:
         """Every (type, count) of ``counts_per_type`` (one list per GPU type) that fits the job in memory, with the
         time ``work_tokens`` take there."""
-        gpu, count, rate = [], [], []
-        for g, counts in enumerate(counts_per_type):
-            r = self.rates(job, self.gpu_types[g], list(counts))
-            ok = np.isfinite(r) & (r > 0)
-            gpu.append(np.full(int(ok.sum()), g, dtype=np.int64))
-            count.append(np.asarray(counts, dtype=np.int64)[ok])
-            rate.append(r[ok])
-        tokens = np.concatenate(rate) if rate else np.zeros(0)
-        return JobOptions(gpu=np.concatenate(gpu) if gpu else np.zeros(0, np.int64),
-                          count=np.concatenate(count) if count else np.zeros(0, np.int64),
-                          tokens_per_s=tokens, run_s=work_tokens / tokens if tokens.size else tokens)
+        key = (self.key(job), tuple(tuple(c) for c in counts_per_type))
+        known = self._options.get(key)
+        if known is None:
+            gpu, count, rate = [], [], []
+            for g, counts in enumerate(counts_per_type):
+                r = self.rates(job, self.gpu_types[g], list(counts))
+                ok = np.isfinite(r) & (r > 0)
+                gpu.append(np.full(int(ok.sum()), g, dtype=np.int64))
+                count.append(np.asarray(counts, dtype=np.int64)[ok])
+                rate.append(r[ok])
+            known = self._options[key] = (np.concatenate(gpu) if gpu else np.zeros(0, np.int64),
+                                          np.concatenate(count) if count else np.zeros(0, np.int64),
+                                          np.concatenate(rate) if rate else np.zeros(0))
+        tokens = known[2]
+        return JobOptions(gpu=known[0], count=known[1], tokens_per_s=tokens, run_s=work_tokens / tokens)
 
     # -- placements on the GPUs free now -------------------------------------------------------------------------
     def on_gpus(self, job: TrainingJob, gpu_type: str, allocation: Allocation) -> tuple[float, RunLayout | None] | None:
         """(tokens/s, layout) of the job on exactly these GPUs, re-planned there; None when no layout fits."""
+        k = self.key(job)
         n = sum(allocation.values())
         planned = self.planned
         if planned is None:
-            rate = self._function_rate(job.model, job.training, gpu_type, n)
+            rate = self._function_rate(job, k, gpu_type, n)
             return None if math.isnan(rate) else (rate, None)
-        layout = planned.best_on(job.model, job.training, gpu_type, self.group_of(gpu_type, allocation), n)
-        return None if layout is None else (layout.tokens_per_s, layout)
+        group = self.group_of(allocation)
+        key = (k, gpu_type, group)
+        if key not in self._on:
+            layout = planned.best_on(job.model, job.training, gpu_type, group, n)
+            self._on[key] = None if layout is None else (layout.tokens_per_s, layout)
+        return self._on[key]
 
     def place(self, job: TrainingJob, gpu_type: str, num_gpus: int, free: ClusterState) -> Placement | None:
         """The best placement of ``num_gpus`` ``gpu_type`` GPUs among those ``free`` now, or None when no set of
@@ -146,18 +175,19 @@ class RateBook:
         the fitting layouts use (best layout first); the one whose re-planned rate is highest wins (ties: the
         first tried)."""
         planned = self.planned
-        blocks = [1] if planned is None else planned.tps_on(job.model, job.training, gpu_type,
-                                                            self._usable[gpu_type], num_gpus)
+        blocks = [1]
+        if planned is not None:
+            tkey = (self.key(job), gpu_type, num_gpus)
+            if tkey not in self._tps:
+                self._tps[tkey] = planned.tps_on(job.model, job.training, gpu_type, self._usable[gpu_type], num_gpus)
+            blocks = self._tps[tkey]
         best: tuple[float, Allocation, RunLayout | None] | None = None
-        tried: set[tuple[tuple[int, int], ...]] = set()
+        tried: list[Allocation] = []
         for block in blocks:
             allocation = free.find(gpu_type, num_gpus, block)
-            if allocation is None:
+            if allocation is None or allocation in tried:
                 continue
-            key = tuple(sorted(allocation.items()))
-            if key in tried:
-                continue
-            tried.add(key)
+            tried.append(allocation)
             got = self.on_gpus(job, gpu_type, allocation)
             if got is not None and (best is None or got[0] > best[0]):
                 best = (got[0], allocation, got[1])

@@ -177,8 +177,5 @@ def _sample(sched: OnlineScheduler, now: float, times_s: list[float], busy: dict
         for series in busy.values():
             series.pop()
     times_s.append(now)
-    per_type = dict.fromkeys(busy, 0)
-    for run in sched.running.values():
-        per_type[run.plan.gpu_type] += run.plan.num_gpus
-    for t, n in per_type.items():
+    for t, n in zip(sched.state.gpu_types, sched.state.busy_per_type().tolist()):
         busy[t].append(n)

@@ -66,6 +66,11 @@ class ClusterState:
         """GPUs free now (of one type, or all)."""
         return int(self.free[self.nodes_of(gpu_type)].sum())
 
+    def busy_per_type(self) -> np.ndarray:
+        """GPUs held by jobs, per type (``gpu_types`` order)."""
+        held = np.where(self.up, self.initial_free - self.free, 0)
+        return np.bincount(self.type_index, weights=held, minlength=len(self.gpu_types)).astype(np.int64)
+
     def free_per_type(self) -> np.ndarray:
         """Free GPUs of each type now, in ``gpu_types`` order."""
         return np.bincount(self.type_index, weights=self.free, minlength=len(self.gpu_types)).astype(np.int64)

@@ -23,9 +23,11 @@ from __future__ import annotations
 import numpy as np
 
 from frenzy_core.scheduling.jobs import TrainingJob
-from frenzy_core.scheduling.messages import Action
+from frenzy_core.scheduling.messages import Action, Start
 from frenzy_core.scheduling.policies._choice import choose
+from frenzy_core.scheduling.policies._elastic import grow, make_room
 from frenzy_core.scheduling.policies._queue import QueuePolicy, QueueTable, elastic_counts
+from frenzy_core.scheduling.policy import RunningJob
 from frenzy_core.scheduling.rates import JobOptions
 from frenzy_core.scheduling.state import ClusterState
 
@@ -39,6 +41,9 @@ the 100 ms round target; deterministic, unlike a wall-clock limit, so runs repea
 DEFAULT_STRETCH = 1.25
 """An option is started now only if its run time is at most this many times the time until the job's
 earliest-completing option would finish (waiting for a faster type or more GPUs otherwise; our choice)."""
+DEFAULT_MIN_GAIN = 0.2
+"""A running job grows onto idle GPUs only if it then ends at least this share of its remaining time sooner,
+restart included (our choice: a move must pay clearly, since GPUs it takes may be wanted by the next arrival)."""
 VALUE_SCALE = 10**9
 """The fastest-finishing option of a round is worth this much; others in proportion (integer data)."""
 
@@ -49,15 +54,18 @@ class FrenzyCore(QueuePolicy):
     name = "frenzy-core"
 
     def __init__(self, starvation_factor: float = DEFAULT_STARVATION_FACTOR,
-                 round_budget: float = DEFAULT_ROUND_BUDGET, stretch: float = DEFAULT_STRETCH) -> None:
+                 round_budget: float = DEFAULT_ROUND_BUDGET, stretch: float = DEFAULT_STRETCH,
+                 preemption: bool = True, min_gain: float = DEFAULT_MIN_GAIN) -> None:
         super().__init__()
         self.starvation_factor = starvation_factor
         self.round_budget = round_budget
         self.stretch = stretch
+        self.preemption = preemption
+        self.min_gain = min_gain
 
-    def params(self) -> dict[str, float]:
+    def params(self) -> dict[str, float | bool]:
         return {"starvation_factor": self.starvation_factor, "round_budget": self.round_budget,
-                "stretch": self.stretch}
+                "stretch": self.stretch, "preemption": self.preemption, "min_gain": self.min_gain}
 
     def job_options(self, job: TrainingJob, allowed: list[str]) -> JobOptions:
         return self.counted_options(job, allowed, lambda t: elastic_counts(job, self.state.usable_gpus(t)))
@@ -82,12 +90,13 @@ class FrenzyCore(QueuePolicy):
         return start
 
     def _serve_starving(self, table: QueueTable, starving: np.ndarray, now: float, left: np.ndarray,
-                        free: ClusterState) -> tuple[list[Action], set[int]]:
+                        free: ClusterState) -> tuple[list[Action], set[int], int | None]:
         """Starving jobs, oldest first: each starts with its fastest option that fits now and is within the
         stretch of its earliest completion; the first that cannot reserves its best type. Returns the
-        placements and the reserved type indices."""
+        placements, the reserved type indices and the queue position of the job that reserved."""
         placements: list[Action] = []
         reserved: set[int] = set()
+        waiting: int | None = None
         rows = np.flatnonzero(starving[table.owner])
         finish = self._earliest_start(table, rows, now) + table.run_s[rows]
         owners = table.owner[rows]
@@ -109,7 +118,8 @@ class FrenzyCore(QueuePolicy):
                 lo, hi = np.searchsorted(owners, [bad[0], bad[0] + 1])
                 reserved.add(int(table.gpu[rows[lo + int(np.argmin(finish[lo:hi]))]]))
                 blocked[list(reserved)] = True
-                done = int(bad[0]) + 1
+                waiting = done = int(bad[0])
+                done += 1
                 continue
             if not good.size:
                 break
@@ -120,18 +130,29 @@ class FrenzyCore(QueuePolicy):
                 placements.append(started)
                 left[table.gpu[row]] -= table.count[row]
             done = int(good[0]) + 1
-        return placements, reserved
+        return placements, reserved, waiting
 
     def schedule(self, now: float) -> list[Action]:
         free = self.state.copy()
+        if not self.queue:
+            return grow(self, free, now, self._unwanted(free), self._counts, self.min_gain) if self.preemption else []
         left = self.free_per_type(free)
         table = self.table()
-        if not (table.count <= left[table.gpu]).any():
+        if not (table.count <= left[table.gpu]).any() and not (self.preemption and self.running):
             return []  # nothing can start, and a reservation would change nothing this round
         fast = table.per_job_min(table.run_s)
         waited = now - table.submit_s
         starving = waited >= self.starvation_factor * fast
-        placements, reserved = self._serve_starving(table, starving, now, left, free) if starving.any() else ([], set())
+        placements: list[Action] = []
+        reserved: set[int] = set()
+        if starving.any():
+            placements, reserved, waiting = self._serve_starving(table, starving, now, left, free)
+            if waiting is not None and self.preemption:
+                moves = self._make_room(table, waiting, starving, free, now)
+                if moves:
+                    placements += moves
+                    reserved = set()
+                    left = self.free_per_type(free)
         for g in reserved:
             left[g] = 0
         if left.any():
@@ -146,5 +167,33 @@ class FrenzyCore(QueuePolicy):
                             deterministic_time=self.round_budget, seed=self.seed)
             placements += [a for a in (self.place_row(table, int(r), free) for r in choice.picks if r >= 0)
                            if a is not None]
-        self.dequeue({a.job_id for a in placements})
+        self.dequeue({a.job_id for a in placements if isinstance(a, Start)})
+        if self.preemption:
+            placements += grow(self, free, now, self._unwanted(free), self._counts, self.min_gain)
         return placements
+
+    def _counts(self, job: TrainingJob, gpu_type: str) -> list[int]:
+        return elastic_counts(job, self.state.usable_gpus(gpu_type))
+
+    def _unwanted(self, free: ClusterState) -> list[str]:
+        """GPU types with free GPUs that no queued job may use at all: running jobs may grow there (growing where
+        queued jobs wait would take the GPUs they drain towards)."""
+        left = self.free_per_type(free)
+        wanted = np.zeros(left.size, dtype=bool)
+        wanted[self.table().gpu] = True
+        return [t for g, t in enumerate(self.state.gpu_types) if left[g] and not wanted[g]]
+
+    def _protected(self, run: RunningJob, now: float) -> bool:
+        """A run that is itself past the starvation bound (its wait and run so far against its fastest run) is
+        never preempted: the bound holds for preempted jobs too, and two long jobs cannot take turns."""
+        fastest = float(self.rates.rates(run.job, run.plan.gpu_type, [run.plan.num_gpus])[0])
+        fastest_s = run.job.total_tokens / max(fastest, run.plan.tokens_per_s)
+        return now - run.job.submit_time_s >= self.starvation_factor * fastest_s
+
+    def _make_room(self, table: QueueTable, waiting: int, starving: np.ndarray, free: ClusterState,
+                   now: float) -> list[Action]:
+        """Preempt for the starving job at queue position ``waiting``: its options fastest first."""
+        lo, hi = int(table.first[waiting]), int(table.first[waiting] + table.sizes[waiting])
+        rows = sorted(range(lo, hi), key=lambda r: (table.run_s[r], r))
+        options = [(self.state.gpu_types[int(table.gpu[r])], int(table.count[r]), float(table.run_s[r])) for r in rows]
+        return make_room(self, self.queue[waiting], options, free, now, lambda run: self._protected(run, now))

@@ -156,7 +156,7 @@ class OnlineScheduler:
 
     def expected_end_s(self, job_id: str) -> float:
         """When a running job ends if it keeps its GPUs."""
-        return self.running[job_id].end_s()
+        return self.running[job_id].end
 
     def records(self) -> list[JobRecord]:
         """One record per job submitted so far, in submission order."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from frenzy_core.scheduling.checkpoint import CheckpointModel
@@ -40,19 +40,20 @@ class RunningJob:
     """Tokens trained before the current run."""
     saved_tokens: float
     """Tokens in the job's last durable checkpoint before the current run."""
+    end: float = field(init=False)
+    """When the job ends if it keeps this run."""
+
+    def __post_init__(self) -> None:
+        self.end = self.started_s + self.stall_s + (self.job.total_tokens - self.done_tokens) / self.plan.tokens_per_s
 
     def tokens_at(self, now_s: float) -> float:
         """Tokens trained by ``now_s`` (never more than the job's work)."""
         productive = max(0.0, now_s - self.started_s - self.stall_s)
         return min(float(self.job.total_tokens), self.done_tokens + self.plan.tokens_per_s * productive)
 
-    def end_s(self) -> float:
-        """When the job ends if it keeps this run."""
-        return self.started_s + self.stall_s + (self.job.total_tokens - self.done_tokens) / self.plan.tokens_per_s
-
     def remaining_s(self, now_s: float) -> float:
         """Seconds left on this run from ``now_s``."""
-        return max(0.0, self.end_s() - now_s)
+        return max(0.0, self.end - now_s)
 
     def checkpointed_at(self, now_s: float, interval_s: float) -> float:
         """Tokens in the last periodic checkpoint by ``now_s`` (one every ``interval_s`` of training)."""

@@ -43,6 +43,8 @@ class ClusterState:
         self.free = self.initial_free.copy()
         self.up = np.ones(len(types), dtype=bool)
         self._of_type = {t: np.flatnonzero(np.array(types) == t) for t in self.gpu_types}
+        self._usable: dict[str | None, int] = {t: int(self.initial_free[n].sum()) for t, n in self._of_type.items()}
+        self._usable[None] = int(self.initial_free.sum())
 
     def copy(self) -> ClusterState:
         """An independent copy (a policy's scratch view while it decides several placements at once)."""
@@ -60,7 +62,7 @@ class ClusterState:
 
     def usable_gpus(self, gpu_type: str | None = None) -> int:
         """GPUs that were free at the start (of one type, or all): the most one job can ever get."""
-        return int(self.initial_free[self.nodes_of(gpu_type)].sum())
+        return self._usable.get(gpu_type, 0)
 
     def free_gpus(self, gpu_type: str | None = None) -> int:
         """GPUs free now (of one type, or all)."""

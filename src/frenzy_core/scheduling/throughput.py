@@ -103,7 +103,8 @@ class _Table:
 def _blocks(free: tuple[int, ...], tp: np.ndarray) -> np.ndarray:
     """Whole tensor-parallel groups of each ``tp`` that nodes with ``free`` GPUs hold (a group stays in a node)."""
     f = np.asarray(free, dtype=np.int64)
-    return np.array([int((f // t).sum()) for t in tp.tolist()], dtype=np.int64)
+    sizes, where = np.unique(tp, return_inverse=True)
+    return np.array([int((f // t).sum()) for t in sizes.tolist()], dtype=np.int64)[where]
 
 
 class PlannedThroughput:

@@ -12,6 +12,8 @@ ones), as :class:`~frenzy_core.scheduling.checkpoint.CheckpointModel` prices it;
 
 from __future__ import annotations
 
+import heapq
+from operator import attrgetter
 from collections.abc import Callable, Sequence
 
 from frenzy_core.scheduling.jobs import TrainingJob
@@ -19,7 +21,11 @@ from frenzy_core.scheduling.messages import Action, Preempt, Resize, Start
 from frenzy_core.scheduling.policy import Policy, RunningJob
 from frenzy_core.scheduling.state import ClusterState
 
-__all__ = ["grow", "make_room", "restart_s"]
+__all__ = ["GROW_CANDIDATES", "grow", "make_room", "restart_s"]
+
+GROW_CANDIDATES = 16
+"""Running jobs weighed for growth per round: those with the latest expected ends (they gain the most from more
+GPUs; our bound on a round's cost)."""
 
 
 def restart_s(policy: Policy, run: RunningJob, num_gpus: int) -> float:
@@ -37,18 +43,22 @@ def _settled(run: RunningJob, now: float) -> bool:
 def grow(policy: Policy, free: ClusterState, now: float, types: Sequence[str],
          counts: Callable[[TrainingJob, str], Sequence[int]], min_gain: float) -> list[Action]:
     """Resize running jobs on ``types`` onto more of their type's free GPUs (taken in ``free``) where it pays;
-    jobs with the most time left first. ``counts(job, type)``: the counts the job may have."""
+    of the :data:`GROW_CANDIDATES` jobs with the most time left, longest first. ``counts(job, type)``: the counts
+    the job may have."""
     out: list[Action] = []
-    runs = sorted((r for r in policy.running.values() if r.plan.gpu_type in types and _settled(r, now)),
-                  key=lambda r: (-r.remaining_s(now), r.job.id))
-    for run in runs:
+    spare = {t: free.free_gpus(t) for t in types}
+    spare = {t: n for t, n in spare.items() if n}
+    if not spare:
+        return out
+    longest = heapq.nlargest(GROW_CANDIDATES, (r for r in policy.running.values() if r.plan.gpu_type in spare),
+                             key=attrgetter("end"))  # ties: running order, which replays identically
+    for run in longest:
         g, n = run.plan.gpu_type, run.plan.num_gpus
-        spare = free.free_gpus(g)
-        if not spare:
+        if not spare.get(g) or not _settled(run, now):
             continue
         left_tokens = run.job.total_tokens - run.tokens_at(now)
         remaining = run.remaining_s(now)
-        for c in sorted((c for c in counts(run.job, g) if n < c <= n + spare), reverse=True):
+        for c in sorted((c for c in counts(run.job, g) if n < c <= n + spare[g]), reverse=True):
             rate = policy.rates.rate(run.job, g, c)
             if rate is None or remaining - (restart_s(policy, run, c) + left_tokens / rate) < min_gain * remaining:
                 continue
@@ -60,6 +70,7 @@ def grow(policy: Policy, free: ClusterState, now: float, types: Sequence[str],
                 continue
             scratch.take(plan.nodes)
             free.free[:] = scratch.free
+            spare[g] = free.free_gpus(g)
             out.append(Resize(job_id=run.job.id, plan=plan))
             break
     return out

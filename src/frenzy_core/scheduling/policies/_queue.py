@@ -30,11 +30,15 @@ def elastic_counts(job: TrainingJob, usable: int) -> list[int]:
     """Counts a resizing policy weighs for ``job`` on a type with ``usable`` GPUs: the request, and powers of two
     from the request over ``ELASTIC_FACTOR`` to ``ELASTIC_FACTOR`` times it (every power of two up to the usable
     GPUs without a request)."""
-    if job.request is None:
+    return _elastic_counts(None if job.request is None else job.request.num_gpus, usable)
+
+
+@functools.lru_cache(maxsize=4096)
+def _elastic_counts(requested: int | None, usable: int) -> list[int]:
+    if requested is None:
         return power_of_two_counts(usable)
-    n = job.request.num_gpus
-    low = -(-n // ELASTIC_FACTOR)
-    return [c for c in power_of_two_counts(min(usable, ELASTIC_FACTOR * n), [n]) if c >= low]
+    low = -(-requested // ELASTIC_FACTOR)
+    return [c for c in power_of_two_counts(min(usable, ELASTIC_FACTOR * requested), [requested]) if c >= low]
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,8 @@ layout's throughput. No preemption: a started job keeps its allocation.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from frenzy_core.scheduling.jobs import TrainingJob
@@ -62,6 +64,8 @@ class FrenzyCore(QueuePolicy):
         self.stretch = stretch
         self.preemption = preemption
         self.min_gain = min_gain
+        self._idle_seen: list[int] = []
+        """Per type, the idle GPUs (free, wanted by no queued job) after the last growth attempt."""
 
     def params(self) -> dict[str, float | bool]:
         return {"starvation_factor": self.starvation_factor, "round_budget": self.round_budget,
@@ -74,7 +78,7 @@ class FrenzyCore(QueuePolicy):
         """Per type: expected end times of the running jobs (sorted) and the GPUs free after each, from now."""
         out = []
         for t in self.state.gpu_types:
-            ends = sorted((r.end_s(), r.plan.num_gpus) for r in self.running.values() if r.plan.gpu_type == t)
+            ends = sorted((r.end, r.plan.num_gpus) for r in self.running.values() if r.plan.gpu_type == t)
             times = np.array([now] + [max(now, e) for e, _ in ends])
             freed = self.state.free_gpus(t) + np.concatenate([[0], np.cumsum([n for _, n in ends])])
             out.append((times, freed.astype(np.int64)))
@@ -135,7 +139,7 @@ class FrenzyCore(QueuePolicy):
     def schedule(self, now: float) -> list[Action]:
         free = self.state.copy()
         if not self.queue:
-            return grow(self, free, now, self._unwanted(free), self._counts, self.min_gain) if self.preemption else []
+            return self._grow(free, now) if self.preemption else []
         left = self.free_per_type(free)
         table = self.table()
         if not (table.count <= left[table.gpu]).any() and not (self.preemption and self.running):
@@ -169,19 +173,32 @@ class FrenzyCore(QueuePolicy):
                            if a is not None]
         self.dequeue({a.job_id for a in placements if isinstance(a, Start)})
         if self.preemption:
-            placements += grow(self, free, now, self._unwanted(free), self._counts, self.min_gain)
+            placements += self._grow(free, now)
         return placements
 
     def _counts(self, job: TrainingJob, gpu_type: str) -> list[int]:
         return elastic_counts(job, self.state.usable_gpus(gpu_type))
 
-    def _unwanted(self, free: ClusterState) -> list[str]:
-        """GPU types with free GPUs that no queued job may use at all: running jobs may grow there (growing where
-        queued jobs wait would take the GPUs they drain towards)."""
-        left = self.free_per_type(free)
-        wanted = np.zeros(left.size, dtype=bool)
-        wanted[self.table().gpu] = True
-        return [t for g, t in enumerate(self.state.gpu_types) if left[g] and not wanted[g]]
+    def _grow(self, free: ClusterState, now: float) -> list[Action]:
+        """Grow running jobs onto free GPUs that no queued job may use at all (growing where queued jobs wait
+        would take the GPUs they drain towards), on the types where more such GPUs are free than at the last
+        attempt: a move that did not pay then pays less later (its restart is the same, its remaining time
+        shorter), so only newly idle GPUs can make one pay."""
+        idle = self.free_per_type(free)
+        idle[np.unique(self.table().gpu)] = 0
+        seen = np.asarray(self._idle_seen or [0] * idle.size)
+        types = [t for g, t in enumerate(self.state.gpu_types) if idle[g] > seen[g]]
+        moves = grow(self, free, now, types, self._counts, self.min_gain) if types else []
+        after = self.free_per_type(free)
+        self._idle_seen = np.where(idle > 0, after, 0).tolist()
+        return moves
+
+    def saved(self) -> dict[str, Any]:
+        return {**super().saved(), "idle_seen": self._idle_seen}
+
+    def restore(self, data: dict[str, Any]) -> None:
+        super().restore(data)
+        self._idle_seen = list(data["idle_seen"])
 
     def _protected(self, run: RunningJob, now: float) -> bool:
         """A run that is itself past the starvation bound (its wait and run so far against its fastest run) is

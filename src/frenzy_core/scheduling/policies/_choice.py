@@ -28,6 +28,27 @@ import numpy as np
 __all__ = ["Choice", "choose"]
 
 
+def _prune(items: np.ndarray, gpu: np.ndarray, count: np.ndarray, value: np.ndarray, free: np.ndarray) -> np.ndarray:
+    """The options some optimal choice may use: of each (type g, count c), the best floor(F_g / c) + S by value
+    (ties: option order), S = sum_g floor(F_g / least count on g) the most jobs any choice starts. Exact: an
+    optimum using a worse option o of (g, c) leaves, among those kept, one of a job it does not start (at most S
+    kept options belong to started jobs, fewer than floor(F_g / c) are (g, c) options it uses), worth at least
+    v_o, and swapping them keeps every constraint."""
+    if not items.size:
+        return items
+    g, c, v = gpu[items], count[items], value[items]
+    least = np.full(free.size, np.iinfo(np.int64).max)
+    np.minimum.at(least, g, c)
+    on = least < np.iinfo(np.int64).max
+    most_jobs = int((free[on] // least[on]).sum())
+    order = np.lexsort((items, -v, c, g))
+    g, c = g[order], c[order]
+    start = np.r_[0, np.flatnonzero((np.diff(g) != 0) | (np.diff(c) != 0)) + 1]
+    rank = np.arange(order.size) - np.repeat(start, np.diff(np.r_[start, order.size]))
+    keep = rank < free[g] // c + most_jobs
+    return np.sort(items[order[keep]])
+
+
 @dataclass(frozen=True)
 class Choice:
     """The option chosen per job (index into the flat option arrays; -1: not started now), and how."""
@@ -43,8 +64,8 @@ def choose(owner: np.ndarray, gpu: np.ndarray, count: np.ndarray, value: np.ndar
     """Pick at most one option per job within ``free`` GPUs per type, maximising the summed integer values.
     Options are flat arrays: ``owner`` (job index), ``gpu`` (type index), ``count``, ``value``."""
     picks = np.full(num_jobs, -1, dtype=np.int64)
-    # -- data: options that fit now and are worth something --------------------------------------------
-    items = np.flatnonzero((count <= free[gpu]) & (value > 0))
+    # -- data: options that fit now and are worth something, pruned exactly ----------------------------------
+    items = _prune(np.flatnonzero((count <= free[gpu]) & (value > 0)), gpu, count, value, free)
     if not items.size:
         return Choice(picks, 0, "none")
     # -- greedy: value per GPU, then value, then option order -------------------------------------------

@@ -13,8 +13,8 @@ ones), as :class:`~frenzy_core.scheduling.checkpoint.CheckpointModel` prices it;
 from __future__ import annotations
 
 import heapq
-from operator import attrgetter
 from collections.abc import Callable, Sequence
+from operator import attrgetter
 
 from frenzy_core.scheduling.jobs import TrainingJob
 from frenzy_core.scheduling.messages import Action, Preempt, Resize, Start

@@ -93,8 +93,24 @@ class FrenzyCore(QueuePolicy):
             start[on_g] = np.where(k < times.size, times[np.minimum(k, times.size - 1)], np.inf)
         return start
 
+    def _expected_finish(self, table: QueueTable, area: np.ndarray, now: float) -> np.ndarray:
+        """When each option would finish if the job waited for it: its GPUs free up as the running jobs end as
+        expected, then the queued jobs with less work (GPU-seconds) whose best option is on the same type go
+        first, sharing the type's GPUs; then it runs."""
+        every = np.arange(table.owner.size)
+        start = self._earliest_start(table, every, now)
+        best = np.full(len(self.queue), -1, dtype=np.int64)
+        by_area = np.lexsort((every, table.count * table.run_s, table.owner))  # each job's least-area option first
+        best[table.owner[by_area[::-1]]] = by_area[::-1]
+        ahead = np.zeros(len(self.queue))
+        order = np.argsort(area, kind="stable")
+        for g, t in enumerate(self.state.gpu_types):
+            mine = order[table.gpu[best[order]] == g]
+            ahead[mine] = (np.cumsum(area[mine]) - area[mine]) / max(1, self.state.usable_gpus(t))
+        return start + ahead[table.owner] + table.run_s
+
     def _serve_starving(self, table: QueueTable, starving: np.ndarray, now: float, left: np.ndarray,
-                        free: ClusterState) -> tuple[list[Action], set[int], int | None]:
+                        free: ClusterState, expected: np.ndarray) -> tuple[list[Action], set[int], int | None]:
         """Starving jobs, oldest first: each starts with its fastest option that fits now and is within the
         stretch of its earliest completion; the first that cannot reserves its best type. Returns the
         placements, the reserved type indices and the queue position of the job that reserved."""
@@ -102,7 +118,7 @@ class FrenzyCore(QueuePolicy):
         reserved: set[int] = set()
         waiting: int | None = None
         rows = np.flatnonzero(starving[table.owner])
-        finish = self._earliest_start(table, rows, now) + table.run_s[rows]
+        finish = expected[rows]
         owners = table.owner[rows]
         best_finish = np.full(len(self.queue), np.inf)
         np.minimum.at(best_finish, owners, finish)
@@ -145,12 +161,14 @@ class FrenzyCore(QueuePolicy):
         if not (table.count <= left[table.gpu]).any() and not (self.preemption and self.running):
             return []  # nothing can start, and a reservation would change nothing this round
         fast = table.per_job_min(table.run_s)
+        area = table.per_job_min(table.count * table.run_s)
+        expected = self._expected_finish(table, area, now)
         waited = now - table.submit_s
         starving = waited >= self.starvation_factor * fast
         placements: list[Action] = []
         reserved: set[int] = set()
         if starving.any():
-            placements, reserved, waiting = self._serve_starving(table, starving, now, left, free)
+            placements, reserved, waiting = self._serve_starving(table, starving, now, left, free, expected)
             if waiting is not None and self.preemption:
                 moves = self._make_room(table, waiting, starving, free, now)
                 if moves:
@@ -161,10 +179,9 @@ class FrenzyCore(QueuePolicy):
             left[g] = 0
         if left.any():
             # value: (least queued GPU-seconds / the job's) x (its fastest run / this run), within the stretch
-            area = table.per_job_min(table.count * table.run_s)
-            horizon = float(area.sum()) / self.state.usable_gpus()  # draining the queue at full speed
             fast_o, area_o = fast[table.owner], area[table.owner]
-            ok = (table.run_s - fast_o <= np.maximum((self.stretch - 1.0) * fast_o, horizon)) & ~starving[table.owner]
+            best_finish = table.per_job_min(expected)[table.owner]
+            ok = (table.run_s <= self.stretch * (best_finish - now)) & ~starving[table.owner]
             worth = VALUE_SCALE * (float(area.min()) / area_o) * (fast_o / table.run_s)
             values = np.where(ok, np.maximum(1, np.rint(worth)), 0).astype(np.int64)
             choice = choose(table.owner, table.gpu, table.count, values, left, len(self.queue),

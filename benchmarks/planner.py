@@ -26,7 +26,7 @@ from frenzy_core import Framework, InfeasiblePlanError, ModelConfig, Precision, 
 from frenzy_core.hardware import Cluster
 from frenzy_core.planning import PlanConstraints, assess_baseline, marp_plan, plan_job
 from frenzy_core.planning.placement import solve_cp_sat, solve_exhaustive
-from frenzy_core.planning.planner import make_search
+from frenzy_core.planning.search import make_search
 
 GPU_TYPES = ("h100-sxm", "a100-80gb", "a100-40gb", "h200", "l40s", "a10g", "l4", "rtx-4090")
 """Eight types with a bf16 peak (so every type can run the bf16 recipe)."""

@@ -64,8 +64,9 @@ def _speed() -> tuple[float, float]:
     best = np.inf
     for _ in range(3):
         t0 = time.perf_counter()
-        estimate_iteration_time_batch(model, training, gpu, dp=dp, tp=tp, pp=pp, vpp=vpp, micro_batch_size=mb,
-                                      recompute=recompute, zero_stage=zero)
+        estimate_iteration_time_batch(model, training, gpu, {"dp": dp, "tp": tp, "pp": pp, "vpp": vpp,
+                                                             "micro_batch_size": mb, "recompute": recompute,
+                                                             "zero_stage": zero})
         best = min(best, time.perf_counter() - t0)
     t0 = time.perf_counter()
     for _ in range(200):

@@ -5,10 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from frenzy_core.config import ModelConfig, MoEConfig, ParallelConfig, TrainingConfig
+from frenzy_core.config import ModelConfig, MoEConfig, ParallelConfig, PipelineSchedule, Recompute, TrainingConfig
 from frenzy_core.errors import ConfigError
 from frenzy_core.memory import estimate_memory, estimate_memory_batch
-from frenzy_core.memory.kernel import RECOMPUTE_CODES, SCHEDULE_CODES
 
 DENSE = ModelConfig(num_layers=12, hidden_size=512, num_attention_heads=8, num_kv_heads=4, vocab_size=32000,
                     mlp="swiglu", norm="rmsnorm", position_embedding="rotary", tied_embeddings=False)
@@ -34,8 +33,8 @@ def _random(n: int, seed: int) -> dict[str, np.ndarray]:
 
 
 def _scalar(model: ModelConfig, training: TrainingConfig, cfg: dict[str, np.ndarray], i: int) -> object:
-    recompute = {v: k for k, v in RECOMPUTE_CODES.items()}[int(cfg["recompute"][i])]
-    schedule = {v: k for k, v in SCHEDULE_CODES.items()}[int(cfg["schedule"][i])]
+    recompute = Recompute.from_code(int(cfg["recompute"][i]))
+    schedule = PipelineSchedule.from_code(int(cfg["schedule"][i]))
     mbs, dp = int(cfg["micro_batch_size"][i]), int(cfg["dp"][i])
     t = training.replace(micro_batch_size=mbs, seq_len=int(cfg["seq_len"][i]),
                          global_batch_size=mbs * dp * int(cfg["num_microbatches"][i]),
@@ -81,8 +80,9 @@ def test_defaults_come_from_training() -> None:
 def test_names_are_accepted_for_codes() -> None:
     names = estimate_memory_batch(DENSE, {"recompute": ["none", "full"], "schedule": ["gpipe", "1f1b"], "pp": 2,
                                           "num_microbatches": 4})
-    codes = estimate_memory_batch(DENSE, {"recompute": [RECOMPUTE_CODES["none"], RECOMPUTE_CODES["full"]],
-                                          "schedule": [SCHEDULE_CODES["gpipe"], SCHEDULE_CODES["1f1b"]], "pp": 2,
+    codes = estimate_memory_batch(DENSE, {"recompute": [Recompute.NONE.code, Recompute.FULL.code],
+                                          "schedule": [PipelineSchedule.GPIPE.code, PipelineSchedule.ONE_F_ONE_B.code],
+                                          "pp": 2,
                                           "num_microbatches": 4})
     assert names.valid.all() and (names.peak_bytes == codes.peak_bytes).all()
 

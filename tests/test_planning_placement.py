@@ -17,9 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from frenzy_core import ModelConfig, TrainingConfig
+from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.hardware import get_gpu_spec
 from frenzy_core.planning.candidates import build_candidates
-from frenzy_core.planning.layouts import LayoutBatch
 from frenzy_core.planning.nodes import FreeNode, NodeClasses, NodePool
 from frenzy_core.planning.placement import min_cover, solve_cp_sat, solve_exhaustive
 from frenzy_core.planning.request import Objective, PlanConstraints
@@ -31,16 +31,16 @@ GIB = 2**30
 class StandInEstimator:
     """Simple vectorised memory and time, enough to exercise the solvers."""
 
-    def device_bytes(self, model: ModelConfig, training: TrainingConfig, lay: LayoutBatch) -> np.ndarray:
+    def device_bytes(self, model: ModelConfig, training: TrainingConfig, lay: LayoutArrays) -> np.ndarray:
         params = model.num_params() / (lay.tp * lay.pp)
         states = 12.0 * params / np.where(lay.zero_stage >= 1, lay.dp, 1) + 4.0 * params
         keep = np.array([1.0, 0.6, 0.15])[lay.recompute]
         act = 34.0 * lay.micro_batch_size * training.seq_len * model.hidden_size * model.num_layers / lay.tp * keep
         return (states + act + 0.5 * GIB).astype(np.int64)
 
-    def iteration_s(self, model: ModelConfig, training: TrainingConfig, lay: LayoutBatch, gpu: Any,
+    def iteration_s(self, model: ModelConfig, training: TrainingConfig, lay: LayoutArrays, gpu: Any,
                     cluster: Any) -> np.ndarray:
-        gbs = lay.global_batch_size(training)
+        gbs = lay.global_batch_size
         flops = 6.0 * model.num_params() * gbs * training.seq_len * np.array([1.0, 1.05, 1.33])[lay.recompute]
         compute = flops / (lay.world_size * gpu.peak_tflops.get("fp16", 10.0) * 1e12 * 0.5)
         micro = np.maximum(gbs // (lay.micro_batch_size * lay.dp), 1)

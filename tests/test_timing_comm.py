@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from frenzy_core import Cluster, ConfigError, get_gpu_spec
+from frenzy_core.hardware.gpu import Links
 from frenzy_core.timing.comm import (
-    Links,
     group_bandwidth,
     links_for,
     ring_all_reduce_s,
@@ -47,6 +47,8 @@ def test_links_from_gpu_node_and_cluster() -> None:
         {"gpu": "t4", "gpus_per_node": 2, "count": 1},
     ]})
     links = links_for(gpu, cluster)
-    assert links.gpus_per_node == 4 and links.inter_node_bytes_per_s == 12.5e9
+    # the largest node of the type (TP groups are placed inside one node), the slowest links (issue 16)
+    assert links == cluster.links("a100-80gb")
+    assert links.gpus_per_node == 8 and links.inter_node_bytes_per_s == 12.5e9
     with pytest.raises(ConfigError, match="no h100-sxm nodes"):
         links_for(get_gpu_spec("h100-sxm"), cluster)

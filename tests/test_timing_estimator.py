@@ -20,8 +20,6 @@ from frenzy_core import (
 )
 from frenzy_core.hardware.gpu import GPUSpec
 from frenzy_core.timing import (
-    RECOMPUTE_CODES,
-    SCHEDULE_CODES,
     TIME_CATEGORIES,
     TimeModelParams,
     estimate_iteration_time,
@@ -116,7 +114,7 @@ def test_gpu_by_name_and_errors() -> None:
     with pytest.raises(ConfigError, match="tp"):
         estimate_iteration_time(GPT, training, ParallelConfig(dp=1, tp=3), GPU)
     with pytest.raises(ConfigError, match="candidate 1"):
-        estimate_iteration_time_batch(GPT, training, GPU, dp=[8, 3])
+        estimate_iteration_time_batch(GPT, training, GPU, {"dp": [8, 3]})
 
 
 # ---------------------------------------------------------------- laws
@@ -196,10 +194,10 @@ def test_batch_equals_scalar(candidates: list[tuple]) -> None:
         ep = 2 if (dp * cp) % 2 == 0 else 1
         rows.append((dp, tp, pp, vpp, cp, ep, rc, sp and tp > 1, zero, sched))
     cols = list(zip(*rows))
-    batch = estimate_iteration_time_batch(
-        model, base, GPU, dp=cols[0], tp=cols[1], pp=cols[2], vpp=cols[3], cp=cols[4], ep=cols[5],
-        recompute=[RECOMPUTE_CODES[r] for r in cols[6]], sequence_parallel=cols[7], zero_stage=cols[8],
-        schedule=[SCHEDULE_CODES[x] for x in cols[9]])
+    batch = estimate_iteration_time_batch(model, base, GPU, {
+        "dp": cols[0], "tp": cols[1], "pp": cols[2], "vpp": cols[3], "cp": cols[4], "ep": cols[5],
+        "recompute": [r.code for r in cols[6]], "sequence_parallel": cols[7], "zero_stage": cols[8],
+        "schedule": [x.code for x in cols[9]]})
     assert len(batch) == len(rows)
     for i, (dp, tp, pp, vpp, cp, ep, rc, sp, zero, sched) in enumerate(rows):
         training = base.replace(recompute=rc, sequence_parallel=sp, zero_stage=zero)
@@ -211,8 +209,8 @@ def test_batch_equals_scalar(candidates: list[tuple]) -> None:
 
 def test_batch_broadcasts_scalars_and_enums() -> None:
     training = TrainingConfig(seq_len=1024, global_batch_size=64)
-    got = estimate_iteration_time_batch(GPT, training, GPU, dp=np.array([1, 2, 4, 8]), tp=2,
-                                        recompute=Recompute.FULL)
+    got = estimate_iteration_time_batch(GPT, training, GPU, {"dp": np.array([1, 2, 4, 8]), "tp": 2,
+                                                             "recompute": Recompute.FULL})
     assert got.iteration_s.shape == (4,)
     assert np.all(np.diff(got.breakdown["compute"]) < 0)
     assert np.all(got.breakdown["recompute"] > 0)

@@ -7,16 +7,20 @@ from frenzy_core.config import (
     ArchKind,
     Attention,
     Framework,
+    LayoutArrays,
+    MLAConfig,
     MLPKind,
     ModelConfig,
     MoEConfig,
     NormKind,
+    NormPlacement,
     Optimizer,
     OptimizerImpl,
     ParallelConfig,
     PipelineSchedule,
     PositionEmbedding,
     Precision,
+    QKNormScope,
     Recompute,
     RecomputeMethod,
     TrainingConfig,
@@ -32,7 +36,7 @@ from frenzy_core.errors import (
     OptionalDependencyError,
     UnknownNameError,
 )
-from frenzy_core.hardware import Cluster, ClusterSummary, GPUSpec, LinkKind, Node, get_gpu_spec, load_gpu_specs
+from frenzy_core.hardware import Cluster, ClusterSummary, GPUSpec, LinkKind, Links, Node, get_gpu_spec, load_gpu_specs
 from frenzy_core.memory import BatchEstimate, estimate_memory, estimate_memory_batch
 from frenzy_core.memory.probe import PhasePeak, ProbeResult, measure_training_step, probe_memory
 from frenzy_core.memory.result import MemoryEstimate, StageMemory
@@ -81,7 +85,10 @@ __all__ = [
     "GPURequest",
     "GPUSpec",
     "InfeasiblePlanError",
+    "LayoutArrays",
     "LinkKind",
+    "Links",
+    "MLAConfig",
     "MLPKind",
     "Measurement",
     "MegatronJob",
@@ -90,6 +97,7 @@ __all__ = [
     "ModelConfig",
     "Node",
     "NormKind",
+    "NormPlacement",
     "Objective",
     "OnlineScheduler",
     "Optimizer",
@@ -103,6 +111,7 @@ __all__ = [
     "PositionEmbedding",
     "Precision",
     "ProbeResult",
+    "QKNormScope",
     "Recompute",
     "RecomputeMethod",
     "SimulationResult",

@@ -2,13 +2,35 @@
 
 from __future__ import annotations
 
-from typing import Any
+import enum
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from frenzy_core.errors import ConfigError
 
-__all__ = ["FrozenModel", "config_error_from_validation", "load_yaml_mapping"]
+__all__ = ["CodedEnum", "FrozenModel", "config_error_from_validation", "load_yaml_mapping"]
+
+_E = TypeVar("_E", bound="CodedEnum")
+
+
+class CodedEnum(str, enum.Enum):
+    """A string enum whose members also have an integer ``code``: their position in the class, so that arrays
+    of layouts can hold them as int64 (new members go at the end, keeping the codes of the old ones)."""
+
+    @property
+    def code(self) -> int:
+        """This member's integer code (0 for the first member)."""
+        return list(type(self)).index(self)
+
+    @classmethod
+    def from_code(cls: type[_E], code: int) -> _E:
+        """The member with integer ``code``; ConfigError for a code no member has."""
+        members = list(cls)
+        if not 0 <= int(code) < len(members):
+            raise ConfigError(f"{code} is not a {cls.__name__} code (0..{len(members) - 1})", field=cls.__name__,
+                              value=code, hint="use one of " + ", ".join(f"{m.code}: {m.value}" for m in members))
+        return members[int(code)]
 
 
 _INT_ANNOTATIONS: tuple[Any, ...] = (int, int | None)

@@ -11,22 +11,12 @@ from frenzy_core.planning.explain import format_value
 from frenzy_core.planning.plan import Alternative, Plan
 from frenzy_core.timing.result import TIME_CATEGORIES
 
-__all__ = ["layout_text", "plan_renderables"]
-
-
-def _extras(vpp: int, cp: int, ep: int) -> str:
-    return "".join(f" {k}={v}" for k, v in (("vpp", vpp), ("cp", cp), ("ep", ep)) if v > 1)
+__all__ = ["plan_renderables"]
 
 
 def _sharding(zero_stage: int, distributed_optimizer: bool, sequence_parallel: bool) -> str:
     text = "distributed optimizer" if distributed_optimizer else f"ZeRO {zero_stage}"
     return text + (", sequence parallel" if sequence_parallel else "")
-
-
-def layout_text(plan: Plan) -> str:
-    """``dp=8 tp=2 pp=1`` plus vpp/cp/ep when above 1."""
-    p = plan.parallel
-    return f"dp={p.dp} tp={p.tp} pp={p.pp}{_extras(p.vpp, p.cp, p.ep)}"
 
 
 def _placement(plan: Plan) -> str:
@@ -52,7 +42,7 @@ def _summary(plan: Plan) -> Table:
             _placement(plan)
             + (f"; {plan.stranded_gpus} GPU(s) left free on those nodes" if plan.stranded_gpus else ""),
         ),
-        ("layout", layout_text(plan)),
+        ("layout", plan.parallel.describe()),
         (
             "batch",
             (
@@ -115,7 +105,6 @@ def _alternatives_table(plan: Plan) -> Table:
         col.no_wrap = True
     alts: list[Alternative] = plan.alternatives
     for a in alts:
-        p = a.parallel
         recipe = f"mbs {a.micro_batch_size}, " + (
             "" if a.recompute.value == "none" else f"{a.recompute.value} recompute, "
         )
@@ -123,7 +112,7 @@ def _alternatives_table(plan: Plan) -> Table:
         value = [] if not extra else [format_value(a.objective_value, unit)]
         table.add_row(
             f"{a.num_gpus} x {a.gpu_type}",
-            f"dp={p.dp} tp={p.tp} pp={p.pp}{_extras(p.vpp, p.cp, p.ep)}",
+            a.parallel.describe(),
             recipe,
             gib(a.device_bytes),
             f"{a.tokens_per_s:,.0f}",

@@ -1,7 +1,26 @@
-"""Validated configuration models: the model, the training recipe and the parallel layout."""
+"""Validated configuration models: the model, the training recipe and the parallel layout; layouts as arrays
+and the rules they must satisfy."""
 
-from frenzy_core.config.layout import global_batch_size, num_microbatches, validate_layout
-from frenzy_core.config.model import ArchKind, MLPKind, ModelConfig, MoEConfig, NormKind, PositionEmbedding
+from frenzy_core.config.arrays import LAYOUT_COLUMNS, LayoutArrays
+from frenzy_core.config.layout import (
+    LAYOUT_RULES,
+    LayoutRule,
+    global_batch_size,
+    layout_mask,
+    num_microbatches,
+    validate_layout,
+)
+from frenzy_core.config.model import (
+    ArchKind,
+    MLAConfig,
+    MLPKind,
+    ModelConfig,
+    MoEConfig,
+    NormKind,
+    NormPlacement,
+    PositionEmbedding,
+    QKNormScope,
+)
 from frenzy_core.config.parallel import ParallelConfig, PipelineSchedule
 from frenzy_core.config.params import ParamCounts, count_parameters
 from frenzy_core.config.training import (
@@ -16,13 +35,19 @@ from frenzy_core.config.training import (
 )
 
 __all__ = [
+    "LAYOUT_COLUMNS",
+    "LAYOUT_RULES",
     "ArchKind",
     "Attention",
     "Framework",
+    "LayoutArrays",
+    "LayoutRule",
+    "MLAConfig",
     "MLPKind",
     "MoEConfig",
     "ModelConfig",
     "NormKind",
+    "NormPlacement",
     "Optimizer",
     "OptimizerImpl",
     "ParallelConfig",
@@ -30,11 +55,13 @@ __all__ = [
     "PipelineSchedule",
     "PositionEmbedding",
     "Precision",
+    "QKNormScope",
     "Recompute",
     "RecomputeMethod",
     "TrainingConfig",
     "count_parameters",
     "global_batch_size",
+    "layout_mask",
     "num_microbatches",
     "validate_layout",
 ]

@@ -1,13 +1,40 @@
-"""Checks that a model, a recipe and a parallel layout fit together."""
+"""The layout rules: when a model, a recipe and a parallel layout can run together, as one table on arrays.
+
+Every rule is a row of :data:`LAYOUT_RULES`: the fields it constrains (the first is the one an error names), a
+predicate over :class:`LayoutArrays` (vectorised: one boolean per layout) and the message of a failing row.
+:func:`validate_layout` raises the first failing rule of one layout; :func:`layout_mask` gives the rows that
+pass every rule, which the batch estimators and the planner's candidate table use; :func:`require_rows` raises
+for the first failing row of a batch. Adding a rule is adding a row here (docs/architecture.md).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.config.model import ModelConfig, PositionEmbedding
-from frenzy_core.config.parallel import ParallelConfig
-from frenzy_core.config.training import TrainingConfig
+from frenzy_core.config.parallel import ParallelConfig, PipelineSchedule
+from frenzy_core.config.training import Recompute, TrainingConfig
 from frenzy_core.errors import ConfigError
 
-__all__ = ["global_batch_size", "num_microbatches", "validate_layout"]
+__all__ = [
+    "BOUND_RULES",
+    "LAYOUT_RULES",
+    "LayoutRule",
+    "RuleRow",
+    "global_batch_size",
+    "layout_mask",
+    "layout_rule",
+    "num_microbatches",
+    "require_rows",
+    "validate_layout",
+]
+
+BoolArray = npt.NDArray[np.bool_]
 
 
 def _divisors(n: int) -> list[int]:
@@ -22,61 +49,199 @@ def global_batch_size(training: TrainingConfig, parallel: ParallelConfig) -> int
 
 
 def num_microbatches(training: TrainingConfig, parallel: ParallelConfig) -> int:
-    """Micro-batches each data-parallel rank runs per optimizer step (gradient accumulation steps)."""
+    """Micro-batches each data-parallel rank runs per step (gradient accumulation steps)."""
     return global_batch_size(training, parallel) // (training.micro_batch_size * parallel.dp)
 
 
-def validate_layout(model: ModelConfig, training: TrainingConfig, parallel: ParallelConfig) -> None:
-    """Raise :class:`ConfigError` naming the fields when the three configs cannot run together."""
-    tp, pp = parallel.tp, parallel.pp
-    if model.num_attention_heads % tp != 0:
-        raise ConfigError(
-            f"num_attention_heads={model.num_attention_heads} is not divisible by tp={tp}",
-            field="parallel.tp", value=tp, hint=f"use tp in {_divisors(model.num_attention_heads)}",
-        )
-    if model.num_kv_heads % tp != 0:
-        raise ConfigError(
-            f"num_kv_heads={model.num_kv_heads} is not divisible by tp={tp} (Megatron splits key/value "
-            "groups across tensor-parallel ranks)",
-            field="parallel.tp", value=tp, hint=f"use tp in {_divisors(model.num_kv_heads)}",
-        )
-    if model.num_layers < pp * parallel.vpp:
-        raise ConfigError(
-            f"num_layers={model.num_layers} is fewer than pp x vpp = {pp * parallel.vpp} pipeline chunks",
-            field="parallel.pp", value=pp, hint=f"use pp x vpp <= {model.num_layers}",
-        )
-    if parallel.ep > 1 and model.moe is None:
-        raise ConfigError(f"ep={parallel.ep} needs a mixture-of-experts model", field="parallel.ep",
-                          value=parallel.ep, hint="set ep=1 for dense models")
-    if model.moe is not None and model.moe.num_experts % parallel.ep != 0:
-        raise ConfigError(
-            f"moe.num_experts={model.moe.num_experts} is not divisible by ep={parallel.ep}",
-            field="parallel.ep", value=parallel.ep, hint=f"use ep in {_divisors(model.moe.num_experts)}",
-        )
-    if parallel.cp > 1 and training.seq_len % (2 * parallel.cp) != 0:
-        raise ConfigError(
-            f"seq_len={training.seq_len} is not divisible by 2 x cp = {2 * parallel.cp} (context parallelism "
-            "splits each sequence into 2 x cp chunks)",
-            field="training.seq_len", value=training.seq_len,
-        )
-    if model.position_embedding is PositionEmbedding.LEARNED and training.seq_len > model.max_position_embeddings:
-        raise ConfigError(
-            f"seq_len={training.seq_len} exceeds the learned position table of "
-            f"max_position_embeddings={model.max_position_embeddings}",
-            field="training.seq_len", value=training.seq_len,
-            hint=f"use seq_len <= {model.max_position_embeddings}",
-        )
-    per_step = training.micro_batch_size * parallel.dp
-    if training.global_batch_size is not None and training.global_batch_size % per_step != 0:
-        raise ConfigError(
-            f"global_batch_size={training.global_batch_size} is not divisible by micro_batch_size x dp = "
-            f"{training.micro_batch_size} x {parallel.dp} = {per_step}",
-            field="training.global_batch_size", value=training.global_batch_size,
-            hint=f"use a multiple of {per_step}",
-        )
-    if parallel.vpp > 1 and num_microbatches(training, parallel) % pp != 0:
-        raise ConfigError(
-            f"the interleaved schedule needs the number of micro-batches "
-            f"({num_microbatches(training, parallel)}) to be a multiple of pp={pp}",
-            field="training.global_batch_size", value=training.global_batch_size,
-        )
+class RuleRow:
+    """One layout as a failing rule's message sees it: values and display names of fields by their path
+    (``parallel.tp``, ``training.seq_len``, ``model.num_kv_heads``), names mapped by ``names`` (e.g. to
+    Megatron-LM flags), otherwise the path without its config prefix."""
+
+    def __init__(self, model: ModelConfig, layouts: LayoutArrays, i: int, names: Mapping[str, str] | None = None):
+        self.model, self.layouts, self.i, self.names = model, layouts, i, names or {}
+
+    def __getitem__(self, field: str) -> int:
+        kind, _, name = field.partition(".")
+        if kind == "model":
+            value: object = self.model
+            for part in name.split("."):
+                value = getattr(value, part)
+            return int(value)  # type: ignore[call-overload]
+        return int(getattr(self.layouts, name)[self.i])
+
+    def label(self, field: str) -> str:
+        return self.names.get(field, field.partition(".")[2])
+
+    def show(self, field: str) -> str:
+        """``label=value``."""
+        return f"{self.label(field)}={self[field]}"
+
+
+@dataclass(frozen=True)
+class LayoutRule:
+    """One condition on (model, layouts), with what to tell a user whose layout breaks it."""
+
+    name: str
+    fields: tuple[str, ...]
+    """Paths of the fields the rule constrains; the first is the one a failure names (``ConfigError.field``)."""
+    holds: Callable[[ModelConfig, LayoutArrays], npt.ArrayLike]
+    """True for each layout that satisfies the rule (numpy broadcasting; values of rejected rows may be garbage)."""
+    message: Callable[[RuleRow], str]
+    hint: Callable[[RuleRow], str] | None = None
+
+    def error(self, model: ModelConfig, layouts: LayoutArrays, i: int, names: Mapping[str, str] | None = None,
+              prefix: str = "") -> ConfigError:
+        """The :class:`ConfigError` for row ``i`` (field and names rendered through ``names``)."""
+        row = RuleRow(model, layouts, i, names)
+        field = self.fields[0]
+        return ConfigError(prefix + self.message(row), field=row.names.get(field, field), value=row[field],
+                           hint=None if self.hint is None else self.hint(row))
+
+
+def _positive(path: str) -> LayoutRule:
+    name = path.partition(".")[2]
+    return LayoutRule(f"{name}_positive", (path,), lambda m, a: getattr(a, name) >= 1,
+                      lambda r: f"{r.show(path)} must be >= 1")
+
+
+def _in_range(path: str, hi: int, what: str) -> LayoutRule:
+    name = path.partition(".")[2]
+    return LayoutRule(f"{name}_range", (path,), lambda m, a: (getattr(a, name) >= 0) & (getattr(a, name) <= hi),
+                      lambda r: f"{r.show(path)} must be {what}")
+
+
+def _schedule_name(r: RuleRow) -> str:
+    return PipelineSchedule.from_code(r["parallel.schedule"]).value
+
+
+def _microbatches(a: LayoutArrays) -> npt.NDArray[np.int64]:
+    return a.global_batch_size // np.maximum(a.micro_batch_size * a.dp, 1)
+
+
+BOUND_RULES: tuple[LayoutRule, ...] = (
+    *(_positive(f"parallel.{k}") for k in ("dp", "tp", "pp", "vpp", "cp", "ep")),
+    *(_positive(f"training.{k}") for k in ("micro_batch_size", "seq_len", "global_batch_size")),
+    _in_range("training.zero_stage", 3, "0, 1, 2 or 3"),
+    _in_range("training.distributed_optimizer", 1, "0 or 1"),
+    _in_range("training.sequence_parallel", 1, "0 or 1"),
+    _in_range("training.recompute", len(Recompute) - 1, f"a recompute code in 0..{len(Recompute) - 1}"),
+    _in_range("parallel.schedule", len(PipelineSchedule) - 1, f"a schedule code in 0..{len(PipelineSchedule) - 1}"),
+    LayoutRule("recompute_num_layers_range", ("training.recompute_num_layers",),
+               lambda m, a: a.recompute_num_layers >= 0,
+               lambda r: f"{r.show('training.recompute_num_layers')} must be >= 0 (0: the default)"),
+)
+"""Every column within its range (what the pydantic fields of the configs enforce one config at a time)."""
+
+_COMBINATIONS: tuple[LayoutRule, ...] = (
+    LayoutRule("vpp_needs_pp", ("parallel.vpp", "parallel.pp"), lambda m, a: (a.vpp == 1) | (a.pp > 1),
+               lambda r: f"{r.show('parallel.vpp')} needs {r.label('parallel.pp')} > 1",
+               lambda r: f"set {r.label('parallel.pp')} >= 2 or {r.label('parallel.vpp')}=1"),
+    LayoutRule("vpp_needs_interleaved", ("parallel.schedule", "parallel.vpp"),
+               lambda m, a: (a.vpp == 1) | (a.schedule == PipelineSchedule.INTERLEAVED.code),
+               lambda r: f"{r.show('parallel.vpp')} needs schedule='interleaved' (got {_schedule_name(r)!r})"),
+    LayoutRule("ep_divides_dp_cp", ("parallel.ep", "parallel.dp", "parallel.cp"),
+               lambda m, a: (a.dp * a.cp) % np.maximum(a.ep, 1) == 0,
+               lambda r: f"{r.show('parallel.ep')} must divide {r.label('parallel.dp')} x {r.label('parallel.cp')} = "
+                         f"{r['parallel.dp'] * r['parallel.cp']}; expert-parallel ranks are taken from the data- and "
+                         "context-parallel ranks"),
+    LayoutRule("distributed_optimizer_is_zero_1", ("training.zero_stage", "training.distributed_optimizer"),
+               lambda m, a: (a.distributed_optimizer == 0) | (a.zero_stage <= 1),
+               lambda r: f"{r.label('training.distributed_optimizer')} (ZeRO-1) cannot be combined with "
+                         f"{r.show('training.zero_stage')}; use one of them"),
+)
+"""Fields of one config that constrain each other (ParallelConfig's and TrainingConfig's own validators)."""
+
+_MODEL_FIT: tuple[LayoutRule, ...] = (
+    LayoutRule("heads_divisible_by_tp", ("parallel.tp", "model.num_attention_heads"),
+               lambda m, a: m.num_attention_heads % np.maximum(a.tp, 1) == 0,
+               lambda r: f"{r.show('model.num_attention_heads')} is not divisible by {r.show('parallel.tp')}",
+               lambda r: f"use {r.label('parallel.tp')} in {_divisors(r['model.num_attention_heads'])}"),
+    LayoutRule("kv_heads_divisible_by_tp", ("parallel.tp", "model.num_kv_heads"),
+               lambda m, a: m.num_kv_heads % np.maximum(a.tp, 1) == 0,
+               lambda r: f"{r.show('model.num_kv_heads')} is not divisible by {r.show('parallel.tp')} (Megatron "
+                         "splits key/value groups across tensor-parallel ranks)",
+               lambda r: f"use {r.label('parallel.tp')} in {_divisors(r['model.num_kv_heads'])}"),
+    LayoutRule("layers_cover_pipeline_chunks", ("parallel.pp", "parallel.vpp", "model.num_layers"),
+               lambda m, a: m.num_layers >= a.pp * a.vpp,
+               lambda r: f"{r.show('model.num_layers')} is fewer than {r.label('parallel.pp')} x "
+                         f"{r.label('parallel.vpp')} = {r['parallel.pp'] * r['parallel.vpp']} pipeline chunks",
+               lambda r: f"use {r.label('parallel.pp')} x {r.label('parallel.vpp')} <= {r['model.num_layers']}"),
+    LayoutRule("ep_needs_moe", ("parallel.ep",), lambda m, a: (a.ep == 1) | (m.moe is not None),
+               lambda r: f"{r.show('parallel.ep')} needs a mixture-of-experts model",
+               lambda r: f"set {r.label('parallel.ep')}=1 for dense models"),
+    LayoutRule("experts_divisible_by_ep", ("parallel.ep", "model.moe.num_experts"),
+               lambda m, a: True if m.moe is None else m.moe.num_experts % np.maximum(a.ep, 1) == 0,
+               lambda r: f"{r.show('model.moe.num_experts')} is not divisible by {r.show('parallel.ep')}",
+               lambda r: f"use {r.label('parallel.ep')} in {_divisors(r['model.moe.num_experts'])}"),
+    LayoutRule("seq_len_splits_over_cp", ("training.seq_len", "parallel.cp"),
+               lambda m, a: (a.cp == 1) | (a.seq_len % np.maximum(2 * a.cp, 1) == 0),
+               lambda r: f"{r.show('training.seq_len')} is not divisible by 2 x {r.label('parallel.cp')} = "
+                         f"{2 * r['parallel.cp']} (context parallelism splits each sequence into 2 x cp chunks)"),
+    LayoutRule("seq_len_within_learned_positions", ("training.seq_len", "model.max_position_embeddings"),
+               lambda m, a: (m.position_embedding is not PositionEmbedding.LEARNED)
+               | (a.seq_len <= m.max_position_embeddings),
+               lambda r: f"{r.show('training.seq_len')} exceeds the learned position table of "
+                         f"{r.show('model.max_position_embeddings')}",
+               lambda r: f"use {r.label('training.seq_len')} <= {r['model.max_position_embeddings']}"),
+    LayoutRule("global_batch_splits_into_microbatches",
+               ("training.global_batch_size", "training.micro_batch_size", "parallel.dp"),
+               lambda m, a: a.global_batch_size % np.maximum(a.micro_batch_size * a.dp, 1) == 0,
+               lambda r: f"{r.show('training.global_batch_size')} is not divisible by "
+                         f"{r.label('training.micro_batch_size')} x {r.label('parallel.dp')} = "
+                         f"{r['training.micro_batch_size']} x {r['parallel.dp']} = "
+                         f"{r['training.micro_batch_size'] * r['parallel.dp']}",
+               lambda r: f"use a multiple of {r['training.micro_batch_size'] * r['parallel.dp']}"),
+    LayoutRule("interleaved_microbatches_multiple_of_pp", ("training.global_batch_size", "parallel.pp"),
+               lambda m, a: (a.vpp == 1) | (_microbatches(a) % np.maximum(a.pp, 1) == 0),
+               lambda r: f"the interleaved schedule needs the number of micro-batches "
+                         f"({int(_microbatches(r.layouts)[r.i])}) to be a multiple of {r.show('parallel.pp')}"),
+)
+"""Whether the model splits as the layout asks (what :func:`validate_layout` checks)."""
+
+LAYOUT_RULES: tuple[LayoutRule, ...] = BOUND_RULES + _COMBINATIONS + _MODEL_FIT
+"""Every rule, in the order :func:`validate_layout` reports them."""
+
+
+def layout_rule(name: str) -> LayoutRule:
+    """The rule called ``name``."""
+    for rule in LAYOUT_RULES:
+        if rule.name == name:
+            return rule
+    raise KeyError(name)
+
+
+def _evaluate(model: ModelConfig, layouts: LayoutArrays, rules: Iterable[LayoutRule]) -> list[BoolArray]:
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        return [np.broadcast_to(np.asarray(rule.holds(model, layouts), dtype=bool), layouts.shape) for rule in rules]
+
+
+def layout_mask(model: ModelConfig, layouts: LayoutArrays,
+                rules: tuple[LayoutRule, ...] = LAYOUT_RULES) -> BoolArray:
+    """True for each layout that satisfies every rule (what :func:`validate_layout` accepts)."""
+    out = np.ones(layouts.shape, dtype=bool)
+    for ok in _evaluate(model, layouts, rules):
+        out &= ok
+    return out
+
+
+def require_rows(model: ModelConfig, layouts: LayoutArrays, rules: tuple[LayoutRule, ...] = LAYOUT_RULES,
+                 what: str = "candidate") -> None:
+    """Raise the ConfigError of the first row (``"{what} {i}: ..."``, rows in C order) that breaks a rule."""
+    flat = layouts.flat()
+    for rule, ok in zip(rules, _evaluate(model, flat, rules)):
+        bad = np.flatnonzero(~ok)
+        if bad.size:
+            raise rule.error(model, flat, int(bad[0]), prefix=f"{what} {int(bad[0])}: ")
+
+
+def validate_layout(model: ModelConfig, training: TrainingConfig, parallel: ParallelConfig,
+                    names: Mapping[str, str] | None = None) -> None:
+    """Raise :class:`ConfigError` naming the field of the first rule the three configs break together.
+
+    ``names`` renders field paths (``parallel.tp``) in another vocabulary, e.g. a launcher's flags.
+    """
+    layouts = LayoutArrays.from_configs(training, parallel)
+    for rule, ok in zip(LAYOUT_RULES, _evaluate(model, layouts, LAYOUT_RULES)):
+        if not ok[0]:
+            raise rule.error(model, layouts, 0, names)

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import enum
-
 from pydantic import Field, model_validator
 
-from frenzy_core._base import FrozenModel
+from frenzy_core._base import CodedEnum, FrozenModel
 
 __all__ = ["ParallelConfig", "PipelineSchedule"]
 
 
-class PipelineSchedule(str, enum.Enum):
-    """Pipeline schedule: decides how many micro-batches a stage holds at once."""
+class PipelineSchedule(CodedEnum):
+    """Pipeline schedule: decides how many micro-batches a stage holds at once; ``code`` 0, 1, 2 in this order."""
 
     ONE_F_ONE_B = "1f1b"
     """PipeDream-flush 1F1B: stage i holds pp - i micro-batches."""
@@ -57,3 +55,8 @@ class ParallelConfig(FrozenModel):
     def world_size(self) -> int:
         """GPUs the job uses."""
         return self.dp * self.tp * self.pp * self.cp
+
+    def describe(self) -> str:
+        """The degrees in words: ``dp=8 tp=2 pp=1``, plus vpp, cp and ep where above 1."""
+        extra = "".join(f" {k}={v}" for k, v in (("vpp", self.vpp), ("cp", self.cp), ("ep", self.ep)) if v > 1)
+        return f"dp={self.dp} tp={self.tp} pp={self.pp}{extra}"

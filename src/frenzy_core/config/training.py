@@ -6,7 +6,7 @@ import enum
 
 from pydantic import Field, model_validator
 
-from frenzy_core._base import FrozenModel
+from frenzy_core._base import CodedEnum, FrozenModel
 
 __all__ = [
     "Attention",
@@ -90,8 +90,8 @@ class OptimizerImpl(str, enum.Enum):
     """One fused kernel: no sizeable temporaries."""
 
 
-class Recompute(str, enum.Enum):
-    """Activation recomputation (checkpointing)."""
+class Recompute(CodedEnum):
+    """Activation recomputation (checkpointing); ``code`` 0, 1, 2 in this order."""
 
     NONE = "none"
     """Save everything the backward pass needs."""

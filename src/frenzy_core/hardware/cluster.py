@@ -17,13 +17,12 @@ from pydantic import Field, PrivateAttr, field_validator, model_validator
 from frenzy_core._base import FrozenModel, load_yaml_mapping
 from frenzy_core._data import data_yaml_files
 from frenzy_core.errors import ConfigError, UnknownNameError, require_name
-from frenzy_core.hardware.gpu import GPUSpec, LinkKind
+from frenzy_core.hardware.gpu import GPUSpec, LinkKind, Links
 from frenzy_core.hardware.gpus import get_gpu_spec
+from frenzy_core.hardware.topology import ClusterSummary, build_topology
 
 if TYPE_CHECKING:
     import networkx as nx
-
-    from frenzy_core.hardware.topology import ClusterSummary
 
 __all__ = ["DEFAULT_PRESET", "Cluster", "ClusterPreset", "Node", "cluster_preset_info", "scale_counts"]
 
@@ -172,6 +171,26 @@ class Cluster(FrozenModel):
         spec = self._gpu_specs.get(gpu)
         return spec if spec is not None else get_gpu_spec(gpu, self._gpu_specs)
 
+    def links(self, gpu: str) -> Links:
+        """Node size and link speeds a job on ``gpu`` is timed with: its largest node of the type, and the
+        slowest intra- and inter-node links of the type's nodes.
+
+        The largest node, because the planner places every tensor-parallel group inside one node (so a group of
+        up to that many GPUs talks over the intra-node link); the slowest links, because a job may land on any
+        node of the type and a data-parallel ring runs at its slowest member, so the time is not optimistic.
+        """
+        try:
+            spec = self.gpu_spec(gpu)
+        except UnknownNameError:  # a type of the catalogue that this cluster lacks
+            spec = get_gpu_spec(gpu)
+        shapes = [n for n in self.nodes if n.gpu == spec.id]
+        if not shapes:
+            raise ConfigError(f"the cluster has no {spec.id} nodes (it has {self.gpu_types})", field="cluster",
+                              value=spec.id, hint="estimate with one of its GPU types")
+        return Links(max(n.gpus_per_node for n in shapes),
+                     min(n.intra_node_bytes_per_s or spec.intra_node_bytes_per_s for n in shapes),
+                     min(n.inter_node_bytes_per_s or spec.inter_node_bytes_per_s for n in shapes))
+
     def scaled(self, total_gpus: int) -> Cluster:
         """Node counts scaled so the cluster has about ``total_gpus`` GPUs (see :func:`scale_counts`)."""
         counts = scale_counts([n.count for n in self.nodes], [n.gpus_per_node for n in self.nodes],
@@ -184,14 +203,10 @@ class Cluster(FrozenModel):
     @functools.cached_property
     def summary(self) -> ClusterSummary:
         """Per-type and per-node free-GPU counts for the planner; built once (O(nodes)), queries O(1)."""
-        from frenzy_core.hardware.topology import ClusterSummary
-
         return ClusterSummary.build(self)
 
     def topology(self) -> nx.Graph:
         """The GPU - node - switch graph (see :func:`frenzy_core.hardware.topology.build_topology`)."""
-        from frenzy_core.hardware.topology import build_topology
-
         return build_topology(self)
 
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import enum
+from typing import NamedTuple
 
 from pydantic import Field, model_validator
 
 from frenzy_core._base import FrozenModel
 
-__all__ = ["DTYPES", "GPUSpec", "LinkKind"]
+__all__ = ["DTYPES", "GPUSpec", "LinkKind", "Links"]
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 """Dtypes a GPU may list a dense peak for; a GPU without hardware support for one leaves it out."""
@@ -38,6 +39,15 @@ class LinkKind(str, enum.Enum):
     def is_pcie(self) -> bool:
         """Whether GPUs reach each other only over PCIe (no direct GPU-GPU fabric)."""
         return self in (LinkKind.PCIE3, LinkKind.PCIE4, LinkKind.PCIE5)
+
+
+class Links(NamedTuple):
+    """Where node boundaries fall for a job on one GPU type and how fast each side is (per GPU, per direction):
+    what the time model reads. From :attr:`GPUSpec.links` or :meth:`frenzy_core.Cluster.links`."""
+
+    gpus_per_node: int
+    intra_node_bytes_per_s: float
+    inter_node_bytes_per_s: float
 
 
 class GPUSpec(FrozenModel):
@@ -90,6 +100,11 @@ class GPUSpec(FrozenModel):
         names = [name for name, value in self
                  if isinstance(value, (int, float)) and not isinstance(value, bool)]
         return names + [f"peak_tflops.{dtype}" for dtype in self.peak_tflops]
+
+    @property
+    def links(self) -> Links:
+        """Node size and link speeds of the type's typical node (what a job without a cluster is timed on)."""
+        return Links(self.gpus_per_node, self.intra_node_bytes_per_s, self.inter_node_bytes_per_s)
 
     @property
     def peak_flops_per_s(self) -> dict[str, float]:

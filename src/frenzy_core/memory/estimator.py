@@ -4,32 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from frenzy_core.config.layout import num_microbatches, validate_layout
+from frenzy_core.config.arrays import LayoutArrays
+from frenzy_core.config.layout import validate_layout
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.parallel import ParallelConfig
 from frenzy_core.config.training import TrainingConfig
 from frenzy_core.errors import require_instance
-from frenzy_core.memory.kernel import PHASES, RECOMPUTE_CODES, SCHEDULE_CODES, ConfigArrays, stage_arrays
+from frenzy_core.memory.kernel import PHASES, stage_arrays
 from frenzy_core.memory.overhead import overhead_bytes
 from frenzy_core.memory.result import MEMORY_CATEGORIES, MemoryEstimate, StageMemory
 
-__all__ = ["config_arrays", "estimate_memory"]
-
-
-def config_arrays(training: TrainingConfig, parallel: ParallelConfig) -> ConfigArrays:
-    """The kernel's per-configuration integers for one (training, parallel) pair, as 0-d arrays."""
-    def a(x: int) -> np.ndarray:
-        return np.asarray(x, dtype=np.int64)
-
-    return ConfigArrays(
-        dp=a(parallel.dp), tp=a(parallel.tp), pp=a(parallel.pp), vpp=a(parallel.vpp), cp=a(parallel.cp),
-        ep=a(parallel.ep), micro_batch_size=a(training.micro_batch_size), seq_len=a(training.seq_len),
-        num_microbatches=a(num_microbatches(training, parallel)), zero_stage=a(training.effective_zero_stage),
-        recompute=a(RECOMPUTE_CODES[training.recompute.value]),
-        recompute_num_layers=a(training.recompute_num_layers or 0),
-        sequence_parallel=a(int(training.sequence_parallel and parallel.tp > 1)),
-        schedule=a(SCHEDULE_CODES[parallel.schedule.value]),
-    )
+__all__ = ["estimate_memory"]
 
 
 def estimate_memory(model: ModelConfig, training: TrainingConfig,
@@ -43,7 +28,7 @@ def estimate_memory(model: ModelConfig, training: TrainingConfig,
     require_instance("training", training, TrainingConfig)
     require_instance("parallel", parallel, ParallelConfig)
     validate_layout(model, training, parallel)
-    arrays = stage_arrays(model, training, config_arrays(training, parallel),
+    arrays = stage_arrays(model, training, LayoutArrays.from_configs(training, parallel),
                           np.arange(parallel.pp, dtype=np.int64))
     over = overhead_bytes(arrays.peak_bytes, arrays.communicators)
     stages = []

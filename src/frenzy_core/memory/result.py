@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field, model_validator
 
 from frenzy_core._base import FrozenModel
+from frenzy_core.errors import ConfigError
 
 __all__ = ["MEMORY_CATEGORIES", "OVERHEAD_CATEGORIES", "MemoryEstimate", "StageMemory"]
 
@@ -65,8 +66,6 @@ class MemoryEstimate(FrozenModel):
 
     def fits(self, gpu_memory_bytes: int, headroom: float = 0.0) -> bool:
         """Whether ``device_bytes`` fits in ``gpu_memory_bytes`` leaving ``headroom`` (a fraction) free."""
-        from frenzy_core.errors import ConfigError
-
         if isinstance(gpu_memory_bytes, bool) or not isinstance(gpu_memory_bytes, (int, float)) \
                 or gpu_memory_bytes <= 0:
             raise ConfigError(f"gpu_memory_bytes must be a positive number of bytes, got {gpu_memory_bytes!r}",

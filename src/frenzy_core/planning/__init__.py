@@ -12,12 +12,12 @@ from frenzy_core.planning.baselines import (
     user_request_plan,
 )
 from frenzy_core.planning.estimators import AnalyticEstimator, LayoutEstimator
-from frenzy_core.planning.plan import OBJECTIVE_UNITS, Alternative, Plan, Rejection, RejectReason
+from frenzy_core.planning.plan import Alternative, Plan, Rejection, RejectReason
 from frenzy_core.planning.planner import SOLVERS, plan_job
 from frenzy_core.planning.request import SEARCHED_TRAINING_FIELDS, Objective, PlanConstraints
 
 __all__ = [
-    "OBJECTIVE_UNITS", "SEARCHED_TRAINING_FIELDS", "SOLVERS", "Alternative", "AnalyticEstimator", "BaselinePlan",
+    "SEARCHED_TRAINING_FIELDS", "SOLVERS", "Alternative", "AnalyticEstimator", "BaselinePlan",
     "LayoutEstimator", "Objective", "Plan", "PlanConstraints", "RejectReason", "Rejection", "assess_baseline",
     "marp_configs", "marp_plan", "plan_job", "user_request_plan",
 ]

@@ -33,9 +33,12 @@ from frenzy_core.config.training import Recompute, TrainingConfig
 from frenzy_core.errors import ConfigError, FrenzyError, InfeasiblePlanError
 from frenzy_core.hardware.gpu import GPUSpec
 from frenzy_core.hardware.gpus import get_gpu_spec
+from frenzy_core.memory import estimate_memory
 from frenzy_core.planning.nodes import FreeNode, NodePool
 from frenzy_core.planning.plan import Plan
+from frenzy_core.planning.planner import plan_job
 from frenzy_core.planning.request import PlanConstraints
+from frenzy_core.timing import estimate_iteration_time
 
 __all__ = [
     "MARP_BYTES_PER_PARAM",
@@ -178,9 +181,6 @@ def marp_plan(model: ModelConfig, cluster: Any, training: TrainingConfig) -> Bas
 
 def assess_baseline(model: ModelConfig, baseline: BaselinePlan, headroom: float = 0.0) -> BaselineAssessment:
     """The library's memory and time estimates of a baseline's layout (slowest and smallest GPU it uses)."""
-    from frenzy_core.memory import estimate_memory
-    from frenzy_core.timing import estimate_iteration_time
-
     specs = [get_gpu_spec(t) for t in baseline.gpu_types]
     smallest = min(specs, key=lambda s: s.memory_bytes)
     slowest = min(specs, key=_flops)
@@ -198,8 +198,6 @@ def assess_baseline(model: ModelConfig, baseline: BaselinePlan, headroom: float 
 def user_request_plan(model: ModelConfig, cluster: Any, training: TrainingConfig | None = None, *, gpu_type: str,
                       num_gpus: int, constraints: PlanConstraints | None = None, **kwargs: Any) -> Plan:
     """What a user asking for ``num_gpus`` x ``gpu_type`` gets: the fastest layout that fits on exactly those."""
-    from frenzy_core.planning.planner import plan_job
-
     base = constraints or PlanConstraints()
     pinned = base.replace(gpu_types=[gpu_type], num_gpus=num_gpus)
     return plan_job(model, cluster, training, objective="throughput", constraints=pinned, **kwargs)

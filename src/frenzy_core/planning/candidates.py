@@ -9,16 +9,17 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
+from frenzy_core.config.arrays import LAYOUT_COLUMNS, LayoutArrays
+from frenzy_core.config.layout import layout_mask
 from frenzy_core.config.model import ModelConfig
-from frenzy_core.config.training import Framework, TrainingConfig
+from frenzy_core.config.parallel import PipelineSchedule
+from frenzy_core.config.training import Framework, Recompute, TrainingConfig
 from frenzy_core.errors import ConfigError
-from frenzy_core.hardware.gpu import GPUSpec
+from frenzy_core.hardware.gpu import GPUSpec, Links
 from frenzy_core.planning.estimators import LayoutEstimator
-from frenzy_core.planning.layouts import RECOMPUTE_ORDER, LayoutBatch
 from frenzy_core.planning.nodes import NodePool
 from frenzy_core.planning.request import DEFAULT_MICRO_BATCH_SIZES, Objective, PlanConstraints
 
@@ -56,8 +57,9 @@ def _powers_of_two(limit: int) -> list[int]:
 
 
 def enumerate_layouts(model: ModelConfig, training: TrainingConfig, constraints: PlanConstraints, *,
-                      max_world: int, max_tp: int, dp_hints: tuple[int, ...] = ()) -> LayoutBatch:
-    """Every layout of at most ``max_world`` GPUs the model and recipe allow, in canonical order.
+                      max_world: int, max_tp: int, dp_hints: tuple[int, ...] = ()) -> LayoutArrays:
+    """Every layout of at most ``max_world`` GPUs the model and recipe allow (:func:`layout_mask`) and the search
+    covers, in canonical order.
 
     Canonical order (the last tie-break everywhere): fewer GPUs, smaller tp, pp, vpp, cp, ep, lighter
     recompute, lower ZeRO stage, no distributed optimizer, no sequence parallelism, larger micro-batch.
@@ -78,7 +80,7 @@ def enumerate_layouts(model: ModelConfig, training: TrainingConfig, constraints:
     else:
         dps = sorted(set(_powers_of_two(max_world)) | {d for d in dp_hints if 0 < d <= max_world})
     mbss = sorted(set(c.micro_batch_sizes or DEFAULT_MICRO_BATCH_SIZES))
-    recomputes = [RECOMPUTE_ORDER.index(r) for r in (c.recompute or RECOMPUTE_ORDER)]
+    recomputes = [r.code for r in (c.recompute or list(Recompute))]
     zeros = sorted(set(c.zero_stages if c.zero_stages is not None else ([0] if megatron else [0, 1, 2, 3])))
     dist_opts = [int(c.distributed_optimizer)] if c.distributed_optimizer is not None else ([0, 1] if megatron
                                                                                            else [0])
@@ -87,34 +89,39 @@ def enumerate_layouts(model: ModelConfig, training: TrainingConfig, constraints:
     structure = [tps, pps, vpps, cps, eps, dps]
     recipe = [mbss, recomputes, zeros, dist_opts, sps]
     if any(not a for a in structure + recipe):
-        return _empty_batch()
+        return _layouts(np.zeros((0, len(structure + recipe)), dtype=np.int64), training)
     # parallel degrees first (few combinations survive), then crossed with the recipe choices
     grid = _product(structure)
     tp, pp, vpp, cp, ep, dp = grid.T
     world = dp * tp * pp * cp
     keep = (world <= max_world) if c.num_gpus is None else (world == c.num_gpus)
+    # search policy: every stage gets the same number of layers (pp divides them; with vpp, every chunk too)
     keep &= (vpp == 1) | ((pp > 1) & (model.num_layers % np.maximum(pp * vpp, 1) == 0))
-    keep &= ((dp * cp) % ep) == 0
     grid = grid[keep]
     choices = _product(recipe)
     grid = np.concatenate([np.repeat(grid, len(choices), axis=0), np.tile(choices, (len(grid), 1))], axis=1)
+    sp, tp = grid[:, 10], grid[:, 0]
+    grid = grid[(sp == 0) | (tp > 1)]  # search policy: sequence parallelism only where it has an effect
+    layouts = _layouts(grid, training)
+    layouts = layouts.take(layout_mask(model, layouts))
+    order = np.lexsort((-layouts.micro_batch_size, layouts.sequence_parallel, layouts.distributed_optimizer,
+                        layouts.zero_stage, layouts.recompute, layouts.ep, layouts.cp, layouts.vpp, layouts.pp,
+                        layouts.tp, layouts.world_size))
+    return layouts.take(order)
+
+
+def _layouts(grid: np.ndarray, training: TrainingConfig) -> LayoutArrays:
+    """Rows (tp, pp, vpp, cp, ep, dp, micro-batch, recompute, ZeRO, distributed optimizer, sequence parallel) as
+    layouts with ``training``'s sequence length, global batch and recompute chunk."""
     tp, pp, vpp, cp, ep, dp, mbs, rc, zero, dopt, sp = grid.T
-    keep = ((sp == 0) | (tp > 1)) & ((dopt == 0) | (zero <= 1))
-    if gbs is not None:
-        per_step = mbs * dp
-        micro = gbs // np.maximum(per_step, 1)
-        keep &= (gbs % per_step == 0) & ((vpp == 1) | (micro % pp == 0))
-    tp, pp, vpp, cp, ep, dp, mbs, rc, zero, dopt, sp = grid[keep].T
-    order = np.lexsort((-mbs, sp, dopt, zero, rc, ep, cp, vpp, pp, tp, dp * tp * pp * cp))
-    return LayoutBatch(tp=tp[order], pp=pp[order], vpp=vpp[order], cp=cp[order], ep=ep[order], dp=dp[order],
-                       micro_batch_size=mbs[order], recompute=rc[order], zero_stage=zero[order],
-                       distributed_optimizer=dopt[order], sequence_parallel=sp[order])
-
-
-def _empty_batch() -> LayoutBatch:
-    e = np.zeros(0, dtype=np.int64)
-    return LayoutBatch(tp=e, pp=e, vpp=e, cp=e, ep=e, dp=e, micro_batch_size=e, recompute=e, zero_stage=e,
-                       distributed_optimizer=e, sequence_parallel=e)
+    gbs = np.full_like(dp, training.global_batch_size) if training.global_batch_size is not None else mbs * dp
+    schedule = np.where(vpp > 1, PipelineSchedule.INTERLEAVED.code, PipelineSchedule.ONE_F_ONE_B.code)
+    columns = {"tp": tp, "pp": pp, "vpp": vpp, "cp": cp, "ep": ep, "dp": dp, "micro_batch_size": mbs,
+               "global_batch_size": gbs, "seq_len": np.full_like(dp, training.seq_len), "zero_stage": zero,
+               "distributed_optimizer": dopt, "recompute": rc,
+               "recompute_num_layers": np.full_like(dp, training.recompute_num_layers or 0),
+               "sequence_parallel": sp, "schedule": schedule}
+    return LayoutArrays(**{k: np.ascontiguousarray(columns[k], dtype=np.int64) for k in LAYOUT_COLUMNS})
 
 
 @dataclass(frozen=True)
@@ -150,7 +157,7 @@ class CandidateTable:
 
     objective: Objective
     gpu_types: tuple[str, ...]
-    layouts: LayoutBatch
+    layouts: LayoutArrays
     """Every enumerated layout (type-independent)."""
     device_bytes: np.ndarray
     """Per layout."""
@@ -209,10 +216,11 @@ def _objective_keys(objective: Objective, world: np.ndarray, tokens_per_s: np.nd
 
 def build_candidates(model: ModelConfig, training: TrainingConfig, pool: NodePool, specs: dict[str, GPUSpec],
                      constraints: PlanConstraints, objective: Objective, estimator: LayoutEstimator,
-                     links: Mapping[str, Any] | None = None) -> CandidateTable:
+                     links: Mapping[str, Links] | None = None) -> CandidateTable:
     """Enumerate layouts, estimate memory once and time per GPU type (vectorised), filter and rank.
 
-    ``links`` maps a GPU type to what the time model reads as its ``cluster`` (node size and link speeds).
+    ``links`` maps a GPU type to the node size and link speeds its time is estimated with (default: the type's
+    typical node).
     """
     c = constraints
     types = tuple(pool.gpu_types)
@@ -228,7 +236,7 @@ def build_candidates(model: ModelConfig, training: TrainingConfig, pool: NodePoo
     layouts = enumerate_layouts(model, training, c, max_world=max_world, max_tp=max_tp, dp_hints=hints)
     device = estimator.device_bytes(model, training, layouts) if len(layouts) else np.zeros(0, np.int64)
     world_all = layouts.world_size
-    gbs_all = layouts.global_batch_size(training)
+    gbs_all = layouts.global_batch_size
 
     parts: dict[str, list[np.ndarray]] = {k: [] for k in ("layout", "gpu", "iteration_s", "pph")}
     reports = []

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
+from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.parallel import ParallelConfig
 from frenzy_core.config.training import TrainingConfig
-from frenzy_core.hardware.gpu import GPUSpec
-from frenzy_core.planning.layouts import LayoutBatch
+from frenzy_core.hardware.gpu import GPUSpec, Links
+from frenzy_core.memory import MemoryEstimate, estimate_memory, estimate_memory_batch
+from frenzy_core.timing import TimeEstimate, estimate_iteration_time, estimate_iteration_time_batch
 
 __all__ = ["AnalyticEstimator", "LayoutEstimator"]
 
@@ -18,53 +20,35 @@ __all__ = ["AnalyticEstimator", "LayoutEstimator"]
 class LayoutEstimator(Protocol):
     """Memory and time of many layouts at once (vectorised), and full records for the chosen one."""
 
-    def device_bytes(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutBatch) -> np.ndarray:
+    def device_bytes(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutArrays) -> np.ndarray:
         """Bytes the busiest rank of each layout needs on its GPU (int64); negative: an invalid layout."""
 
-    def iteration_s(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutBatch, gpu: GPUSpec,
-                    cluster: Any) -> np.ndarray:
+    def iteration_s(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutArrays, gpu: GPUSpec,
+                    links: Links | None) -> np.ndarray:
         """Seconds per optimizer step of each layout on ``gpu`` (float64)."""
 
-    def memory(self, model: ModelConfig, training: TrainingConfig, parallel: ParallelConfig) -> Any:
+    def memory(self, model: ModelConfig, training: TrainingConfig, parallel: ParallelConfig) -> MemoryEstimate:
         """The full :class:`MemoryEstimate` of one layout."""
 
     def time(self, model: ModelConfig, training: TrainingConfig, parallel: ParallelConfig, gpu: GPUSpec,
-             cluster: Any) -> Any:
+             links: Links | None) -> TimeEstimate:
         """The full :class:`TimeEstimate` of one layout on ``gpu``."""
 
 
 class AnalyticEstimator:
     """``frenzy_core.memory`` and ``frenzy_core.timing``: the library's own analytic models."""
 
-    def device_bytes(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutBatch) -> np.ndarray:
-        from frenzy_core.memory import estimate_memory_batch
+    def device_bytes(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutArrays) -> np.ndarray:
+        return np.asarray(estimate_memory_batch(model, layouts, training).device_bytes, dtype=np.int64)
 
-        configs = {
-            "dp": layouts.dp, "tp": layouts.tp, "pp": layouts.pp, "vpp": layouts.vpp, "cp": layouts.cp,
-            "ep": layouts.ep, "micro_batch_size": layouts.micro_batch_size, "recompute": layouts.recompute,
-            "zero_stage": np.maximum(layouts.zero_stage, layouts.distributed_optimizer),
-            "sequence_parallel": layouts.sequence_parallel,
-        }
-        return np.asarray(estimate_memory_batch(model, configs, training).device_bytes, dtype=np.int64)
-
-    def iteration_s(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutBatch, gpu: GPUSpec,
-                    cluster: Any) -> np.ndarray:
-        from frenzy_core.timing import estimate_iteration_time_batch
-
-        result = estimate_iteration_time_batch(
-            model, training, gpu, dp=layouts.dp, tp=layouts.tp, pp=layouts.pp, vpp=layouts.vpp, cp=layouts.cp,
-            ep=layouts.ep, micro_batch_size=layouts.micro_batch_size, recompute=layouts.recompute,
-            sequence_parallel=layouts.sequence_parallel.astype(bool),
-            zero_stage=np.maximum(layouts.zero_stage, layouts.distributed_optimizer), cluster=cluster)
+    def iteration_s(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutArrays, gpu: GPUSpec,
+                    links: Links | None) -> np.ndarray:
+        result = estimate_iteration_time_batch(model, training, gpu, layouts, cluster=links)
         return np.asarray(result.iteration_s, dtype=np.float64)
 
-    def memory(self, model: ModelConfig, training: TrainingConfig, parallel: ParallelConfig) -> Any:
-        from frenzy_core.memory import estimate_memory
-
+    def memory(self, model: ModelConfig, training: TrainingConfig, parallel: ParallelConfig) -> MemoryEstimate:
         return estimate_memory(model, training, parallel)
 
     def time(self, model: ModelConfig, training: TrainingConfig, parallel: ParallelConfig, gpu: GPUSpec,
-             cluster: Any) -> Any:
-        from frenzy_core.timing import estimate_iteration_time
-
-        return estimate_iteration_time(model, training, parallel, gpu, cluster=cluster)
+             links: Links | None) -> TimeEstimate:
+        return estimate_iteration_time(model, training, parallel, gpu, cluster=links)

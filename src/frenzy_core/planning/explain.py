@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from frenzy_core.planning.plan import OBJECTIVE_UNITS, Plan
+from typing import TYPE_CHECKING
+
+from frenzy_core.config.arrays import LayoutArrays
+
+if TYPE_CHECKING:
+    from frenzy_core.planning.plan import Plan
 
 __all__ = ["explain_plan", "format_value"]
 
@@ -20,25 +25,12 @@ def format_value(value: float, unit: str) -> str:
     return f"{value:,.0f} {unit}"
 
 
-def _layout(plan: Plan) -> str:
-    p, t = plan.parallel, plan.training
-    parts = [f"dp={p.dp}", f"tp={p.tp}", f"pp={p.pp}"]
-    parts += [f"{k}={v}" for k, v in (("vpp", p.vpp), ("cp", p.cp), ("ep", p.ep)) if v > 1]
-    parts += [f"micro_batch_size={t.micro_batch_size}", f"recompute={t.recompute.value}"]
-    if t.distributed_optimizer:
-        parts.append("distributed_optimizer")
-    else:
-        parts.append(f"zero_stage={t.zero_stage}")
-    if t.sequence_parallel:
-        parts.append("sequence_parallel")
-    return ", ".join(parts)
-
-
 def explain_plan(plan: Plan) -> str:
     """Several lines of plain text; stable wording so it can be shown in a terminal or a log."""
-    unit = OBJECTIVE_UNITS[plan.objective]
+    unit = plan.objective.unit
+    layout = LayoutArrays.from_configs(plan.training, plan.parallel).describe(0)
     lines = [
-        f"Plan: {plan.num_gpus} x {plan.gpu_type} on {len(plan.placement)} node(s); {_layout(plan)}.",
+        f"Plan: {plan.num_gpus} x {plan.gpu_type} on {len(plan.placement)} node(s); {layout}.",
         (f"Objective {plan.objective.value}: {format_value(plan.objective_value, unit)} "
         f"({'proven optimal' if plan.optimal else 'best found, not proven optimal'} by {plan.solver} "
         f"in {plan.solve_time_s * 1000:.0f} ms); {plan.stranded_gpus} free GPU(s) left on the nodes it touches."),
@@ -60,9 +52,7 @@ def explain_plan(plan: Plan) -> str:
     if plan.alternatives:
         lines.append("Runners-up:")
         for alt in plan.alternatives:
-            p = alt.parallel
-            extra = "".join(f" {k}={v}" for k, v in (("vpp", p.vpp), ("cp", p.cp), ("ep", p.ep)) if v > 1)
-            lines.append(f"  {alt.num_gpus} x {alt.gpu_type} dp={p.dp} tp={p.tp} pp={p.pp}{extra} "
+            lines.append(f"  {alt.num_gpus} x {alt.gpu_type} {alt.parallel.describe()} "
                          f"mbs={alt.micro_batch_size} recompute={alt.recompute.value}: "
                          f"{format_value(alt.objective_value, unit)}, {alt.device_bytes / GIB:.1f} GiB per GPU")
     if plan.rejected:

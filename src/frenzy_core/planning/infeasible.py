@@ -10,13 +10,13 @@ from dataclasses import replace
 
 import numpy as np
 
+from frenzy_core.config.training import Recompute
 from frenzy_core.errors import InfeasiblePlanError
 from frenzy_core.planning.candidates import CandidateTable
 from frenzy_core.planning.diagnosis import extra_free_gpus, type_rejections
-from frenzy_core.planning.layouts import RECOMPUTE_ORDER
 from frenzy_core.planning.nodes import FreeNode, NodePool
 from frenzy_core.planning.placement import placement_options
-from frenzy_core.planning.planner import Search
+from frenzy_core.planning.search import Search
 
 __all__ = ["SEQ_LEN_STEP", "infeasible_error"]
 
@@ -98,7 +98,7 @@ def _pin_suggestions(search: Search) -> list[str]:
         i = int(table.layout[row])
         lay = table.layouts
         chosen = {
-            "recompute": f"recompute={RECOMPUTE_ORDER[int(lay.recompute[i])].value}",
+            "recompute": f"recompute={Recompute.from_code(int(lay.recompute[i])).value}",
             "micro_batch_sizes": f"micro_batch_size={int(lay.micro_batch_size[i])}",
             "zero_stages": f"zero_stage={int(lay.zero_stage[i])}",
             "distributed_optimizer": f"distributed_optimizer={bool(lay.distributed_optimizer[i])}",

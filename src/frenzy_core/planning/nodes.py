@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from frenzy_core.errors import ConfigError
+from frenzy_core.hardware.cluster import Cluster
 
 __all__ = ["FreeNode", "NodeClasses", "NodePool"]
 
@@ -65,7 +65,7 @@ class NodePool:
         object.__setattr__(self, "_classes", {})
 
     @classmethod
-    def from_cluster(cls, cluster: Any) -> NodePool:
+    def from_cluster(cls, cluster: Cluster) -> NodePool:
         """Every node of a :class:`frenzy_core.hardware.Cluster`, shapes expanded by their counts.
 
         Names and free GPUs follow :mod:`frenzy_core.hardware.topology`: node ``node:<i>`` (i counts nodes in

@@ -189,41 +189,20 @@ def _greedy_nodes(classes: NodeClasses, tp: int, groups: int) -> np.ndarray:
     return nodes
 
 
-def solve_cp_sat(table: CandidateTable, pool: NodePool, *, time_limit_s: float = 10.0, seed: int = DEFAULT_SEED,
-                 num_workers: int = 1) -> Solution | None:
-    """CP-SAT over the placement options (formulation in the module docstring); None when nothing can be placed."""
-    from ortools.sat.python import cp_model
+_Option = tuple[int, int, int, NodeClasses]
+"""(candidate row, tp, TP groups, node classes of its GPU type): one choice the CP-SAT model may take."""
 
-    started = time.perf_counter()
-    # -- data --------------------------------------------------------------------------------------
-    rows, feasible = placement_options(table, pool)
-    if not feasible.any():
-        return None
-    incumbent = int(np.argmax(feasible))
-    best_rank = int(table.rank[rows[incumbent]])
-    chosen = [int(r) for r, ok in zip(rows, feasible) if ok and int(table.rank[r]) == best_rank]
-    options = []
-    for row in chosen:
-        g, tp = int(table.gpu[row]), int(table.tp[row])
-        classes = pool.classes(table.gpu_types[g])
-        options.append((row, tp, int(table.world[row]) // tp, classes))
-    spans = [int((_node_costs(cl) * cl.count).sum()) for *_, cl in options]
-    frag_weight = len(options) + 1
-    # local order among the options (their ranks are equal), so the objective stays small
-    local_order = {row: i for i, row in enumerate(sorted(chosen, key=lambda r: int(table.order[r])))}
 
-    # -- model and variables -----------------------------------------------------------------------
-    model = cp_model.CpModel()
+def _add_placement(model: Any, options: list[_Option]) -> tuple[list[Any], list[list[Any]], list[list[Any]]]:
+    """Variables and constraints: y[k] option k chosen, z[k][j] nodes of class j used, x[k][j] TP groups on them."""
     y = [model.new_bool_var(f"y[{k}]") for k in range(len(options))]
-    z: list[list[cp_model.IntVar]] = []
-    x: list[list[cp_model.IntVar]] = []
+    z: list[list[Any]] = []
+    x: list[list[Any]] = []
     for k, (_, tp, _, classes) in enumerate(options):
         caps = classes.blocks_per_node(tp)
         z.append([model.new_int_var(0, int(classes.count[j]) if caps[j] else 0, f"z[{k},{j}]")
                   for j in range(len(caps))])
         x.append([model.new_int_var(0, int(classes.count[j] * caps[j]), f"x[{k},{j}]") for j in range(len(caps))])
-
-    # -- constraints ---------------------------------------------------------------------------------
     # exactly one option is chosen
     model.add_exactly_one(y)
     for k, (_, tp, groups, classes) in enumerate(options):
@@ -237,8 +216,16 @@ def solve_cp_sat(table: CandidateTable, pool: NodePool, *, time_limit_s: float =
             model.add(z[k][j] <= x[k][j])
             # only the chosen option uses nodes, at most the class's nodes
             model.add(z[k][j] <= int(classes.count[j]) * y[k])
+    return y, z, x
 
-    # -- objective: fragmentation, then canonical order (ranks are equal) ----------------------------
+
+def _add_objective(model: Any, options: list[_Option], table: CandidateTable, y: list[Any],
+                   z: list[list[Any]]) -> None:
+    """Minimise fragmentation, then the canonical order (the options' ranks are equal)."""
+    spans = [int((_node_costs(cl) * cl.count).sum()) for *_, cl in options]
+    frag_weight = len(options) + 1
+    # local order among the options (their ranks are equal), so the objective stays small
+    local_order = {row: i for i, row in enumerate(sorted((o[0] for o in options), key=lambda r: int(table.order[r])))}
     terms: list[Any] = []
     for k, (row, _, _, classes) in enumerate(options):
         costs = _node_costs(classes)
@@ -247,26 +234,48 @@ def solve_cp_sat(table: CandidateTable, pool: NodePool, *, time_limit_s: float =
     assert max(spans) * frag_weight * 2 < 2**62, "objective coefficients overflow int64"
     model.minimize(sum(terms))
 
-    # -- greedy hint: the incumbent with nodes taken from the roomiest classes -----------------------
+
+def _add_greedy_hint(model: Any, options: list[_Option], incumbent: int, y: list[Any], z: list[list[Any]],
+                     x: list[list[Any]]) -> None:
+    """The incumbent with nodes taken from the roomiest classes, as a solution hint."""
     for k, (row, tp, groups, classes) in enumerate(options):
-        hint_nodes = _greedy_nodes(classes, tp, groups) if row == rows[incumbent] else np.zeros(len(z[k]), np.int64)
-        hint_groups = (_spread(classes, tp, hint_nodes, groups) if row == rows[incumbent]
-                       else np.zeros(len(z[k]), np.int64))
-        model.add_hint(y[k], row == rows[incumbent])
+        hint_nodes = _greedy_nodes(classes, tp, groups) if row == incumbent else np.zeros(len(z[k]), np.int64)
+        hint_groups = _spread(classes, tp, hint_nodes, groups) if row == incumbent else np.zeros(len(z[k]), np.int64)
+        model.add_hint(y[k], row == incumbent)
         for j in range(len(z[k])):
             model.add_hint(z[k][j], int(hint_nodes[j]))
             model.add_hint(x[k][j], int(hint_groups[j]))
 
-    # -- solve ---------------------------------------------------------------------------------------
+
+def solve_cp_sat(table: CandidateTable, pool: NodePool, *, time_limit_s: float = 10.0, seed: int = DEFAULT_SEED,
+                 num_workers: int = 1) -> Solution | None:
+    """CP-SAT over the placement options (formulation in the module docstring); None when nothing can be placed."""
+    from ortools.sat.python import cp_model
+
+    started = time.perf_counter()
+    rows, feasible = placement_options(table, pool)
+    if not feasible.any():
+        return None
+    incumbent = int(rows[int(np.argmax(feasible))])
+    best_rank = int(table.rank[incumbent])
+    chosen = [int(r) for r, ok in zip(rows, feasible) if ok and int(table.rank[r]) == best_rank]
+    options: list[_Option] = []
+    for row in chosen:
+        g, tp = int(table.gpu[row]), int(table.tp[row])
+        options.append((row, tp, int(table.world[row]) // tp, pool.classes(table.gpu_types[g])))
+
+    model = cp_model.CpModel()
+    y, z, x = _add_placement(model, options)
+    _add_objective(model, options, table, y, z)
+    _add_greedy_hint(model, options, incumbent, y, z, x)
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = float(time_limit_s)
     solver.parameters.random_seed = seed
     solver.parameters.num_workers = num_workers
     status = solver.solve(model)
 
-    # -- read the solution -------------------------------------------------------------------------
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        row, tp, groups, classes = options[chosen.index(int(rows[incumbent]))]
+        row, tp, groups, classes = options[chosen.index(incumbent)]
         nodes = _greedy_nodes(classes, tp, groups)
         return _solution(table, pool, row, nodes, _spread(classes, tp, nodes, groups), False, "greedy", started)
     k = next(i for i in range(len(options)) if solver.value(y[i]))

@@ -11,18 +11,11 @@ from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.parallel import ParallelConfig
 from frenzy_core.config.training import Recompute, TrainingConfig
 from frenzy_core.memory.result import MemoryEstimate
+from frenzy_core.planning.explain import explain_plan
 from frenzy_core.planning.request import Objective
 from frenzy_core.timing.result import TimeEstimate
 
-__all__ = ["OBJECTIVE_UNITS", "Alternative", "Plan", "RejectReason", "Rejection"]
-
-OBJECTIVE_UNITS: dict[Objective, str] = {
-    Objective.THROUGHPUT: "tokens/s",
-    Objective.COST: "USD",
-    Objective.TIME_TO_TRAIN: "s",
-    Objective.GPUS: "GPUs",
-}
-"""Unit of ``objective_value`` for each objective."""
+__all__ = ["Alternative", "Plan", "RejectReason", "Rejection"]
 
 
 class RejectReason(str, enum.Enum):
@@ -82,7 +75,7 @@ class Plan(FrozenModel):
     usable_bytes: int = Field(description="GPU memory the plan may use: usable memory less the headroom.")
     price_per_hour_usd: float | None = Field(description="All GPUs of the plan together; None without prices.")
     objective: Objective
-    objective_value: float = Field(description="In OBJECTIVE_UNITS[objective].")
+    objective_value: float = Field(description="In the objective's unit (objective.unit).")
     stranded_gpus: int = Field(ge=0, description="Free GPUs left on the nodes the plan touches (fragmentation).")
     optimal: bool = Field(description="Whether the solver proved the plan optimal for the objective.")
     solver: str = Field(description="cp-sat, exhaustive, or greedy (CP-SAT found nothing in its time limit).")
@@ -92,10 +85,8 @@ class Plan(FrozenModel):
 
     @property
     def objective_unit(self) -> str:
-        return OBJECTIVE_UNITS[self.objective]
+        return self.objective.unit
 
     def explain(self) -> str:
         """Why this plan: memory and time breakdown, runners-up, and why every other GPU type lost."""
-        from frenzy_core.planning.explain import explain_plan
-
         return explain_plan(self)

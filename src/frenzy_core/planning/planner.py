@@ -3,174 +3,26 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from frenzy_core.config.layout import validate_layout
 from frenzy_core.config.model import ModelConfig
-from frenzy_core.config.parallel import ParallelConfig
-from frenzy_core.config.training import TrainingConfig
+from frenzy_core.config.training import Recompute, TrainingConfig
 from frenzy_core.errors import ConfigError
-from frenzy_core.hardware.gpu import GPUSpec
-from frenzy_core.hardware.gpus import get_gpu_spec
-from frenzy_core.planning.candidates import CandidateTable, build_candidates
+from frenzy_core.planning.candidates import CandidateTable
 from frenzy_core.planning.diagnosis import type_rejections
-from frenzy_core.planning.estimators import AnalyticEstimator, LayoutEstimator
-from frenzy_core.planning.layouts import RECOMPUTE_ORDER
-from frenzy_core.planning.nodes import NodePool
+from frenzy_core.planning.estimators import LayoutEstimator
+from frenzy_core.planning.infeasible import infeasible_error
 from frenzy_core.planning.placement import Solution, placement_options, solve_cp_sat, solve_exhaustive
 from frenzy_core.planning.plan import Alternative, Plan
 from frenzy_core.planning.request import Objective, PlanConstraints
+from frenzy_core.planning.search import ClusterLike, Search, make_search
 
-__all__ = ["SOLVERS", "Search", "TypeLinks", "build_plan", "make_search", "plan_job", "solve"]
+__all__ = ["SOLVERS", "build_plan", "plan_job", "solve"]
 
 SOLVERS = ("cp-sat", "exhaustive")
 """Solver names ``plan_job`` accepts."""
-
-
-@dataclass(frozen=True)
-class TypeLinks:
-    """Node size and links of one GPU type in a cluster, as the time model reads them from ``cluster=``.
-
-    A type spread over node shapes with different links gets the slowest of each (a conservative estimate)
-    and its largest node size.
-    """
-
-    gpus_per_node: int
-    intra_node_bytes_per_s: float
-    inter_node_bytes_per_s: float
-
-
-def _type_links(cluster: Any, spec: GPUSpec) -> TypeLinks:
-    shapes = [n for n in getattr(cluster, "nodes", ()) if getattr(n, "gpu", None) == spec.id]
-    if not shapes:
-        return TypeLinks(spec.gpus_per_node, spec.intra_node_bytes_per_s, spec.inter_node_bytes_per_s)
-    return TypeLinks(
-        gpus_per_node=max(n.gpus_per_node for n in shapes),
-        intra_node_bytes_per_s=min(n.intra_node_bytes_per_s or spec.intra_node_bytes_per_s for n in shapes),
-        inter_node_bytes_per_s=min(n.inter_node_bytes_per_s or spec.inter_node_bytes_per_s for n in shapes),
-    )
-
-
-@dataclass(frozen=True)
-class Search:
-    """Everything one request is solved from; rebuilt with relaxed inputs to find suggestions."""
-
-    model: ModelConfig
-    training: TrainingConfig
-    pool: NodePool
-    specs: dict[str, GPUSpec]
-    constraints: PlanConstraints
-    objective: Objective
-    estimator: LayoutEstimator
-    links: dict[str, TypeLinks]
-
-    def table(self) -> CandidateTable:
-        return build_candidates(self.model, self.training, self.pool, self.specs, self.constraints, self.objective,
-                                self.estimator, links=self.links)
-
-    def feasible(self) -> bool:
-        """Whether any candidate can be placed (no solver needed: the count check is exact)."""
-        _, ok = placement_options(self.table(), self.pool)
-        return bool(ok.any())
-
-
-def _constraints(constraints: PlanConstraints | Mapping[str, Any] | None) -> PlanConstraints:
-    if constraints is None:
-        return PlanConstraints()
-    if isinstance(constraints, PlanConstraints):
-        return constraints
-    if isinstance(constraints, Mapping):
-        return PlanConstraints.model_validate(dict(constraints))  # type: ignore[no-any-return]
-    raise ConfigError(f"constraints must be a PlanConstraints or a mapping, got {type(constraints).__name__}",
-                      field="constraints")
-
-
-def _pin_explicit_fields(training: TrainingConfig, cons: PlanConstraints) -> PlanConstraints:
-    """Searched training fields the caller set explicitly stay fixed, unless ``constraints`` already pins them."""
-    explicit = training.model_fields_set
-    pins: dict[str, Any] = {}
-    if "micro_batch_size" in explicit and cons.micro_batch_sizes is None:
-        pins["micro_batch_sizes"] = [training.micro_batch_size]
-    if "recompute" in explicit and cons.recompute is None:
-        pins["recompute"] = [training.recompute]
-    if "zero_stage" in explicit and cons.zero_stages is None:
-        pins["zero_stages"] = [training.zero_stage]
-    for name in ("distributed_optimizer", "sequence_parallel"):
-        if name in explicit and getattr(cons, name) is None:
-            pins[name] = getattr(training, name)
-    return cons.replace(**pins) if pins else cons
-
-
-def _check_pins(model: ModelConfig, training: TrainingConfig, cons: PlanConstraints) -> None:
-    """Pinned tp/pp/micro-batch sizes that no layout of this model and batch can use are bad input, not an
-    infeasible plan: ConfigError naming the pin."""
-    free = training.replace(micro_batch_size=1, global_batch_size=None)
-    if cons.tp is not None:
-        validate_layout(model, free, ParallelConfig(tp=cons.tp))
-    if cons.pp is not None:
-        validate_layout(model, free, ParallelConfig(pp=cons.pp))
-        if model.num_layers % cons.pp != 0:
-            even = [d for d in range(1, model.num_layers + 1) if model.num_layers % d == 0]
-            raise ConfigError(f"pp={cons.pp} does not divide num_layers={model.num_layers} (the planner gives every "
-                              "stage the same number of layers)", field="constraints.pp", value=cons.pp,
-                              hint=f"use pp in {even}")
-    gbs = training.global_batch_size
-    if gbs is not None and cons.micro_batch_sizes is not None:
-        usable = [m for m in cons.micro_batch_sizes if gbs % m == 0]
-        if not usable:
-            raise ConfigError(
-                f"global_batch_size={gbs} is not divisible by any pinned micro-batch size {cons.micro_batch_sizes}",
-                field="constraints.micro_batch_sizes", value=cons.micro_batch_sizes,
-                hint=f"use a divisor of {gbs}")
-
-
-def _objective(objective: Objective | str) -> Objective:
-    try:
-        return Objective(objective)
-    except ValueError:
-        raise ConfigError(f"unknown objective {objective!r}", field="objective", value=objective,
-                          hint="use one of " + ", ".join(repr(o.value) for o in Objective)) from None
-
-
-def make_search(model: ModelConfig, cluster: Any, training: TrainingConfig | None, objective: Objective | str,
-                constraints: PlanConstraints | Mapping[str, Any] | None,
-                estimator: LayoutEstimator | None = None) -> Search:
-    """Validate a request and gather what solving it needs; bad input raises ConfigError."""
-    if not isinstance(model, ModelConfig):
-        raise ConfigError(f"model must be a ModelConfig, got {type(model).__name__}", field="model",
-                          hint="use ModelConfig.preset(name) or ModelConfig(...)")
-    training = TrainingConfig(seq_len=model.default_seq_len()) if training is None else training
-    if not isinstance(training, TrainingConfig):
-        raise ConfigError(f"training must be a TrainingConfig, got {type(training).__name__}", field="training")
-    validate_layout(model, training.replace(micro_batch_size=1), ParallelConfig())  # model and recipe agree
-    obj = _objective(objective)
-    cons = _pin_explicit_fields(training, _constraints(constraints))
-    _check_pins(model, training, cons)
-    if isinstance(cluster, Mapping):
-        from frenzy_core.hardware.cluster import Cluster
-
-        cluster = Cluster.from_dict(cluster)
-    pool = cluster if isinstance(cluster, NodePool) else NodePool.from_cluster(cluster)
-    if not pool.nodes:
-        raise ConfigError("the cluster has no nodes", field="cluster", hint="add nodes: [{gpu: ..., gpus_per_node: ...}]")
-    specs = {name: get_gpu_spec(name) for name in pool.gpu_types}
-    if cons.gpu_types is not None:
-        wanted = [get_gpu_spec(name).id for name in cons.gpu_types]
-        missing = [w for w in wanted if w not in specs]
-        if len(missing) == len(wanted):
-            raise ConfigError(f"constraints.gpu_types {cons.gpu_types} names no GPU type of the cluster",
-                              field="constraints.gpu_types", value=cons.gpu_types,
-                              hint="the cluster has " + ", ".join(pool.gpu_types))
-        cons = cons.replace(gpu_types=[w for w in wanted if w in specs])
-    if obj in (Objective.COST, Objective.TIME_TO_TRAIN) and cons.token_budget is None:
-        raise ConfigError(f"objective {obj.value!r} needs constraints.token_budget (tokens to train)",
-                          field="constraints.token_budget", hint="e.g. constraints={'token_budget': 10**9}")
-    links = {name: _type_links(cluster, spec) for name, spec in specs.items()}
-    return Search(model=model, training=training, pool=pool, specs=specs, constraints=cons, objective=obj,
-                  estimator=estimator or AnalyticEstimator(), links=links)
 
 
 def _alternatives(table: CandidateTable, rows: np.ndarray, feasible: np.ndarray, chosen: int,
@@ -200,7 +52,7 @@ def _alternatives(table: CandidateTable, rows: np.ndarray, feasible: np.ndarray,
         pph = float(table.price_per_hour_usd[r])
         out.append(Alternative(
             gpu_type=table.gpu_types[int(table.gpu[r])], num_gpus=int(table.world[r]), parallel=lay.parallel(i),
-            micro_batch_size=int(lay.micro_batch_size[i]), recompute=RECOMPUTE_ORDER[int(lay.recompute[i])],
+            micro_batch_size=int(lay.micro_batch_size[i]), recompute=Recompute.from_code(int(lay.recompute[i])),
             zero_stage=int(lay.zero_stage[i]), distributed_optimizer=bool(lay.distributed_optimizer[i]),
             sequence_parallel=bool(lay.sequence_parallel[i]), device_bytes=int(table.device_bytes[i]),
             tokens_per_s=float(table.tokens_per_s[r]), price_per_hour_usd=None if np.isnan(pph) else pph,
@@ -243,7 +95,7 @@ def build_plan(search: Search, table: CandidateTable, solution: Solution, top_k:
     )
 
 
-def plan_job(model: ModelConfig, cluster: Any, training: TrainingConfig | None = None, *,
+def plan_job(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig | None = None, *,
              objective: Objective | str = "throughput",
              constraints: PlanConstraints | Mapping[str, Any] | None = None, time_limit_s: float = 10,
              top_k: int = 5, solver: str = "cp-sat", estimator: LayoutEstimator | None = None) -> Plan:
@@ -269,7 +121,5 @@ def plan_job(model: ModelConfig, cluster: Any, training: TrainingConfig | None =
     table = search.table()
     solution = solve(search, table, solver, time_limit_s)
     if solution is None:
-        from frenzy_core.planning.infeasible import infeasible_error
-
         raise infeasible_error(search, table)
     return build_plan(search, table, solution, top_k)

@@ -43,6 +43,19 @@ class Objective(str, enum.Enum):
     GPUS = "gpus"
     """Fewest GPUs that fit; ties: faster, then cheaper."""
 
+    @property
+    def unit(self) -> str:
+        """Unit of the objective's value (``Plan.objective_value``): tokens/s, USD, s or GPUs."""
+        return _OBJECTIVE_UNITS[self]
+
+
+_OBJECTIVE_UNITS: dict[Objective, str] = {
+    Objective.THROUGHPUT: "tokens/s",
+    Objective.COST: "USD",
+    Objective.TIME_TO_TRAIN: "s",
+    Objective.GPUS: "GPUs",
+}
+
 
 class PlanConstraints(FrozenModel):
     """Hard limits on a plan, and pins for the searched training fields (None: searched)."""

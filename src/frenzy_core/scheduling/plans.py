@@ -7,7 +7,7 @@ from pydantic import Field
 
 from frenzy_core._base import FrozenModel
 from frenzy_core.config.parallel import ParallelConfig
-from frenzy_core.config.training import Recompute, TrainingConfig
+from frenzy_core.config.training import TrainingConfig
 
 __all__ = ["Placement", "RunLayout"]
 
@@ -25,21 +25,11 @@ class RunLayout(FrozenModel):
     def world_size(self) -> int:
         return self.parallel.world_size
 
+    description: str = Field(description="The layout in words, as the planner writes it (``dp2 tp4 pp1 mbs2 sp``).")
+
     def describe(self) -> str:
-        """In words: ``dp4 tp2 pp1 mbs2 recompute=selective dist-opt sp`` (vpp, cp, ep only when > 1)."""
-        p, t = self.parallel, self.training
-        parts = [f"dp{p.dp}", f"tp{p.tp}", f"pp{p.pp}"]
-        parts += [f"{name}{getattr(p, name)}" for name in ("vpp", "cp", "ep") if getattr(p, name) > 1]
-        parts.append(f"mbs{t.micro_batch_size}")
-        if t.recompute is not Recompute.NONE:
-            parts.append(f"recompute={t.recompute.value}")
-        if t.zero_stage:
-            parts.append(f"zero{t.zero_stage}")
-        if t.distributed_optimizer:
-            parts.append("dist-opt")
-        if t.sequence_parallel:
-            parts.append("sp")
-        return " ".join(parts)
+        """The layout in words (only what departs from the defaults)."""
+        return self.description
 
 
 class Placement(FrozenModel):

@@ -22,7 +22,7 @@ from frenzy_core.config.training import TrainingConfig
 from frenzy_core.errors import InfeasiblePlanError
 from frenzy_core.hardware.cluster import Cluster
 from frenzy_core.hardware.gpus import get_gpu_spec
-from frenzy_core.planning.layouts import LayoutBatch
+from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.scheduling.plans import RunLayout
 
 __all__ = ["GPUGroup", "PlannedThroughput", "homogeneous_cluster", "planned_tokens_per_s"]
@@ -85,7 +85,7 @@ class _Table:
     tokens_per_s: np.ndarray
     layout: np.ndarray
     """Index into ``layouts``."""
-    layouts: LayoutBatch
+    layouts: LayoutArrays
     device_bytes: np.ndarray
     """Per layout."""
     training: TrainingConfig
@@ -97,7 +97,8 @@ class _Table:
     def run_layout(self, row: int) -> RunLayout:
         i = int(self.layout[row])
         return RunLayout(parallel=self.layouts.parallel(i), training=self.layouts.training(i, self.training),
-                         tokens_per_s=float(self.tokens_per_s[row]), device_bytes=int(self.device_bytes[i]))
+                         tokens_per_s=float(self.tokens_per_s[row]), device_bytes=int(self.device_bytes[i]),
+                         description=self.layouts.describe(i, compact=True))
 
 
 def _blocks(free: tuple[int, ...], tp: np.ndarray) -> np.ndarray:
@@ -213,7 +214,7 @@ class PlannedThroughput:
 def _build(model: ModelConfig, training: TrainingConfig, gpu_type: str, group: GPUGroup, total: int) -> _Table:
     """The planner's candidate table on ``total`` GPUs in nodes of ``group.gpus_per_node`` (the last node holds
     the rest) with ``group``'s links, every GPU free; rows that fit, ranked within each world size."""
-    from frenzy_core.planning.planner import make_search
+    from frenzy_core.planning.search import make_search
 
     gpn = group.gpus_per_node
     full, rest = divmod(total, gpn)

@@ -7,56 +7,29 @@ MPICH"; NCCL's bus-bandwidth convention). Time = bytes moved / bandwidth + a fix
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import numpy as np
 import numpy.typing as npt
 
 from frenzy_core.errors import ConfigError
-from frenzy_core.hardware.gpu import GPUSpec
+from frenzy_core.hardware.cluster import Cluster
+from frenzy_core.hardware.gpu import GPUSpec, Links
 
-__all__ = ["Links", "group_bandwidth", "links_for", "ring_all_reduce_s", "ring_one_way_s", "send_s"]
+__all__ = ["group_bandwidth", "links_for", "ring_all_reduce_s", "ring_one_way_s", "send_s"]
 
 FloatArray = npt.NDArray[np.float64]
-_LINK_FIELDS = ("gpus_per_node", "intra_node_bytes_per_s", "inter_node_bytes_per_s")
 
 
-class Links(NamedTuple):
-    """Where node boundaries fall and how fast each side is (per GPU, per direction)."""
-
-    gpus_per_node: int
-    intra_node_bytes_per_s: float
-    inter_node_bytes_per_s: float
-
-
-def links_for(gpu: GPUSpec, cluster: object | None = None) -> Links:
-    """Node size and links of a job on ``gpu``: the GPU's typical ones, or the cluster's.
-
-    A cluster with ``nodes`` (a :class:`frenzy_core.Cluster`) contributes its nodes of this GPU type, the
-    smallest and slowest of them (a job may land on any); any other object (a ``Node``) contributes whichever of
-    ``gpus_per_node``, ``intra_node_bytes_per_s``, ``inter_node_bytes_per_s`` it sets.
-    """
-    values: dict[str, float] = {name: getattr(gpu, name) for name in _LINK_FIELDS}
-    if cluster is not None:
-        nodes = getattr(cluster, "nodes", None)
-        if nodes is not None:
-            shapes = [n for n in nodes if getattr(n, "gpu", None) == gpu.id]
-            if not shapes:
-                types = sorted({str(getattr(n, "gpu", "?")) for n in nodes})
-                raise ConfigError(f"the cluster has no {gpu.id} nodes (it has {types})", field="cluster",
-                                  value=gpu.id, hint="estimate with one of its GPU types")
-        else:
-            shapes = [cluster]
-        for name in _LINK_FIELDS:
-            given = [getattr(n, name, None) for n in shapes]
-            known = [v for v in given if v is not None]
-            if known:
-                values[name] = min(known)
-    for name, value in values.items():
-        if not value or value <= 0:
-            raise ConfigError(f"{name} must be positive, got {value!r}", field=name, value=value)
-    return Links(int(values["gpus_per_node"]), float(values["intra_node_bytes_per_s"]),
-                 float(values["inter_node_bytes_per_s"]))
+def links_for(gpu: GPUSpec, cluster: Cluster | Links | None = None) -> Links:
+    """Node size and links of a job on ``gpu``: the type's typical node, given ``Links``, or what a cluster's
+    nodes of the type give (:meth:`Cluster.links`: largest node, slowest links)."""
+    if cluster is None:
+        return gpu.links
+    if isinstance(cluster, Links):
+        return cluster
+    if isinstance(cluster, Cluster):
+        return cluster.links(gpu.id)
+    raise ConfigError(f"cluster must be a Cluster or Links, got {type(cluster).__name__}", field="cluster",
+                      hint="pass frenzy_core.Cluster.from_dict({...}) or leave it out for the GPU's typical node")
 
 
 def group_bandwidth(span: FloatArray, stride: FloatArray, links: Links, efficiency: float) -> FloatArray:

@@ -11,17 +11,21 @@ The vectorised function is the implementation; the scalar one validates its conf
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import numpy as np
 import numpy.typing as npt
 
-from frenzy_core.config.layout import validate_layout
+from frenzy_core.config.arrays import LayoutArrays
+from frenzy_core.config.layout import BOUND_RULES, layout_rule, require_rows, validate_layout
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.parallel import ParallelConfig, PipelineSchedule
 from frenzy_core.config.params import count_parameters, embedding_parameters, head_parameters, norm_parameters
 from frenzy_core.config.training import Attention, Precision, Recompute, RecomputeMethod, TrainingConfig
 from frenzy_core.errors import ConfigError, require_instance
-from frenzy_core.hardware.gpu import GPUSpec
+from frenzy_core.hardware.cluster import Cluster
+from frenzy_core.hardware.gpu import GPUSpec, Links
+from frenzy_core.hardware.gpus import get_gpu_spec
 from frenzy_core.timing.comm import group_bandwidth, links_for, ring_all_reduce_s, ring_one_way_s, send_s
 from frenzy_core.timing.flops import (
     BACKWARD_TO_FORWARD,
@@ -44,19 +48,11 @@ from frenzy_core.timing.traffic import (
 )
 
 __all__ = [
-    "RECOMPUTE_CODES",
-    "SCHEDULE_CODES",
     "estimate_iteration_time",
     "estimate_iteration_time_batch",
     "peak_dtype",
     "resolve_gpu",
 ]
-
-RECOMPUTE_CODES: dict[Recompute, int] = {Recompute.NONE: 0, Recompute.SELECTIVE: 1, Recompute.FULL: 2}
-"""Integer codes of recompute modes in the vectorised estimator's ``recompute`` array."""
-SCHEDULE_CODES: dict[PipelineSchedule, int] = {
-    PipelineSchedule.ONE_F_ONE_B: 0, PipelineSchedule.INTERLEAVED: 1, PipelineSchedule.GPIPE: 2}
-"""Integer codes of pipeline schedules in the vectorised estimator's ``schedule`` array."""
 
 _PEAK_DTYPE = {
     Precision.FP32: "fp32", Precision.BF16: "bf16", Precision.AMP_BF16: "bf16", Precision.BF16_MIXED: "bf16",
@@ -81,8 +77,6 @@ def resolve_gpu(gpu: GPUSpec | str) -> GPUSpec:
     """A GPUSpec as given, or looked up by id or alias in the GPU catalogue."""
     if isinstance(gpu, GPUSpec):
         return gpu
-    from frenzy_core.hardware import get_gpu_spec
-
     return get_gpu_spec(gpu)
 
 
@@ -93,22 +87,6 @@ def _peak_flops(gpu: GPUSpec, precision: Precision) -> float:
                           f"precision={precision.value!r}", field="training.precision", value=precision.value,
                           hint=f"use a precision whose dtype {gpu.id} supports")
     return gpu.peak_tflops[key] * 1e12
-
-
-def _codes(values: ArrayLike | None, default: int, table: dict[Recompute, int] | dict[PipelineSchedule, int],
-           name: str) -> IntArray:
-    if values is None:
-        return np.asarray(default, dtype=np.int64)
-    raw = np.asarray(values)
-    if raw.dtype.kind in "iu":
-        out = raw.astype(np.int64)
-    else:  # enum members (or their string values), one by one
-        flat = np.asarray(values, dtype=object).ravel()
-        out = np.array([table[v] if v in table else int(v) for v in flat],  # type: ignore[index]
-                       dtype=np.int64).reshape(raw.shape)
-    if out.size and (out.min() < 0 or out.max() >= len(table)):
-        raise ConfigError(f"{name} codes must be in 0..{len(table) - 1}", field=name, value=values)
-    return out
 
 
 def _stage_params(model: ModelConfig, pp: IntArray, layers_stage: IntArray, tp: FloatArray,
@@ -128,32 +106,26 @@ def _stage_params(model: ModelConfig, pp: IntArray, layers_stage: IntArray, tp: 
     return dense, experts
 
 
+_CHECKED_RULES = (*BOUND_RULES, layout_rule("global_batch_splits_into_microbatches"))
+"""What the batch estimator checks: values in range and whole micro-batches (the other layout rules are the
+caller's to apply, e.g. with :func:`frenzy_core.config.layout.layout_mask`)."""
+
+
 def estimate_iteration_time_batch(
     model: ModelConfig,
     training: TrainingConfig,
     gpu: GPUSpec | str,
+    layouts: LayoutArrays | Mapping[str, ArrayLike],
     *,
-    dp: ArrayLike,
-    tp: ArrayLike = 1,
-    pp: ArrayLike = 1,
-    vpp: ArrayLike = 1,
-    cp: ArrayLike = 1,
-    ep: ArrayLike = 1,
-    micro_batch_size: ArrayLike | None = None,
-    global_batch_size: ArrayLike | None = None,
-    recompute: ArrayLike | None = None,
-    schedule: ArrayLike | None = None,
-    sequence_parallel: ArrayLike | None = None,
-    zero_stage: ArrayLike | None = None,
-    cluster: object | None = None,
+    cluster: Cluster | Links | None = None,
     params: TimeModelParams | None = None,
 ) -> TimeEstimateBatch:
     """Iteration time of many layouts of one model and recipe at once (numpy broadcasting over the arrays).
 
-    Unset arrays take ``training``'s value (global batch: ``training.global_batch_size``, else one micro-batch
-    per DP rank); ``recompute``/``schedule`` take enum members or :data:`RECOMPUTE_CODES`/:data:`SCHEDULE_CODES`
-    (default schedule: interleaved where vpp > 1). Layout rules (:func:`validate_layout`) are not checked here,
-    except that the global batch must split into whole micro-batches.
+    ``layouts``: a :class:`LayoutArrays`, or a mapping of its columns (missing ones take ``training``'s value;
+    ``recompute``/``schedule`` take members, names or codes; default schedule: interleaved where vpp > 1).
+    Layout rules (:func:`validate_layout`) are not checked here, except that values are in range and the global
+    batch splits into whole micro-batches (ConfigError naming the first candidate that breaks them).
     """
     gpu = resolve_gpu(gpu)
     p = params if params is not None else default_time_model_params(gpu)
@@ -162,35 +134,18 @@ def estimate_iteration_time_batch(
     mem_bw = gpu.memory_bandwidth_bytes_per_s * p.memory_efficiency
     act = float(training.precision.activation_bytes)
 
-    mb_default = training.micro_batch_size
-    arrays = np.broadcast_arrays(
-        np.asarray(dp, dtype=np.int64), np.asarray(tp, dtype=np.int64), np.asarray(pp, dtype=np.int64),
-        np.asarray(vpp, dtype=np.int64), np.asarray(cp, dtype=np.int64), np.asarray(ep, dtype=np.int64),
-        np.asarray(mb_default if micro_batch_size is None else micro_batch_size, dtype=np.int64),
-        np.asarray(-1 if global_batch_size is None else global_batch_size, dtype=np.int64),
-        _codes(recompute, RECOMPUTE_CODES[training.recompute], RECOMPUTE_CODES, "recompute"),
-        _codes(schedule, -1, SCHEDULE_CODES, "schedule"),
-        np.asarray(training.sequence_parallel if sequence_parallel is None else sequence_parallel, dtype=bool),
-        np.asarray(training.effective_zero_stage if zero_stage is None else zero_stage, dtype=np.int64),
-    )
-    dp_, tp_, pp_, vpp_, cp_, ep_, mb, gbs, rc, sched, sp, zero = (np.atleast_1d(a) for a in arrays)
-    if min(a.min() for a in (dp_, tp_, pp_, vpp_, cp_, ep_, mb)) < 1:
-        raise ConfigError("dp, tp, pp, vpp, cp, ep and micro_batch_size must all be >= 1")
-    if global_batch_size is None:
-        gbs = np.full_like(dp_, training.global_batch_size) if training.global_batch_size else mb * dp_
+    lay = layouts if isinstance(layouts, LayoutArrays) else LayoutArrays.from_columns(layouts, training)
+    require_rows(model, lay, _CHECKED_RULES)
+    dp_, tp_, pp_, vpp_, cp_, ep_, mb, gbs, rc, sched, zero = (np.atleast_1d(a) for a in (
+        lay.dp, lay.tp, lay.pp, lay.vpp, lay.cp, lay.ep, lay.micro_batch_size, lay.global_batch_size, lay.recompute,
+        lay.schedule, lay.effective_zero_stage))
+    sp = np.atleast_1d(lay.sequence_parallel).astype(bool)
     per_step = mb * dp_
-    bad = np.flatnonzero(gbs % per_step != 0)
-    if bad.size:
-        i = int(bad[0])
-        raise ConfigError(f"candidate {i}: global_batch_size={gbs[i]} is not a multiple of micro_batch_size x dp "
-                          f"= {per_step[i]}", field="global_batch_size", value=int(gbs[i]))
-    sched = np.where(sched < 0, np.where(vpp_ > 1, SCHEDULE_CODES[PipelineSchedule.INTERLEAVED],
-                                         SCHEDULE_CODES[PipelineSchedule.ONE_F_ONE_B]), sched)
     m = gbs // per_step
     world = dp_ * tp_ * pp_ * cp_
     sp = sp & (tp_ > 1)
-    full = rc == RECOMPUTE_CODES[Recompute.FULL]
-    selective = rc == RECOMPUTE_CODES[Recompute.SELECTIVE]
+    full = rc == Recompute.FULL.code
+    selective = rc == Recompute.SELECTIVE.code
 
     s = training.seq_len
     h = model.hidden_size
@@ -255,7 +210,7 @@ def estimate_iteration_time_batch(
         ep_mb = tokens * 0.0
 
     # ---- pipeline: activations forward and gradients backward across each chunk boundary
-    interleaved = sched == SCHEDULE_CODES[PipelineSchedule.INTERLEAVED]
+    interleaved = sched == PipelineSchedule.INTERLEAVED.code
     chunks = np.where(interleaved, vpp_, 1).astype(np.float64)
     pp_bw = group_bandwidth(world.astype(np.float64), world.astype(np.float64), links, eff)
     p2p_bytes = tokens * h * act / tpf  # scatter-gather (Narayanan et al. SC21) or sequence-parallel shards
@@ -310,13 +265,11 @@ def estimate_iteration_time_batch(
     )
 
 
-def _check_cluster_holds(parallel: ParallelConfig, gpu: GPUSpec, cluster: object | None) -> None:
-    """A cluster with ``nodes`` must have at least ``world_size`` GPUs of the type (free or not)."""
-    nodes = getattr(cluster, "nodes", None)
-    if nodes is None:
+def _check_cluster_holds(parallel: ParallelConfig, gpu: GPUSpec, cluster: Cluster | Links | None) -> None:
+    """A cluster must have at least ``world_size`` GPUs of the type (free or not)."""
+    if not isinstance(cluster, Cluster):
         return
-    total = sum(int(getattr(n, "gpus_per_node", 0)) * int(getattr(n, "count", 1)) for n in nodes
-                if getattr(n, "gpu", None) == gpu.id)
+    total = sum(n.gpus_per_node * n.count for n in cluster.nodes if n.gpu == gpu.id)
     if 0 < total < parallel.world_size:
         raise ConfigError(
             f"the layout needs {parallel.world_size} GPUs (dp x tp x pp x cp) but the cluster has {total} {gpu.id}",
@@ -324,12 +277,13 @@ def _check_cluster_holds(parallel: ParallelConfig, gpu: GPUSpec, cluster: object
 
 
 def estimate_iteration_time(model: ModelConfig, training: TrainingConfig, parallel: ParallelConfig,
-                            gpu: GPUSpec | str, *, cluster: object | None = None,
+                            gpu: GPUSpec | str, *, cluster: Cluster | Links | None = None,
                             params: TimeModelParams | None = None) -> TimeEstimate:
     """Seconds per optimizer step of ``model`` trained with ``training`` laid out as ``parallel`` on ``gpu``.
 
     Without ``cluster`` the job is packed on nodes of ``gpu.gpus_per_node`` GPUs with the GPU's typical links;
-    a cluster's ``gpus_per_node``/``intra_node_bytes_per_s``/``inter_node_bytes_per_s`` replace them.
+    a :class:`Cluster` gives its own (:meth:`Cluster.links`: its largest node of the type, the slowest links),
+    and :class:`Links` give them directly.
     ``params`` defaults to :func:`default_time_model_params` of the GPU.
     """
     require_instance("model", model, ModelConfig, "use ModelConfig.preset(name) or ModelConfig(...)")
@@ -337,9 +291,8 @@ def estimate_iteration_time(model: ModelConfig, training: TrainingConfig, parall
     require_instance("parallel", parallel, ParallelConfig)
     validate_layout(model, training, parallel)
     _check_cluster_holds(parallel, resolve_gpu(gpu), cluster)
-    batch = estimate_iteration_time_batch(
-        model, training, gpu, dp=parallel.dp, tp=parallel.tp, pp=parallel.pp, vpp=parallel.vpp, cp=parallel.cp,
-        ep=parallel.ep, schedule=parallel.schedule, cluster=cluster, params=params)
+    batch = estimate_iteration_time_batch(model, training, gpu, LayoutArrays.from_configs(training, parallel),
+                                          cluster=cluster, params=params)
     result = batch.at(0)
     assert math.isfinite(result.iteration_s)
     return result

@@ -1,0 +1,153 @@
+"""A planning request made ready to solve: validated inputs, the node pool, GPU specs and links per type.
+
+:class:`Search` is what the candidate table is built from; the planner solves it, and the infeasibility
+diagnosis rebuilds it with one input relaxed at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from frenzy_core.config.layout import validate_layout
+from frenzy_core.config.model import ModelConfig
+from frenzy_core.config.parallel import ParallelConfig
+from frenzy_core.config.training import TrainingConfig
+from frenzy_core.errors import ConfigError
+from frenzy_core.hardware.cluster import Cluster
+from frenzy_core.hardware.gpu import GPUSpec, Links
+from frenzy_core.hardware.gpus import get_gpu_spec
+from frenzy_core.planning.candidates import CandidateTable, build_candidates
+from frenzy_core.planning.estimators import AnalyticEstimator, LayoutEstimator
+from frenzy_core.planning.nodes import NodePool
+from frenzy_core.planning.placement import placement_options
+from frenzy_core.planning.request import Objective, PlanConstraints
+
+__all__ = ["ClusterLike", "Search", "make_search"]
+
+
+@dataclass(frozen=True)
+class Search:
+    """Everything one request is solved from; rebuilt with relaxed inputs to find suggestions."""
+
+    model: ModelConfig
+    training: TrainingConfig
+    pool: NodePool
+    specs: dict[str, GPUSpec]
+    constraints: PlanConstraints
+    objective: Objective
+    estimator: LayoutEstimator
+    links: dict[str, Links]
+    """Per GPU type: what its time estimates are computed with (:meth:`Cluster.links`)."""
+
+    def table(self) -> CandidateTable:
+        return build_candidates(self.model, self.training, self.pool, self.specs, self.constraints, self.objective,
+                                self.estimator, links=self.links)
+
+    def feasible(self) -> bool:
+        """Whether any candidate can be placed (no solver needed: the count check is exact)."""
+        _, ok = placement_options(self.table(), self.pool)
+        return bool(ok.any())
+
+
+def _constraints(constraints: PlanConstraints | Mapping[str, Any] | None) -> PlanConstraints:
+    if constraints is None:
+        return PlanConstraints()
+    if isinstance(constraints, PlanConstraints):
+        return constraints
+    if isinstance(constraints, Mapping):
+        return PlanConstraints.model_validate(dict(constraints))  # type: ignore[no-any-return]
+    raise ConfigError(f"constraints must be a PlanConstraints or a mapping, got {type(constraints).__name__}",
+                      field="constraints")
+
+
+def _pin_explicit_fields(training: TrainingConfig, cons: PlanConstraints) -> PlanConstraints:
+    """Searched training fields the caller set explicitly stay fixed, unless ``constraints`` already pins them."""
+    explicit = training.model_fields_set
+    pins: dict[str, Any] = {}
+    if "micro_batch_size" in explicit and cons.micro_batch_sizes is None:
+        pins["micro_batch_sizes"] = [training.micro_batch_size]
+    if "recompute" in explicit and cons.recompute is None:
+        pins["recompute"] = [training.recompute]
+    if "zero_stage" in explicit and cons.zero_stages is None:
+        pins["zero_stages"] = [training.zero_stage]
+    for name in ("distributed_optimizer", "sequence_parallel"):
+        if name in explicit and getattr(cons, name) is None:
+            pins[name] = getattr(training, name)
+    return cons.replace(**pins) if pins else cons
+
+
+def _check_pins(model: ModelConfig, training: TrainingConfig, cons: PlanConstraints) -> None:
+    """Pinned tp/pp/micro-batch sizes that no layout of this model and batch can use are bad input, not an
+    infeasible plan: ConfigError naming the pin."""
+    free = training.replace(micro_batch_size=1, global_batch_size=None)
+    if cons.tp is not None:
+        validate_layout(model, free, ParallelConfig(tp=cons.tp))
+    if cons.pp is not None:
+        validate_layout(model, free, ParallelConfig(pp=cons.pp))
+        if model.num_layers % cons.pp != 0:
+            even = [d for d in range(1, model.num_layers + 1) if model.num_layers % d == 0]
+            raise ConfigError(f"pp={cons.pp} does not divide num_layers={model.num_layers} (the planner gives every "
+                              "stage the same number of layers)", field="constraints.pp", value=cons.pp,
+                              hint=f"use pp in {even}")
+    gbs = training.global_batch_size
+    if gbs is not None and cons.micro_batch_sizes is not None:
+        usable = [m for m in cons.micro_batch_sizes if gbs % m == 0]
+        if not usable:
+            raise ConfigError(
+                f"global_batch_size={gbs} is not divisible by any pinned micro-batch size {cons.micro_batch_sizes}",
+                field="constraints.micro_batch_sizes", value=cons.micro_batch_sizes,
+                hint=f"use a divisor of {gbs}")
+
+
+def _objective(objective: Objective | str) -> Objective:
+    try:
+        return Objective(objective)
+    except ValueError:
+        raise ConfigError(f"unknown objective {objective!r}", field="objective", value=objective,
+                          hint="use one of " + ", ".join(repr(o.value) for o in Objective)) from None
+
+
+ClusterLike = Cluster | NodePool | Mapping[str, Any]
+"""What the planner accepts as a cluster: a :class:`Cluster`, its ``to_dict()`` form, or a pool of free nodes."""
+
+
+def make_search(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig | None, objective: Objective | str,
+                constraints: PlanConstraints | Mapping[str, Any] | None,
+                estimator: LayoutEstimator | None = None) -> Search:
+    """Validate a request and gather what solving it needs; bad input raises ConfigError."""
+    if not isinstance(model, ModelConfig):
+        raise ConfigError(f"model must be a ModelConfig, got {type(model).__name__}", field="model",
+                          hint="use ModelConfig.preset(name) or ModelConfig(...)")
+    training = TrainingConfig(seq_len=model.default_seq_len()) if training is None else training
+    if not isinstance(training, TrainingConfig):
+        raise ConfigError(f"training must be a TrainingConfig, got {type(training).__name__}", field="training")
+    validate_layout(model, training.replace(micro_batch_size=1), ParallelConfig())  # model and recipe agree
+    obj = _objective(objective)
+    cons = _pin_explicit_fields(training, _constraints(constraints))
+    _check_pins(model, training, cons)
+    if isinstance(cluster, Mapping):
+        cluster = Cluster.from_dict(cluster)
+    if not isinstance(cluster, (Cluster, NodePool)):
+        raise ConfigError(f"cluster must be a Cluster, a mapping or a NodePool, got {type(cluster).__name__}",
+                          field="cluster", hint="use Cluster.preset(name) or Cluster.from_dict({'nodes': [...]})")
+    pool = cluster if isinstance(cluster, NodePool) else NodePool.from_cluster(cluster)
+    if not pool.nodes:
+        raise ConfigError("the cluster has no nodes", field="cluster", hint="add nodes: [{gpu: ..., gpus_per_node: ...}]")
+    specs = {name: get_gpu_spec(name) for name in pool.gpu_types}
+    if cons.gpu_types is not None:
+        wanted = [get_gpu_spec(name).id for name in cons.gpu_types]
+        missing = [w for w in wanted if w not in specs]
+        if len(missing) == len(wanted):
+            raise ConfigError(f"constraints.gpu_types {cons.gpu_types} names no GPU type of the cluster",
+                              field="constraints.gpu_types", value=cons.gpu_types,
+                              hint="the cluster has " + ", ".join(pool.gpu_types))
+        cons = cons.replace(gpu_types=[w for w in wanted if w in specs])
+    if obj in (Objective.COST, Objective.TIME_TO_TRAIN) and cons.token_budget is None:
+        raise ConfigError(f"objective {obj.value!r} needs constraints.token_budget (tokens to train)",
+                          field="constraints.token_budget", hint="e.g. constraints={'token_budget': 10**9}")
+    # a bare node pool carries no link speeds: its types get their typical node's
+    links = {name: cluster.links(name) if isinstance(cluster, Cluster) else spec.links for name, spec in specs.items()}
+    return Search(model=model, training=training, pool=pool, specs=specs, constraints=cons, objective=obj,
+                  estimator=estimator or AnalyticEstimator(), links=links)

@@ -84,7 +84,7 @@ def test_best_on_is_plan_job_on_exactly_those_gpus(counts: list[int], preset: st
     model = ModelConfig.preset(preset)
     spec = get_gpu_spec(gpu)
     training = default_training(model, spec, sum(counts))
-    group = GPUGroup.of(counts, max(counts), spec.intra_node_bytes_per_s, spec.inter_node_bytes_per_s)
+    group = GPUGroup.of(counts, spec.links._replace(gpus_per_node=max(counts)))
     ours = THROUGHPUT.best_on(model, training, spec.id, group, sum(counts))
     try:
         plan = plan_job(model, group.cluster(spec.id), training, constraints={"num_gpus": sum(counts)}, top_k=0)

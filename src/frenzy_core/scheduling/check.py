@@ -80,14 +80,12 @@ class PlacementCheck:
         return self._memory[key]
 
     def _tokens_per_s(self, job: TrainingJob, layout: RunLayout, gpu_type: str, group: GPUGroup) -> float:
-        key = (job.model, layout.training, layout.parallel, gpu_type, group.gpus_per_node,
-               group.intra_node_bytes_per_s, group.inter_node_bytes_per_s)
+        key = (job.model, layout.training, layout.parallel, gpu_type, group.links)
         if key not in self._time:
             from frenzy_core.timing import estimate_iteration_time
 
-            # the group carries the node size and links the planner reads for these GPUs
             est = estimate_iteration_time(job.model, layout.training, layout.parallel, get_gpu_spec(gpu_type),
-                                          cluster=group)
+                                          cluster=group.links)
             self._time[key] = float(est.tokens_per_s)
         return self._time[key]
 

@@ -23,6 +23,7 @@ import numpy as np
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.training import TrainingConfig
 from frenzy_core.errors import InfeasiblePlanError
+from frenzy_core.hardware.gpu import Links
 from frenzy_core.scheduling.jobs import TrainingJob
 from frenzy_core.scheduling.plans import Placement, RunLayout
 from frenzy_core.scheduling.state import Allocation, ClusterState
@@ -94,15 +95,16 @@ class RateBook:
         """What the cluster offers of a type, as :func:`plan_job` reads a cluster: every node as free as it is at
         the start, the largest node size, the slowest links."""
         s, nodes = self.state, self.state.nodes_of(gpu_type)
-        return GPUGroup.of(s.initial_free[nodes].tolist(), int(s.capacity[nodes].max()),
-                           float(s.intra_node_bytes_per_s[nodes].min()), float(s.inter_node_bytes_per_s[nodes].min()))
+        return GPUGroup.of(s.initial_free[nodes].tolist(), Links(int(s.capacity[nodes].max()),
+                                                                 float(s.intra_node_bytes_per_s[nodes].min()),
+                                                                 float(s.inter_node_bytes_per_s[nodes].min())))
 
     def group_of(self, allocation: Allocation) -> GPUGroup:
         """The GPUs of an allocation as the planner sees them: one node per entry with the GPUs taken there (the
         job sees only those), the slowest links among them."""
         counts = list(allocation.values())
-        return GPUGroup.of(counts, max(counts), min(self._intra[n] for n in allocation),
-                           min(self._inter[n] for n in allocation))
+        return GPUGroup.of(counts, Links(max(counts), min(self._intra[n] for n in allocation),
+                                         min(self._inter[n] for n in allocation)))
 
     # -- estimates on the GPUs the cluster offers ------------------------------------------------------------
     def rate(self, job: TrainingJob, gpu_type: str, num_gpus: int) -> float | None:

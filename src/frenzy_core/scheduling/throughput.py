@@ -17,12 +17,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.training import TrainingConfig
 from frenzy_core.errors import InfeasiblePlanError
 from frenzy_core.hardware.cluster import Cluster
+from frenzy_core.hardware.gpu import Links
 from frenzy_core.hardware.gpus import get_gpu_spec
-from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.scheduling.plans import RunLayout
 
 __all__ = ["GPUGroup", "PlannedThroughput", "homogeneous_cluster", "planned_tokens_per_s"]
@@ -52,26 +53,24 @@ def planned_tokens_per_s(model: ModelConfig, training: TrainingConfig, gpu_type:
 @dataclass(frozen=True)
 class GPUGroup:
     """GPUs of one type spread over nodes, as the planner sees them: what each node offers, and the node size
-    and links the time model reads (a type's largest node and slowest links, as :func:`plan_job` reads a
+    and links the time model reads (the largest node and slowest links, as :meth:`Cluster.links` reads a
     cluster)."""
 
     free: tuple[int, ...]
     """GPUs the job may use on each node (sorted, largest first, to share cache entries)."""
-    gpus_per_node: int
-    intra_node_bytes_per_s: float
-    inter_node_bytes_per_s: float
+    links: Links
 
     @staticmethod
-    def of(free: Sequence[int], gpus_per_node: int, intra_node_bytes_per_s: float,
-           inter_node_bytes_per_s: float) -> GPUGroup:
-        return GPUGroup(tuple(sorted((int(f) for f in free if f > 0), reverse=True)), int(gpus_per_node),
-                        float(intra_node_bytes_per_s), float(inter_node_bytes_per_s))
+    def of(free: Sequence[int], links: Links) -> GPUGroup:
+        return GPUGroup(tuple(sorted((int(f) for f in free if f > 0), reverse=True)),
+                        Links(int(links.gpus_per_node), float(links.intra_node_bytes_per_s),
+                              float(links.inter_node_bytes_per_s)))
 
     def cluster(self, gpu_type: str) -> Cluster:
         """The cluster :func:`plan_job` would be given for exactly these GPUs: one node per entry of ``free``
         with that many GPUs, all free, with these links."""
-        nodes = [{"gpu": gpu_type, "gpus_per_node": f, "intra_node_bytes_per_s": self.intra_node_bytes_per_s,
-                  "inter_node_bytes_per_s": self.inter_node_bytes_per_s} for f in self.free]
+        nodes = [{"gpu": gpu_type, "gpus_per_node": f, "intra_node_bytes_per_s": self.links.intra_node_bytes_per_s,
+                  "inter_node_bytes_per_s": self.links.inter_node_bytes_per_s} for f in self.free]
         return Cluster.from_dict({"name": "allocation", "nodes": nodes})
 
 
@@ -169,8 +168,7 @@ class PlannedThroughput:
         (a power of two, at least 64, when the recipe fixes the global batch; exactly ``max_gpus`` otherwise, as
         the planner's data-parallel sizes then depend on the cluster's GPU count)."""
         fixed = training.global_batch_size is not None
-        key: tuple[object, ...] = (model, training, gpu_type, group.gpus_per_node, group.intra_node_bytes_per_s,
-                                   group.inter_node_bytes_per_s) + (() if fixed else (max_gpus,))
+        key: tuple[object, ...] = (model, training, gpu_type, group.links) + (() if fixed else (max_gpus,))
         known = self._tables.get(key)
         if known is None or known[0] < max_gpus:
             size = max(_MIN_CURVE_GPUS, 1 << max(max_gpus - 1, 1).bit_length()) if fixed else max_gpus
@@ -200,7 +198,7 @@ class PlannedThroughput:
         key = (model, training, spec.id, "typical")
         known = self._curves.get(key)
         if known is None or known[0].size <= max_gpus:
-            group = GPUGroup.of((), spec.gpus_per_node, spec.intra_node_bytes_per_s, spec.inter_node_bytes_per_s)
+            group = GPUGroup.of((), spec.links)
             table = self._table(model, training, spec.id, group, max_gpus)
             ok = np.flatnonzero(_placeable(table.tp, table.world, spec.gpus_per_node))
             size = int(table.world.max(initial=max_gpus))
@@ -212,14 +210,14 @@ class PlannedThroughput:
 
 
 def _build(model: ModelConfig, training: TrainingConfig, gpu_type: str, group: GPUGroup, total: int) -> _Table:
-    """The planner's candidate table on ``total`` GPUs in nodes of ``group.gpus_per_node`` (the last node holds
-    the rest) with ``group``'s links, every GPU free; rows that fit, ranked within each world size."""
+    """The planner's candidate table on ``total`` GPUs in nodes of ``group.links.gpus_per_node`` (the last node
+    holds the rest) with ``group``'s links, every GPU free; rows that fit, ranked within each world size."""
     from frenzy_core.planning.search import make_search
 
-    gpn = group.gpus_per_node
+    gpn = group.links.gpus_per_node
     full, rest = divmod(total, gpn)
-    links = {"gpu": gpu_type, "intra_node_bytes_per_s": group.intra_node_bytes_per_s,
-             "inter_node_bytes_per_s": group.inter_node_bytes_per_s}
+    links = {"gpu": gpu_type, "intra_node_bytes_per_s": group.links.intra_node_bytes_per_s,
+             "inter_node_bytes_per_s": group.links.inter_node_bytes_per_s}
     nodes = ([{**links, "gpus_per_node": gpn, "count": full}] if full else []) + (
         [{**links, "gpus_per_node": rest}] if rest else [])
     cluster = Cluster.from_dict({"name": f"{total} x {gpu_type}", "nodes": nodes})

@@ -14,8 +14,9 @@ Constraints
 Objective
     maximise sum v_{j,o} x_{j,o}.
 
-A greedy pass (options by value per GPU, then value) gives a feasible hint; when it already starts every job
-with its best option it is optimal and CP-SAT is skipped. CP-SAT runs on one worker with a fixed seed and a
+When every job's most valuable option fits together, that is optimal and no solver runs. Otherwise a greedy
+pass (options by value per GPU, then value) gives a feasible hint; when it already starts every job with its
+best option it is optimal and CP-SAT is skipped. CP-SAT runs on one worker with a fixed seed and a
 deterministic time limit, so the same round always gets the same answer; the better of the two is kept.
 """
 
@@ -68,6 +69,12 @@ def choose(owner: np.ndarray, gpu: np.ndarray, count: np.ndarray, value: np.ndar
     items = _prune(np.flatnonzero((count <= free[gpu]) & (value > 0)), gpu, count, value, free)
     if not items.size:
         return Choice(picks, 0, "none")
+    # -- every job its best option, when those fit together: optimal -----------------------------------------
+    top = items[np.lexsort((items, -value[items], owner[items]))]
+    top = top[np.r_[True, owner[top][1:] != owner[top][:-1]]]  # each job's most valuable option (ties: first)
+    if (np.bincount(gpu[top], weights=count[top], minlength=free.size) <= free).all():
+        picks[owner[top]] = top
+        return Choice(picks, int(value[top].sum()), "greedy")
     # -- greedy: value per GPU, then value, then option order -------------------------------------------
     order = items[np.lexsort((items, -value[items], -value[items] / count[items]))]
     left = free.astype(np.int64).copy()

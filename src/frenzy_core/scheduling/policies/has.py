@@ -33,8 +33,21 @@ class FrenzyHAS(QueuePolicy):
 
     name = "frenzy-has"
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._lists: dict[tuple[int, tuple[str, ...]], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        """(model and recipe, allowed types) -> the option arrays (MARP's list depends on nothing else)."""
+
     def job_options(self, job: TrainingJob, allowed: list[str]) -> JobOptions:
         """(type, count) pairs in HAS's priority order: MARP's list, then memory size ascending."""
+        key = (self.rates.key(job), tuple(allowed))
+        if key not in self._lists:
+            self._lists[key] = self._priority_list(job, allowed)
+        gpu, count, tokens = self._lists[key]
+        return JobOptions(gpu=gpu, count=count, tokens_per_s=tokens,
+                          run_s=job.total_tokens / tokens if tokens.size else tokens)
+
+    def _priority_list(self, job: TrainingJob, allowed: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         training = job.training.replace(global_batch_size=job.training.micro_batch_size)
         configs = marp_configs(job.model, training)  # the batch is set, so MARP accepts it
         memory = {t: get_gpu_spec(t).nominal_memory_bytes for t in allowed}
@@ -53,9 +66,8 @@ class FrenzyHAS(QueuePolicy):
                     gpu.append(self.state.gpu_types.index(t))
                     count.append(cfg.num_gpus)
                     rate.append(r)
-        tokens = np.asarray(rate, dtype=np.float64)
-        return JobOptions(gpu=np.asarray(gpu, dtype=np.int64), count=np.asarray(count, dtype=np.int64),
-                          tokens_per_s=tokens, run_s=job.total_tokens / tokens if tokens.size else tokens)
+        return (np.asarray(gpu, dtype=np.int64), np.asarray(count, dtype=np.int64),
+                np.asarray(rate, dtype=np.float64))
 
     def schedule(self, now: float) -> list[Action]:
         starts: list[Action] = []

@@ -102,7 +102,7 @@ def run(jobs: list[TrainingJob], cluster: Cluster, policy: str, seed: int, throu
 
 def table(title: str, runs: dict[tuple[str, str], list[tuple[SimulationResult, float]]]) -> None:
     """One row per (label, policy): means over seeds with 95% CIs; then frenzy-core against the best other."""
-    print(f"\n### {title}\n")
+    print(f"\n### {title}\n", flush=True)
     print("| run | policy | seeds | finished | unsched. | violations | avg JCT h | p99 JCT h | goodput Mtok/GPU-h | "
           "failures | interrupted | preempted | resized | sim CPU s |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -137,7 +137,7 @@ def table(title: str, runs: dict[tuple[str, str], list[tuple[SimulationResult, f
         ratio = mean_of(core, "avg_jct_s") / mean_of(others[best_avg], "avg_jct_s")
         p99 = mean_of(core, "p99_jct_s") / mean_of(others[best_p99], "p99_jct_s")
         print(f"- {label}: frenzy-core average JCT {ratio:.2f}x the best other ({best_avg}); p99 {p99:.2f}x the "
-              f"best other's ({best_p99})")
+              f"best other's ({best_p99})", flush=True)
 
 
 def latency(queued: int, gpus: int, reps: int, trace: Path, throughput: PlannedThroughput) -> None:
@@ -229,17 +229,17 @@ def main() -> None:
     throughput = PlannedThroughput()  # shared: one candidate table per (model, recipe, GPU type, node size, links)
     if "philly" in sections:
         cluster = Cluster.preset("frenzy-paper")
-        runs: dict[tuple[str, str], list[tuple[SimulationResult, float]]] = {}
-        for load in loads:
+        for load in loads:  # one table per load, printed as soon as it is done
+            runs: dict[tuple[str, str], list[tuple[SimulationResult, float]]] = {}
             for seed in seeds:
                 jobs = philly_jobs(philly, args.start, args.jobs, seed, cluster, load, throughput)
                 for policy in policies:
                     runs.setdefault((f"load {load:g}", policy), []).append(
                         run(jobs, cluster, policy, seed, throughput, failures))
-        table(f"Philly jobs {args.start}..{args.start + args.jobs - 1} on frenzy-paper (96 GPUs), "
-              f"failures {'on' if failures else 'off'}", runs)
+            table(f"Philly jobs {args.start}..{args.start + args.jobs - 1} on frenzy-paper (96 GPUs), load {load:g}, "
+                  f"failures {'on' if failures else 'off'}", runs)
     if "workloads" in sections:
-        runs = {}
+        runs: dict[tuple[str, str], list[tuple[SimulationResult, float]]] = {}
         for name, cluster, load in (("aws-mixed", Cluster.preset("aws-mixed"), 1.0),
                                     ("philly-like", Cluster.preset("philly-like"), 1.0),
                                     ("alibaba-spot x8", Cluster.preset("alibaba-spot-2026", scale=1024), 8.0)):

@@ -135,8 +135,8 @@ def table(title: str, runs: dict[tuple[str, str], list[tuple[SimulationResult, f
         best_avg = min(others, key=lambda p: mean_of(others[p], "avg_jct_s"))
         best_p99 = min(others, key=lambda p: mean_of(others[p], "p99_jct_s"))
         ratio = mean_of(core, "avg_jct_s") / mean_of(others[best_avg], "avg_jct_s")
-        p99 = mean_of(core, "p99_jct_s") / mean_of(others[best_p99], "p99_jct_s")
-        print(f"- {label}: frenzy-core average JCT {ratio:.2f}x the best other ({best_avg}); p99 {p99:.2f}x the "
+        p99_ratio = mean_of(core, "p99_jct_s") / mean_of(others[best_p99], "p99_jct_s")
+        print(f"- {label}: frenzy-core average JCT {ratio:.2f}x the best other ({best_avg}); p99 {p99_ratio:.2f}x the "
               f"best other's ({best_p99})", flush=True)
 
 
@@ -156,7 +156,9 @@ def latency(queued: int, gpus: int, reps: int, trace: Path, throughput: PlannedT
           "ms per start |")
     print("|---|---|---|---|---|---|")
     for policy in POLICIES:
-        one, burst, started = [], [], [0, 0]
+        one: list[float] = []
+        burst: list[float] = []
+        started = [0, 0]
         for rep in range(reps + 1):  # the first builds the planner's tables for the nodes it meets: not timed
             for case in (0, 1):
                 sched = OnlineScheduler(cluster, policy, throughput=throughput)
@@ -227,10 +229,11 @@ def main() -> None:
     print(f"# Cluster scheduling benchmark ({date.today()}, {platform.processor() or platform.machine()}, "
           f"Python {platform.python_version()}, one process)")
     throughput = PlannedThroughput()  # shared: one candidate table per (model, recipe, GPU type, node size, links)
+    runs: dict[tuple[str, str], list[tuple[SimulationResult, float]]]
     if "philly" in sections:
         cluster = Cluster.preset("frenzy-paper")
         for load in loads:  # one table per load, printed as soon as it is done
-            runs: dict[tuple[str, str], list[tuple[SimulationResult, float]]] = {}
+            runs = {}
             for seed in seeds:
                 jobs = philly_jobs(philly, args.start, args.jobs, seed, cluster, load, throughput)
                 for policy in policies:
@@ -239,7 +242,7 @@ def main() -> None:
             table(f"Philly jobs {args.start}..{args.start + args.jobs - 1} on frenzy-paper (96 GPUs), load {load:g}, "
                   f"failures {'on' if failures else 'off'}", runs)
     if "workloads" in sections:
-        runs: dict[tuple[str, str], list[tuple[SimulationResult, float]]] = {}
+        runs = {}
         for name, cluster, load in (("aws-mixed", Cluster.preset("aws-mixed"), 1.0),
                                     ("philly-like", Cluster.preset("philly-like"), 1.0),
                                     ("alibaba-spot x8", Cluster.preset("alibaba-spot-2026", scale=1024), 8.0)):

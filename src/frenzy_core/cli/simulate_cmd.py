@@ -65,6 +65,9 @@ def simulate(
     json_out: Annotated[
         bool, typer.Option("--json", help="Print the results as JSON (nothing else on stdout).")
     ] = False,
+    failures: Annotated[
+        bool, typer.Option("--failures", help="Nodes fail and are repaired (Llama 3's rate; see docs/scheduler.md).")
+    ] = False,
 ) -> None:
     """Simulate scheduling policies on a trace: each trace job becomes an LLM training job of the same size.
 
@@ -141,7 +144,8 @@ def simulate(
             default_duration_s=default_duration,
         )
     results = [
-        run_simulation(jobs, where.cluster, name, seed=seed, progress=not json_out, throughput=throughput)
+        run_simulation(jobs, where.cluster, name, seed=seed, progress=not json_out, throughput=throughput,
+                       failures=failures)
         for name in names
     ]
     if plot is not None:

@@ -13,11 +13,13 @@ from __future__ import annotations
 import math
 
 from frenzy_core.hardware.gpus import get_gpu_spec
+from frenzy_core.memory import estimate_memory
 from frenzy_core.planning.request import DEFAULT_HEADROOM, SEARCHED_TRAINING_FIELDS
 from frenzy_core.scheduling.jobs import TrainingJob
 from frenzy_core.scheduling.plans import Placement, RunLayout
 from frenzy_core.scheduling.rates import RateBook
 from frenzy_core.scheduling.throughput import GPUGroup
+from frenzy_core.timing import estimate_iteration_time
 
 __all__ = ["RATE_TOLERANCE", "PlacementCheck"]
 
@@ -74,16 +76,12 @@ class PlacementCheck:
     def _device_bytes(self, job: TrainingJob, layout: RunLayout) -> int:
         key = (job.model, layout.training, layout.parallel)
         if key not in self._memory:
-            from frenzy_core.memory import estimate_memory
-
             self._memory[key] = estimate_memory(job.model, layout.training, layout.parallel).device_bytes
         return self._memory[key]
 
     def _tokens_per_s(self, job: TrainingJob, layout: RunLayout, gpu_type: str, group: GPUGroup) -> float:
         key = (job.model, layout.training, layout.parallel, gpu_type, group.links)
         if key not in self._time:
-            from frenzy_core.timing import estimate_iteration_time
-
             est = estimate_iteration_time(job.model, layout.training, layout.parallel, get_gpu_spec(gpu_type),
                                           cluster=group.links)
             self._time[key] = float(est.tokens_per_s)

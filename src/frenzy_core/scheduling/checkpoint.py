@@ -18,6 +18,7 @@ from pydantic import Field
 from frenzy_core._base import FrozenModel
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.training import TrainingConfig
+from frenzy_core.memory.recipe import state_bytes
 
 __all__ = ["DEFAULT_CHECKPOINT_INTERVAL_S", "DEFAULT_STORAGE_BYTES_PER_S_PER_GPU", "CheckpointModel"]
 
@@ -40,8 +41,6 @@ class CheckpointModel(FrozenModel):
 
     def checkpoint_bytes(self, model: ModelConfig, training: TrainingConfig) -> int:
         """Working weights + master weights + optimizer states of the whole model."""
-        from frenzy_core.memory.recipe import state_bytes
-
         b = state_bytes(training)
         return int(model.num_params() * (b.param + b.master + b.states))
 

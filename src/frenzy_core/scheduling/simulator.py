@@ -24,8 +24,9 @@ from frenzy_core.scheduling.check import PlacementCheck
 from frenzy_core.scheduling.checkpoint import CheckpointModel
 from frenzy_core.scheduling.failures import FailureModel
 from frenzy_core.scheduling.jobs import TrainingJob
-from frenzy_core.scheduling.messages import Event, Preempt, Resize, Start
+from frenzy_core.scheduling.messages import Action, Event, Preempt
 from frenzy_core.scheduling.online import OnlineScheduler, SchedulerError
+from frenzy_core.scheduling.plans import Placement
 from frenzy_core.scheduling.policy import Policy
 from frenzy_core.scheduling.result import JobRecord, JobStatus, SimulationResult, Utilisation, summarise
 from frenzy_core.scheduling.throughput import PlannedThroughput
@@ -55,6 +56,91 @@ def _progress(enabled: bool, total: int) -> tuple[Progress, TaskID]:
     return progress, progress.add_task("simulating", total=total)
 
 
+class _World:
+    """What the simulated cluster does: arrivals, completions of the runs the scheduler started, node failures
+    and repairs; each delivered to the scheduler as the manager's call (and recorded when ``events`` is a list)."""
+
+    def __init__(self, jobs: Sequence[TrainingJob], sched: OnlineScheduler, failures: FailureModel | None,
+                 events: list[Event] | None):
+        self.sched, self.events = sched, events
+        self.arrivals = sorted(jobs, key=lambda j: j.submit_time_s)
+        self.next_arrival = 0
+        self.ends: list[tuple[float, int, str, int]] = []  # (time, order, job id, run number): completions
+        self.run_of: dict[str, int] = {}
+        self.order = itertools.count()
+        self.nodes: list[tuple[float, int, str, int]] = []  # (time, order, "down"/"up", node)
+        self.histories: list[Iterator[tuple[float, float]]] = []
+        self.back_at: dict[int, float] = {}  # node -> when its current or next outage ends
+        self.down: set[int] = set()
+        self.node_failures = 0
+        if failures is not None:
+            for node, gpus in enumerate(sched.state.capacity.tolist()):
+                self.histories.append(failures.history(node, int(gpus)))
+                self._next_failure(node)
+
+    def _next_failure(self, node: int) -> None:
+        for fail_s, up_s in itertools.islice(self.histories[node], 1):
+            heapq.heappush(self.nodes, (fail_s, next(self.order), "down", node))
+            self.back_at[node] = up_s
+
+    def record(self, kind: str, now: float, **fields: object) -> None:
+        if self.events is not None:
+            self.events.append(Event(kind=kind, time_s=now, **fields))  # type: ignore[arg-type]
+
+    def next_time(self) -> float | None:
+        """The next event's time; None when nothing runs, nothing arrives and every node is up (the queue can
+        never move again)."""
+        while self.ends and self.run_of.get(self.ends[0][2]) != self.ends[0][3]:
+            heapq.heappop(self.ends)  # a run that was preempted or resized
+        pending = self.next_arrival < len(self.arrivals)
+        if not pending and not self.ends and not self.down:
+            return None
+        return min(self.arrivals[self.next_arrival].submit_time_s if pending else math.inf,
+                   self.ends[0][0] if self.ends else math.inf, self.nodes[0][0] if self.nodes else math.inf)
+
+    def deliver(self, now: float) -> int:
+        """Tell the scheduler everything that happens at ``now``; the number of jobs that finished."""
+        sched, finished = self.sched, 0
+        while self.ends and self.ends[0][0] <= now:
+            _, _, job_id, run = heapq.heappop(self.ends)
+            if self.run_of.get(job_id) == run:
+                del self.run_of[job_id]
+                self.record("job_finished", now, job_id=job_id)
+                sched.job_finished(job_id)
+                finished += 1
+        while self.nodes and self.nodes[0][0] <= now:
+            _, _, kind, node = heapq.heappop(self.nodes)
+            if kind == "down":
+                self.node_failures += 1
+                self.down.add(node)
+                self.record("node_down", now, node=sched.node_names[node])
+                sched.node_down(node)
+                heapq.heappush(self.nodes, (self.back_at[node], next(self.order), "up", node))
+            else:
+                self.down.discard(node)
+                self.record("node_up", now, node=sched.node_names[node])
+                sched.node_up(node)
+                self._next_failure(node)
+        while self.next_arrival < len(self.arrivals) and self.arrivals[self.next_arrival].submit_time_s <= now:
+            job = self.arrivals[self.next_arrival]
+            self.record("submit", now, job=job)
+            sched.submit(job)
+            self.next_arrival += 1
+        return finished
+
+    def carry_out(self, actions: Sequence[Action]) -> list[tuple[str, Placement]]:
+        """Follow the round's actions (a started or resized run ends when its work is done); the placements."""
+        out = []
+        for action in actions:
+            if isinstance(action, Preempt):
+                self.run_of.pop(action.job_id, None)
+                continue
+            out.append((action.job_id, action.plan))
+            self.run_of[action.job_id] = n = next(self.order)
+            heapq.heappush(self.ends, (self.sched.expected_end_s(action.job_id), n, action.job_id, n))
+        return out
+
+
 def simulate(jobs: Sequence[TrainingJob], cluster: Cluster, policy: str | Policy, *, seed: int = 0,
              progress: bool = True, throughput: ThroughputFn | PlannedThroughput | None = None,
              allow_violations: bool = False, checkpoint: CheckpointModel | None = None,
@@ -73,101 +159,35 @@ def simulate(jobs: Sequence[TrainingJob], cluster: Cluster, policy: str | Policy
     """
     _check_jobs(jobs)
     sched = OnlineScheduler(cluster, policy, seed=seed, throughput=throughput, checkpoint=checkpoint)
-    model = FailureModel(seed=seed) if failures is True else (failures or None)
+    world = _World(jobs, sched, FailureModel(seed=seed) if failures is True else (failures or None), events)
     check = PlacementCheck(sched.rates)
     violations: dict[str, str] = {}
-    arrivals = sorted(jobs, key=lambda j: j.submit_time_s)
-    next_arrival = 0
-    ends: list[tuple[float, int, str, int]] = []  # (time, order, job id, run number): a heap of completions
-    run_of: dict[str, int] = {}
-    order = itertools.count()
-    nodes: list[tuple[float, int, str, int]] = []  # (time, order, "down"/"up", node): failures and repairs
-    histories: list[Iterator[tuple[float, float]]] = []
-    back_at: dict[int, float] = {}  # node -> when its current or next outage ends
-    down: set[int] = set()
-
-    def next_failure(node: int) -> None:
-        for fail_s, up_s in itertools.islice(histories[node], 1):
-            heapq.heappush(nodes, (fail_s, next(order), "down", node))
-            back_at[node] = up_s
-
-    if model is not None:
-        for node, gpus in enumerate(sched.state.capacity.tolist()):
-            histories.append(model.history(node, int(gpus)))
-            next_failure(node)
-    node_failures = 0
     latencies: list[float] = []
     times_s: list[float] = []
     busy: dict[str, list[int]] = {t: [] for t in sched.state.gpu_types}
-    capacity = {t: sched.state.usable_gpus(t) for t in sched.state.gpu_types}
-
-    def record(kind: str, **fields: object) -> None:
-        if events is not None:
-            events.append(Event(kind=kind, time_s=now, **fields))  # type: ignore[arg-type]
-
-    now = 0.0
     bar, task = _progress(progress, len(jobs))
     with bar:
-        while True:
-            while ends and run_of.get(ends[0][2]) != ends[0][3]:
-                heapq.heappop(ends)  # a run that was preempted or resized
-            if next_arrival >= len(arrivals) and not ends and not down:
-                break  # nothing runs, nothing arrives, every node is up: the queue can never move
-            now = min(arrivals[next_arrival].submit_time_s if next_arrival < len(arrivals) else math.inf,
-                      ends[0][0] if ends else math.inf, nodes[0][0] if nodes else math.inf)
-            while ends and ends[0][0] <= now:
-                _, _, job_id, run = heapq.heappop(ends)
-                if run_of.get(job_id) == run:
-                    del run_of[job_id]
-                    record("job_finished", job_id=job_id)
-                    sched.job_finished(job_id)
-                    bar.advance(task)
-            while nodes and nodes[0][0] <= now:
-                _, _, kind, node = heapq.heappop(nodes)
-                name = sched.node_names[node]
-                if kind == "down":
-                    node_failures += 1
-                    down.add(node)
-                    record("node_down", node=name)
-                    sched.node_down(node)
-                    heapq.heappush(nodes, (back_at[node], next(order), "up", node))
-                else:
-                    down.discard(node)
-                    record("node_up", node=name)
-                    sched.node_up(node)
-                    next_failure(node)
-            while next_arrival < len(arrivals) and arrivals[next_arrival].submit_time_s <= now:
-                job = arrivals[next_arrival]
-                record("submit", job=job)
-                sched.submit(job)
-                next_arrival += 1
+        while (now := world.next_time()) is not None:
+            bar.advance(task, world.deliver(now))
             began = time.perf_counter()
             actions = sched.advance(now)
             latencies.append(time.perf_counter() - began)
-            record("advance", actions=actions)
-            for action in actions:
-                if isinstance(action, Preempt):
-                    run_of.pop(action.job_id, None)
-                    continue
-                assert isinstance(action, (Start, Resize))
-                job = sched.jobs[action.job_id]
-                problem = check(job, action.plan)
+            world.record("advance", now, actions=actions)
+            for job_id, plan in world.carry_out(actions):
+                problem = check(sched.jobs[job_id], plan)
                 if problem is not None:
                     if not allow_violations:
-                        raise SchedulerError(f"policy {sched.policy.name!r} placed {job.id!r} on "
-                                             f"{action.plan.num_gpus} x {action.plan.gpu_type}: {problem}")
-                    violations.setdefault(job.id, problem)
-                run_of[job.id] = n = next(order)
-                heapq.heappush(ends, (sched.expected_end_s(job.id), n, job.id, n))
+                        raise SchedulerError(f"policy {sched.policy.name!r} placed {job_id!r} on {plan.num_gpus} x "
+                                             f"{plan.gpu_type}: {problem}")
+                    violations.setdefault(job_id, problem)
             _sample(sched, now, times_s, busy)
-
-    records = sched.records()
-    by_id = {r.id: r for r in records}
+    by_id = {r.id: r for r in sched.records()}
     ordered = [by_id[j.id] for j in jobs]
     ordered = [r.model_copy(update={"violation": violations[r.id]}) if r.id in violations else r for r in ordered]
     assert len(ordered) == len(jobs) and not sched.running, "every job is counted once and none is left running"
-    utilisation = Utilisation(times_s=times_s, busy_gpus=busy, capacity_gpus=capacity)
-    return summarise(sched.policy.name, ordered, utilisation, latencies, node_failures)
+    utilisation = Utilisation(times_s=times_s, busy_gpus=busy,
+                              capacity_gpus={t: sched.state.usable_gpus(t) for t in sched.state.gpu_types})
+    return summarise(sched.policy.name, ordered, utilisation, latencies, world.node_failures)
 
 
 def _sample(sched: OnlineScheduler, now: float, times_s: list[float], busy: dict[str, list[int]]) -> None:

@@ -32,9 +32,6 @@ layers (``frenzy_core/__init__.py`` re-exports from all of them)."""
 MAX_LINES = 80
 MAX_CLI_LINES = 120
 LONG_FUNCTIONS: dict[str, str] = {
-    "config/megatron.py:_model": "adapters engineer, issue 16 item 5 (config/megatron/ package)",
-    "config/megatron_writer.py:to_megatron_args": "adapters engineer, issue 16 item 5 (config/megatron/ package)",
-    "memory/probe.py:measure_training_step": "probe engineer",
     "timing/estimator.py:estimate_iteration_time_batch": "timing engineer, issue 11 (time-model rewrite)",
     "cli/memory_cmd.py:memory": "adapters engineer, issue 16 item 6 (JSON assembly out of the commands)",
     "cli/plan_cmd.py:plan": "adapters engineer, issue 16 item 6 (JSON assembly out of the commands)",
@@ -46,7 +43,8 @@ LAZY_IMPORTS: dict[str, str] = {
     "cli/": "the CLI imports a command's machinery when the command runs (start-up time of `frenzy --help`)",
     "scheduling/throughput.py": "scheduler engineer (frenzy_core.planning imported on first use)",
     "scheduling/workload.py": "scheduler engineer",
-    "timing/calibrate.py": "timing engineer, issue 11",
+    "timing/calibrate.py": "timing engineer, issue 11: calibrate() reads run files through timing/runs.py, which "
+                           "imports Measurement from calibrate.py",
     "memory/hf_models.py": "probe engineer (transformers is an optional extra)",
     "memory/probe.py": "probe engineer (torch is an optional extra)",
 }
@@ -244,7 +242,7 @@ def test_public_api_is_the_snapshot() -> None:
 PUBLIC_API: dict[str, list[str]] = {
     'frenzy_core': [
         'ArchKind', 'Attention', 'BatchEstimate', 'CalibrationResult', 'Cluster', 'ClusterSummary', 'ConfigError',
-        'Framework', 'FrenzyError', 'GPURequest', 'GPUSpec', 'InfeasiblePlanError', 'LayoutArrays', 'LinkKind',
+        'Fp8Recipe', 'Framework', 'FrenzyError', 'GPURequest', 'GPUSpec', 'InfeasiblePlanError', 'LayoutArrays', 'LinkKind',
         'Links', 'MLAConfig', 'MLPKind', 'Measurement', 'MegatronJob', 'MemoryEstimate', 'MoEConfig', 'ModelConfig', 'Node',
         'NormKind', 'NormPlacement', 'Objective', 'OnlineScheduler', 'Optimizer', 'OptimizerImpl',
         'OptionalDependencyError', 'POLICIES',
@@ -263,12 +261,17 @@ PUBLIC_API: dict[str, list[str]] = {
         'app', 'main',
     ],
     'frenzy_core.config': [
-        'ArchKind', 'Attention', 'Framework', 'LAYOUT_COLUMNS', 'LAYOUT_RULES', 'LayoutArrays', 'LayoutRule',
+        'ArchKind', 'Attention', 'Fp8Recipe', 'Framework', 'LAYOUT_COLUMNS', 'LAYOUT_RULES', 'LayoutArrays', 'LayoutRule',
         'MLAConfig', 'MLPKind', 'MoEConfig', 'ModelConfig', 'NormKind', 'NormPlacement', 'Optimizer',
         'OptimizerImpl', 'ParallelConfig', 'ParamCounts', 'PipelineSchedule', 'PositionEmbedding', 'Precision',
-        'QKNormScope', 'Recompute', 'RecomputeMethod',
+        'QKNormScope', 'Recompute', 'RecomputeMethod', 'RopeScaling',
         'TrainingConfig', 'count_parameters', 'global_batch_size', 'layout_mask', 'num_microbatches',
         'validate_layout',
+    ],
+    'frenzy_core.config.megatron': [
+        'BERT_WORDPIECE_VOCAB_SIZE', 'GPT2_BPE_VOCAB_SIZE', 'MegatronArgs', 'MegatronJob', 'MegatronLaunch',
+        'from_megatron_args', 'megatron_launch', 'megatron_padded_vocab_size', 'parse_megatron_args',
+        'to_megatron_args',
     ],
     'frenzy_core.config.hf': [
         'FAMILIES', 'HFFamily', 'ModuleLayout', 'SUPPORTED_HF_FAMILIES', 'family', 'hf_family_of',
@@ -305,7 +308,7 @@ PUBLIC_API: dict[str, list[str]] = {
     ],
     'frenzy_core.timing': [
         'CalibrationResult', 'Measurement', 'TIME_CATEGORIES', 'TimeEstimate', 'TimeEstimateBatch', 'TimeModelParams',
-        'calibrate', 'default_time_model_params', 'estimate_iteration_time', 'estimate_iteration_time_batch',
-        'training_flops',
+        'calibrate', 'calibrate_by_gpu', 'default_time_model_params', 'estimate_iteration_time',
+        'estimate_iteration_time_batch', 'load_time_model_params', 'training_flops',
     ],
 }

@@ -337,3 +337,19 @@ def test_exported_config_builds_a_transformers_model_of_our_size(model: ModelCon
     with torch.device("meta"):
         hf_model = getattr(transformers, config["architectures"][0])(hf_config)
     assert sum(p.numel() for p in hf_model.parameters()) == model.num_params()
+
+
+def test_rope_and_norm_fields_round_trip_through_transformers_spellings() -> None:
+    """rope_theta / rope_scaling / norm eps: read from Transformers 5's rope_parameters and 4.x's keys alike."""
+    v5 = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+          "intermediate_size": 128, "vocab_size": 100, "rms_norm_eps": 1e-6,
+          "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                              "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}
+    v4 = {**{k: v for k, v in v5.items() if k != "rope_parameters"}, "rope_theta": 500000.0,
+          "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                           "original_max_position_embeddings": 8192}}
+    a, b = ModelConfig.from_hf_config(v5), ModelConfig.from_hf_config(v4)
+    assert a == b
+    assert (a.rope_theta, a.norm_eps, a.rope_scaling and a.rope_scaling.kind) == (500000.0, 1e-6, "llama3")
+    assert ModelConfig.from_hf_config(a.to_hf_config()) == a
+    assert ModelConfig.preset("llama-3.1-8b").rope_theta == 500000.0

@@ -6,6 +6,7 @@ Everything public is importable from here; see ``__all__``.
 from frenzy_core.config import (
     ArchKind,
     Attention,
+    Fp8Recipe,
     Framework,
     LayoutArrays,
     MLAConfig,
@@ -27,8 +28,7 @@ from frenzy_core.config import (
     count_parameters,
     validate_layout,
 )
-from frenzy_core.config.megatron import MegatronJob, from_megatron_args, parse_megatron_args
-from frenzy_core.config.megatron_writer import to_megatron_args
+from frenzy_core.config.megatron import MegatronJob, from_megatron_args, parse_megatron_args, to_megatron_args
 from frenzy_core.errors import (
     ConfigError,
     FrenzyError,
@@ -80,6 +80,7 @@ __all__ = [
     "Cluster",
     "ClusterSummary",
     "ConfigError",
+    "Fp8Recipe",
     "Framework",
     "FrenzyError",
     "GPURequest",

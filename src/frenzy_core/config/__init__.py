@@ -20,11 +20,13 @@ from frenzy_core.config.model import (
     NormPlacement,
     PositionEmbedding,
     QKNormScope,
+    RopeScaling,
 )
 from frenzy_core.config.parallel import ParallelConfig, PipelineSchedule
 from frenzy_core.config.params import ParamCounts, count_parameters
 from frenzy_core.config.training import (
     Attention,
+    Fp8Recipe,
     Framework,
     Optimizer,
     OptimizerImpl,
@@ -39,6 +41,7 @@ __all__ = [
     "LAYOUT_RULES",
     "ArchKind",
     "Attention",
+    "Fp8Recipe",
     "Framework",
     "LayoutArrays",
     "LayoutRule",
@@ -58,6 +61,7 @@ __all__ = [
     "QKNormScope",
     "Recompute",
     "RecomputeMethod",
+    "RopeScaling",
     "TrainingConfig",
     "count_parameters",
     "global_batch_size",

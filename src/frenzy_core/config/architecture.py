@@ -8,13 +8,23 @@ Face family records) can use them without importing the model class itself.
 from __future__ import annotations
 
 import enum
+from typing import Literal
 
 from pydantic import Field, model_validator
 
 from frenzy_core._base import FrozenModel
 
-__all__ = ["ArchKind", "MLAConfig", "MLPKind", "MoEConfig", "NormKind", "NormPlacement", "PositionEmbedding",
-           "QKNormScope"]
+__all__ = [
+    "ArchKind",
+    "MLAConfig",
+    "MLPKind",
+    "MoEConfig",
+    "NormKind",
+    "NormPlacement",
+    "PositionEmbedding",
+    "QKNormScope",
+    "RopeScaling",
+]
 
 
 class ArchKind(str, enum.Enum):
@@ -143,3 +153,16 @@ class MLAConfig(FrozenModel):
     def qk_head_dim(self) -> int:
         """Width of one query (or key) head: the non-rotary and rotary parts together."""
         return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+
+class RopeScaling(FrozenModel):
+    """How rotary frequencies are stretched for contexts longer than pre-training (no memory effect; launchers
+    that build the model, e.g. Megatron-LM, need it to reproduce the model)."""
+
+    kind: Literal["linear", "dynamic", "yarn", "llama3", "longrope"] = Field(description=(
+        "Transformers' rope_type: linear (position interpolation), dynamic (NTK), yarn, llama3, longrope."))
+    factor: float | None = Field(default=None, gt=0, description="Context extension factor (longrope: none).")
+    low_freq_factor: float | None = Field(default=None, gt=0, description="llama3: low-frequency wavelength factor.")
+    high_freq_factor: float | None = Field(default=None, gt=0, description="llama3: high-frequency wavelength factor.")
+    original_max_position_embeddings: int | None = Field(default=None, gt=0, description=(
+        "Context the rotary base was trained for (llama3, yarn, longrope)."))

@@ -18,6 +18,7 @@ from frenzy_core.config.architecture import (
     NormPlacement,
     PositionEmbedding,
     QKNormScope,
+    RopeScaling,
 )
 from frenzy_core.config.hf.registry import read_model, write_hf_config
 from frenzy_core.config.params import count_parameters
@@ -71,6 +72,11 @@ class ModelConfig(FrozenModel):
     hidden_dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="Residual/MLP dropout probability.")
     attention_dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="Attention-probability dropout.")
     moe: MoEConfig | None = Field(default=None, description="Mixture-of-experts layers, if any.")
+    # RoFormer (Su et al. 2021) and Megatron-LM's --rotary-base default: 10,000.
+    rope_theta: float = Field(default=10000.0, gt=0, description="Rotary base (theta) of rotary embeddings.")
+    rope_scaling: RopeScaling | None = Field(default=None, description="Rotary frequency scaling, if any.")
+    # Megatron-LM's --norm-epsilon and torch.nn.LayerNorm's default: 1e-5.
+    norm_eps: float = Field(default=1e-5, gt=0, lt=1, description="Epsilon of every LayerNorm/RMSNorm.")
     # ---- structure beyond the sizes: the module layout the memory terms and parameter counts follow ----
     fused_qkv: bool = Field(default=False, description=(
         "One fused query/key/value projection whose single output is split (GPT-2 c_attn, GPT-NeoX and Falcon "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -12,7 +13,7 @@ from frenzy_core.config.training import Recompute, TrainingConfig
 from frenzy_core.errors import ConfigError
 from frenzy_core.planning.candidates import CandidateTable
 from frenzy_core.planning.diagnosis import type_rejections
-from frenzy_core.planning.estimators import LayoutEstimator
+from frenzy_core.planning.estimators import AnalyticEstimator, LayoutEstimator
 from frenzy_core.planning.infeasible import infeasible_error
 from frenzy_core.planning.placement import Solution, placement_options, solve_cp_sat, solve_exhaustive
 from frenzy_core.planning.plan import Alternative, Plan
@@ -98,7 +99,8 @@ def build_plan(search: Search, table: CandidateTable, solution: Solution, top_k:
 def plan_job(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig | None = None, *,
              objective: Objective | str = "throughput",
              constraints: PlanConstraints | Mapping[str, Any] | None = None, time_limit_s: float = 10,
-             top_k: int = 5, solver: str = "cp-sat", estimator: LayoutEstimator | None = None) -> Plan:
+             top_k: int = 5, solver: str = "cp-sat", estimator: LayoutEstimator | None = None,
+             time_model: str | Path | None = None) -> Plan:
     """The best plan for training ``model`` on the free GPUs of ``cluster``.
 
     Fixed: what ``training`` sets (sequence length, global batch, precision, optimizer, framework, ...).
@@ -107,8 +109,14 @@ def plan_job(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig 
     explicitly (``TrainingConfig(recompute="full")`` keeps full recompute; fields left at their defaults are
     searched). Raises ConfigError on bad
     input and InfeasiblePlanError (with what blocked every option and the smallest change that would help)
-    when nothing fits. ``estimator`` replaces the analytic memory and time models.
+    when nothing fits. ``estimator`` replaces the analytic memory and time models; ``time_model`` (a file from
+    ``frenzy calibrate``) gives the analytic time model calibrated parameters.
     """
+    if time_model is not None:
+        if estimator is not None:
+            raise ConfigError("give estimator or time_model, not both", field="time_model",
+                              hint="pass AnalyticEstimator(time_model=...) as the estimator")
+        estimator = AnalyticEstimator(time_model=time_model)
     if solver not in SOLVERS:
         raise ConfigError(f"unknown solver {solver!r}", field="solver", value=solver,
                           hint="use one of " + ", ".join(repr(s) for s in SOLVERS))

@@ -11,10 +11,11 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from frenzy_core.config.architecture import ArchKind
+from frenzy_core.config.architecture import ArchKind, PositionEmbedding
 from frenzy_core.config.hf import bert, deepseek, gemma, gpt, llama, ln_rotary, moe
 from frenzy_core.config.hf.family import HFFamily
 from frenzy_core.config.hf.layout import ModuleLayout
+from frenzy_core.config.hf.rope_norm import read_rope_norm, write_rope_norm
 from frenzy_core.config.hf.source import HFSource, load_source
 from frenzy_core.config.hf.writing import Unwritable
 from frenzy_core.errors import ConfigError, closest_names
@@ -54,6 +55,7 @@ def _fields(src: HFSource, record: HFFamily) -> dict[str, Any]:
     lm_head = record.has_lm_head(src)
     fields = record.read(src, lm_head)
     fields["lm_head"] = lm_head
+    fields |= read_rope_norm(src.data, fields.get("position_embedding", PositionEmbedding.LEARNED), src.origin)
     if fields.get("arch", ArchKind.DECODER) is ArchKind.DECODER:
         # Every supported decoder family's config defaults use_cache to true (transformers 5); a reader whose
         # family keeps it elsewhere (Gemma 3's text_config) sets it itself.
@@ -87,6 +89,7 @@ def _written(record: HFFamily, model: ModelConfig) -> dict[str, Any]:
     if model.name:
         d["_name_or_path"] = model.name
     d.update(record.write(model))
+    d.update(write_rope_norm(model, record.model_type))
     if model.arch is ArchKind.DECODER:
         d["use_cache"] = model.returns_kv_cache
     return d

@@ -300,7 +300,7 @@ SURFACE = {
                "--zero", "--distributed-optimizer", "--recompute", "--attention", "--sp", "--framework", "--dp",
                "--tp", "--pp", "--vpp", "--cp", "--ep", "--schedule", "--headroom", "--json"},
     "simulate": {"--format", "--cluster", "--scale", "--policies", "--limit", "--on-error", "--seed", "--default-duration",
-                 "--plot", "--json"},
+                 "--plot", "--json", "--failures"},
     "calibrate": {"--out", "--model", "--gpu", "--dp", "--tp", "--pp", "--vpp", "--cp", "--seq-len", "--micro-batch",
                   "--global-batch", "--precision", "--recompute", "--attention", "--zero-stage", "--framework",
                   "--sequence-parallel", "--distributed-optimizer", "--compile", "--fp8-recipe", "--json"},

@@ -17,9 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from hostile_cases import CASES  # noqa: E402
-
 from frenzy_core import ConfigError  # noqa: E402
+from hostile_cases import CASES  # noqa: E402
 
 TARGET_S = 1.0
 

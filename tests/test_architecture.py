@@ -25,7 +25,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"config", "hardware"}),
     frozenset({"memory", "timing"}),
     frozenset({"planning"}),
-    frozenset({"scheduling", "adapters"}),
+    frozenset({"scheduling", "adapters", "plotting"}),
     frozenset({"cli"}),
 )
 """Subpackages (and top-level modules) by layer: a module imports only from its own subpackage and from lower
@@ -34,11 +34,7 @@ layers (``frenzy_core/__init__.py`` re-exports from all of them)."""
 MAX_LINES = 80
 MAX_CLI_LINES = 120
 LONG_FUNCTIONS: dict[str, str] = {
-    "memory/probe.py:measure_training_step": "probe engineer",
     "timing/estimator.py:estimate_iteration_time_batch": "timing engineer, issue 11 (time-model rewrite)",
-    "cli/memory_cmd.py:memory": "adapters engineer, issue 16 item 6 (JSON assembly out of the commands)",
-    "cli/plan_cmd.py:plan": "adapters engineer, issue 16 item 6 (JSON assembly out of the commands)",
-    "cli/simulate_cmd.py:simulate": "adapters engineer, issue 16 item 6 (JSON assembly out of the commands)",
 }
 """Functions over the limit today, each with who is splitting it; the list only shrinks."""
 
@@ -247,7 +243,8 @@ PUBLIC_API: dict[str, list[str]] = {
         'ArchKind', 'Attention', 'BatchEstimate', 'CalibrationResult', 'Cluster', 'ClusterSummary', 'ConfigError',
         'Fp8Recipe', 'Framework', 'FrenzyError', 'GPURequest', 'GPUSpec', 'InfeasiblePlanError', 'LayoutArrays', 'LinkKind',
         'Links', 'MLAConfig', 'MLPKind', 'Measurement', 'MegatronJob', 'MemoryEstimate', 'MoEConfig', 'ModelConfig', 'Node',
-        'NormKind', 'NormPlacement', 'Objective', 'Optimizer', 'OptimizerImpl', 'OptionalDependencyError', 'POLICIES',
+        'NormKind', 'NormPlacement', 'Objective', 'OnlineScheduler', 'Optimizer', 'OptimizerImpl',
+        'OptionalDependencyError', 'POLICIES',
         'ParallelConfig', 'PhasePeak', 'PipelineSchedule', 'Plan', 'PlanConstraints', 'PositionEmbedding',
         'Precision', 'ProbeResult', 'QKNormScope', 'Recompute', 'RecomputeMethod', 'SimulationResult', 'StageMemory',
         'TimeEstimate', 'TimeModelParams', 'TraceFormat', 'TraceJob', 'TrainingConfig', 'TrainingJob', 'UnknownNameError',
@@ -293,12 +290,16 @@ PUBLIC_API: dict[str, list[str]] = {
         'RejectReason', 'Rejection', 'SEARCHED_TRAINING_FIELDS', 'SOLVERS', 'assess_baseline', 'marp_configs',
         'marp_plan', 'plan_job', 'user_request_plan',
     ],
+    'frenzy_core.plotting': [
+        'PLOT_SUFFIXES', 'check_plot_path', 'memory_figure', 'plan_figure', 'plot_memory', 'plot_plan',
+    ],
     'frenzy_core.scheduling': [
-        'ClusterState', 'DEFAULT_SIZE_BUCKETS', 'GPURequest', 'JobRecord', 'JobStatus', 'LogNormalWork', 'MixEntry',
-        'OnError', 'POLICIES', 'Placement', 'PlannedThroughput', 'Policy', 'SimulationError', 'SimulationResult',
-        'SizeBucket', 'SkippedRow', 'ThroughputFn', 'TraceFormat', 'TraceJob', 'TraceLoad', 'TraceWarning',
-        'TrainingJob', 'Utilisation', 'compare', 'get_policy', 'jobs_from_trace', 'load_trace', 'plot_results',
-        'read_trace', 'simulate', 'synthetic_jobs',
+        'Action', 'CheckpointModel', 'ClusterState', 'DEFAULT_SIZE_BUCKETS', 'Event', 'FailureModel', 'GPUGroup',
+        'GPURequest', 'JobRecord', 'JobStatus', 'LogNormalWork', 'MixEntry', 'OnError', 'OnlineScheduler', 'POLICIES',
+        'Placement', 'PlannedThroughput', 'Policy', 'Preempt', 'Resize', 'RunLayout', 'RunningJob', 'SchedulerError',
+        'SimulationResult', 'SizeBucket', 'SkippedRow', 'Start', 'ThroughputFn', 'TraceFormat', 'TraceJob',
+        'TraceLoad', 'TraceWarning', 'TrainingJob', 'Utilisation', 'compare', 'get_policy', 'jobs_from_trace',
+        'load_trace', 'plot_results', 'read_trace', 'replay', 'simulate', 'synthetic_jobs',
     ],
     'frenzy_core.scheduling.policies': [
         'FifoRequested', 'FrenzyCore', 'FrenzyHAS', 'GavelLike', 'POLICIES', 'SiaLike', 'get_policy',

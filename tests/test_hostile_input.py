@@ -8,9 +8,9 @@ import time
 from pathlib import Path
 
 import pytest
-from hostile_cases import CASES, Case
 
 from frenzy_core import ConfigError
+from hostile_cases import CASES, Case
 
 WALL_BOUND_S = 10.0
 """Not a speed target: far above the < 1 s each takes, far below what unbounded work would take."""

@@ -214,7 +214,19 @@ def relative_error(index: int) -> float:
     return (tensors - measured) / measured
 
 
-@pytest.mark.parametrize("index", range(len(GRID_CASES)), ids=[case_id(c) for c in GRID_CASES])
+KNOWN_GAPS: dict[str, str] = {}
+"""Cases the probe, following CUDA's kernels and autocast lists, measures beyond the tolerances, with the missing
+term as a strict xfail (they flip when it is modelled); none since issue 9 modelled fp32 SDPA's math kernel and
+BERT's autocast loss."""
+
+
+def _case_param(index: int) -> object:
+    cid = case_id(GRID_CASES[index])
+    marks = [pytest.mark.xfail(strict=True, reason=KNOWN_GAPS[cid])] if cid in KNOWN_GAPS else []
+    return pytest.param(index, id=cid, marks=marks)
+
+
+@pytest.mark.parametrize("index", [_case_param(i) for i in range(len(GRID_CASES))])
 def test_estimate_matches_probe_per_case(index: int) -> None:
     err = relative_error(index)
     assert abs(err) <= CASE_ABS_ERROR_MAX, f"estimate off by {err:+.2%} (limit {CASE_ABS_ERROR_MAX:.0%})"

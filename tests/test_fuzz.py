@@ -1,0 +1,567 @@
+"""Fuzzing every public entry point and the CLI with hostile input (issue 15): only the library's own errors
+(``FrenzyError`` subclasses) escape, no numpy warning is raised, every number that comes out is finite and
+non-negative, no accepted input is truncated or wrapped, and every call ends within a bound (far above its usual
+time: unbounded work, not speed, is what the bound catches).
+
+CI runs ``FRENZY_FUZZ_EXAMPLES`` examples per entry point (default 20: a few seconds each); the campaign of
+docs/architecture.md ("Hostile input") ran 10,000 per entry point:
+
+    FRENZY_FUZZ_EXAMPLES=10000 pytest -q tests/test_fuzz.py -p no:randomly
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import io
+import json
+import math
+import os
+import sys
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import numpy as np
+import pytest
+import yaml
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+import frenzy_core as f
+from frenzy_core import _limits as limits
+from frenzy_core.config.arrays import LAYOUT_COLUMNS
+
+EXAMPLES = int(os.environ.get("FRENZY_FUZZ_EXAMPLES", "20"))
+FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=EXAMPLES <= 100, database=None,
+                suppress_health_check=list(HealthCheck))
+"""CI: a fixed set of examples (derandomized: the same every run); the campaign: fresh random ones."""
+
+FIXTURES = Path(__file__).parent / "fixtures"
+ESTIMATE_BOUND_S = 20.0
+"""Wall-time bound of one estimate or file read (each takes milliseconds to a second)."""
+PLAN_BOUND_S = 60.0
+"""Wall-time bound of one plan, simulation or CLI command (solver time limits of 1 s here)."""
+
+
+@contextlib.contextmanager
+def library_errors_only(bound_s: float = ESTIMATE_BOUND_S) -> Iterator[None]:
+    """The block may raise only FrenzyError subclasses, no RuntimeWarning (numpy overflow, invalid value), and
+    must finish within ``bound_s``."""
+    began = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        try:
+            yield
+        except f.FrenzyError:
+            pass
+    assert time.perf_counter() - began < bound_s, "unbounded work"
+
+
+def call(fn: Callable[..., Any], *args: Any, bound_s: float = ESTIMATE_BOUND_S, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` under :func:`library_errors_only`; None when it raised a library error (the
+    outcome is a hypothesis event: ``--hypothesis-show-statistics`` shows how often each entry point answered)."""
+    out = None
+    with library_errors_only(bound_s):
+        out = fn(*args, **kwargs)
+    event(f"{getattr(fn, '__qualname__', fn)}: {'answered' if out is not None else 'refused'}")
+    return out
+
+
+def finite_numbers(value: Any, where: str = "result") -> None:
+    """Every number inside ``value`` (dumped models, dicts, lists, arrays) is finite."""
+    if hasattr(value, "model_dump"):
+        value = value.model_dump()
+    if isinstance(value, dict):
+        for k, v in value.items():
+            finite_numbers(v, f"{where}.{k}")
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            finite_numbers(v, f"{where}[{i}]")
+    elif isinstance(value, np.ndarray) and value.dtype.kind in "fiu":
+        assert np.isfinite(value).all(), where
+    elif isinstance(value, float):
+        assert math.isfinite(value), where
+
+
+# ---------------------------------------------------------------------------------------------- strategies
+EDGE_INTS = [0, 1, 2, 3, 7, 64, 2**14, 2**14 + 1, 2**20, 2**20 + 1, 2**25, 2**30, 2**31, 2**40, 2**46, 2**53,
+             2**53 + 1, 2**62, 2**63 - 1, 2**63, 2**64, 10**30, -1, -(2**63), -(2**64)]
+hostile_ints = st.one_of(st.integers(-3, 128), st.sampled_from(EDGE_INTS), st.integers(-(2**70), 2**70))
+hostile_floats = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.sampled_from(
+    [0.0, -0.0, 0.5, 1.0, 2.9, 1e-300, 5e-324, 1e300, 2.0**53, 2.0**63, 2.0**64, math.nan, math.inf, -math.inf]))
+scalars = st.one_of(hostile_ints, hostile_floats, st.booleans(), st.none(), st.text(max_size=20),
+                    st.sampled_from(["", "1", "2.0", "nan", "inf", "1e9", "-1", "gelu", "bf16", "full"]))
+hostile = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                                        st.dictionaries(st.text(max_size=8), inner, max_size=3)),
+                       max_leaves=8)
+"""Any JSON-ish value: the numbers and strings that break things, nested a little."""
+
+
+def mostly(valid: st.SearchStrategy[Any], bad: st.SearchStrategy[Any] | None = None) -> st.SearchStrategy[Any]:
+    """``valid`` three times in four, else ``bad`` (default: any hostile value)."""
+    return st.one_of(valid, valid, valid, bad if bad is not None else hostile)
+
+
+def wide_ints(low: int, high: int) -> st.SearchStrategy[int]:
+    """Log-uniform-ish integers from ``low`` to ``high`` (both ends and the powers of two between included)."""
+    powers = [2**k for k in range(max(low, 1).bit_length() - 1, high.bit_length()) if low <= 2**k <= high]
+    return st.one_of(st.integers(low, min(high, 64)), st.sampled_from(powers or [low]), st.integers(low, high))
+
+
+def json_text(value: Any) -> str:
+    return json.dumps(value, allow_nan=True, default=str)
+
+
+# ---------------------------------------------------------------------------------------------- configs
+MODEL_FIELDS = [n for n in f.ModelConfig.model_fields if n != "name"]
+TRAINING_FIELDS = list(f.TrainingConfig.model_fields)
+PARALLEL_FIELDS = list(f.ParallelConfig.model_fields)
+GPT2 = f.ModelConfig.preset("gpt2").model_dump()
+
+
+@FUZZ
+@given(st.dictionaries(st.sampled_from(MODEL_FIELDS), hostile, max_size=3),
+       st.dictionaries(st.sampled_from(TRAINING_FIELDS), hostile, max_size=2),
+       st.dictionaries(st.sampled_from(PARALLEL_FIELDS), hostile, max_size=2))
+def test_configs_refuse_hostile_fields_with_config_error(model: dict[str, Any], training: dict[str, Any],
+                                                         parallel: dict[str, Any]) -> None:
+    call(f.ModelConfig, **{**GPT2, **model})
+    call(f.TrainingConfig, **training)
+    call(f.ParallelConfig, **parallel)
+    call(f.ModelConfig.model_validate_json, json_text({**GPT2, **model}))
+
+
+SIZES = {"num_layers": (1, 2**15), "hidden_size": (1, 2**19), "num_attention_heads": (1, 2**15),
+         "vocab_size": (1, 2**23), "ffn_hidden_size": (1, 2**21), "max_position_embeddings": (1, 2**32)}
+TRAINING_SIZES = {"seq_len": (1, 2**26), "micro_batch_size": (1, 2**21), "global_batch_size": (1, 2**31)}
+DEGREES = {"dp": (1, 2**21), "tp": (1, 2**10), "pp": (1, 2**10), "cp": (1, 2**10)}
+
+
+@st.composite
+def wide_model(draw: st.DrawFn) -> dict[str, Any]:
+    """A decoder whose sizes range from 1 to beyond the bounds (most combinations are refused)."""
+    fields = {k: draw(wide_ints(*r)) for k, r in SIZES.items() if draw(st.booleans())}
+    heads = fields.get("num_attention_heads", 12)
+    fields.setdefault("hidden_size", heads * draw(st.sampled_from([8, 64, 128])))
+    moe = draw(st.none() | st.fixed_dictionaries({
+        "num_experts": wide_ints(2, 2**15), "top_k": st.integers(1, 2), "expert_ffn_hidden_size": wide_ints(1, 2**21),
+        "layer_interval": st.integers(1, 3), "first_dense_layers": st.integers(0, 2)}))
+    return {**GPT2, "position_embedding": draw(st.sampled_from(["rotary", "learned"])), "moe": moe,
+            "ffn_hidden_size": 0, "num_kv_heads": 0, "head_dim": 0, **fields}
+
+
+@st.composite
+def wide_training(draw: st.DrawFn) -> dict[str, Any]:
+    fields = {k: draw(wide_ints(*r)) for k, r in TRAINING_SIZES.items() if draw(st.booleans())}
+    fields.update(recompute=draw(st.sampled_from(["none", "selective", "full"])),
+                  attention=draw(st.sampled_from(["eager", "sdpa", "flash"])),
+                  precision=draw(st.sampled_from(["fp32", "amp-bf16", "bf16-mixed", "fp8-mixed"])),
+                  framework=draw(st.sampled_from(["torch", "megatron"])),
+                  recompute_method=draw(st.sampled_from(["uniform", "block"])),
+                  zero_stage=draw(st.integers(0, 3)))
+    return fields
+
+
+@st.composite
+def wide_parallel(draw: st.DrawFn) -> dict[str, Any]:
+    fields = {k: draw(wide_ints(*r)) for k, r in DEGREES.items() if draw(st.booleans())}
+    fields["schedule"] = draw(st.sampled_from(["1f1b", "gpipe"]))
+    return fields
+
+
+def build(model: dict[str, Any], training: dict[str, Any], parallel: dict[str, Any]) -> tuple[Any, Any, Any] | None:
+    configs = None
+    with library_errors_only():
+        configs = (f.ModelConfig(**model), f.TrainingConfig(**training), f.ParallelConfig(**parallel))
+    return configs
+
+
+def check_memory(est: f.MemoryEstimate) -> None:
+    for stage in est.stages:
+        assert all(0 <= v < 2**62 for v in stage.breakdown.values()), stage.breakdown
+        assert sum(stage.breakdown.values()) == stage.peak_bytes
+        assert stage.peak_bytes <= stage.device_bytes < 2**62
+        assert math.isfinite(stage.inflight_microbatches) and stage.num_params >= 0
+
+
+@FUZZ
+@given(wide_model(), wide_training(), wide_parallel())
+def test_estimate_memory_is_finite_or_refused(model: dict[str, Any], training: dict[str, Any],
+                                              parallel: dict[str, Any]) -> None:
+    configs = build(model, training, parallel)
+    if configs is None:
+        return
+    est = call(f.estimate_memory, *configs)
+    if est is not None:
+        check_memory(est)
+
+
+@FUZZ
+@given(wide_model(), wide_training(), st.sampled_from(["vocab_size", "num_layers", "hidden_size"]),
+       st.sampled_from(["seq_len", "micro_batch_size"]))
+def test_estimates_grow_with_sizes_up_to_the_bounds(model: dict[str, Any], training: dict[str, Any], size: str,
+                                                    tokens: str) -> None:
+    """No estimate comes from a wrapped number: doubling a size (or the tokens) never gives fewer bytes, at every
+    magnitude the bounds let through (a wrap would make the larger estimate small or negative)."""
+    base = build(model, training, {})
+    if base is None:
+        return
+    small = call(f.estimate_memory, *base)
+    if small is None:
+        return
+    m, t, p = base
+    bigger_model = call(m.replace, **{size: getattr(m, size) * 2})
+    bigger_training = call(t.replace, **{tokens: getattr(t, tokens) * 2})
+    for mm, tt in ((bigger_model, t), (m, bigger_training)):
+        big = None if mm is None or tt is None else call(f.estimate_memory, mm, tt, p)
+        if big is not None:
+            check_memory(big)
+            assert big.peak_bytes >= small.peak_bytes
+
+
+column_values = st.one_of(hostile, st.lists(st.one_of(hostile_ints, hostile_floats, st.booleans()), min_size=0,
+                                            max_size=5),
+                          st.builds(np.array, st.lists(hostile_ints.filter(lambda x: abs(x) < 2**63), min_size=1,
+                                                       max_size=4)),
+                          st.builds(lambda xs: np.array(xs, dtype=np.float64),
+                                    st.lists(hostile_floats, min_size=1, max_size=4)))
+
+
+@FUZZ
+@given(st.dictionaries(st.sampled_from([*LAYOUT_COLUMNS, "num_microbatches", "bogus"]), column_values, max_size=3),
+       wide_training())
+def test_batch_estimators_refuse_or_take_columns_exactly(columns: dict[str, Any], training: dict[str, Any]) -> None:
+    """Columns are taken exactly (never truncated or wrapped) or refused; valid rows are finite, equal to the
+    scalar estimate of their own configs; invalid ones hold -1."""
+    t = call(f.TrainingConfig, **training)
+    if t is None:
+        return
+    model = f.ModelConfig.preset("llama-2-7b")
+    lay = call(f.LayoutArrays.from_columns, columns, t)
+    if lay is None:
+        return
+    for name, given_values in columns.items():
+        if name in LAYOUT_COLUMNS and name not in ("recompute", "schedule"):
+            exact = np.asarray(given_values, dtype=object) if np.asarray(given_values).dtype.kind == "O" \
+                else np.asarray(given_values)
+            assert (np.broadcast_to(getattr(lay, name), lay.shape) == np.broadcast_to(exact, lay.shape)).all()
+    est = call(f.estimate_memory_batch, model, lay, t)
+    if est is None:
+        return
+    assert ((est.peak_bytes >= 0) == est.valid).all() and (est.device_bytes[~est.valid] == -1).all()
+    valid = np.flatnonzero(np.atleast_1d(est.valid).ravel())
+    if valid.size:
+        flat, i = lay.flat(), int(valid[0])
+        scalar = call(f.estimate_memory, model, flat.training(i, t), flat.parallel(i))
+        assert scalar is not None and scalar.device_bytes == int(np.atleast_1d(est.device_bytes).ravel()[i])
+    times = call(f.estimate_iteration_time_batch, model, t, "h100", lay)
+    if times is not None:
+        finite_numbers(times.iteration_s)
+        assert (times.iteration_s > 0).all()
+
+
+@FUZZ
+@given(wide_model(), wide_training(), wide_parallel(), st.sampled_from(["h100", "a100", "v100", "t4", "mi300x"]))
+def test_estimate_iteration_time_is_finite_or_refused(model: dict[str, Any], training: dict[str, Any],
+                                                      parallel: dict[str, Any], gpu: str) -> None:
+    configs = build(model, training, parallel)
+    if configs is None:
+        return
+    est = call(f.estimate_iteration_time, *configs, gpu)
+    if est is not None:
+        finite_numbers(est)
+        assert est.iteration_s > 0 and all(v >= 0 for v in est.breakdown.values())
+
+
+# ---------------------------------------------------------------------------------------------- files
+HF_FIXTURES = sorted((FIXTURES / "hf_configs").glob("*.json"))
+
+
+@FUZZ
+@given(st.sampled_from(HF_FIXTURES), st.dictionaries(st.text(max_size=30), hostile, max_size=3), st.data())
+def test_hugging_face_configs_with_hostile_values(fixture: Path, extra: dict[str, Any], data: st.DataObject) -> None:
+    config = json.loads(fixture.read_text())
+    keys = data.draw(st.lists(st.sampled_from(sorted(config)), max_size=3))
+    config.update({k: data.draw(hostile) for k in keys})
+    config.update(extra)
+    model = call(f.ModelConfig.from_hf_config, config)
+    if model is not None:
+        finite_numbers(model)
+
+
+@FUZZ
+@given(st.sampled_from(HF_FIXTURES), st.binary(max_size=64), st.integers(0, 10**6), st.booleans())
+def test_hugging_face_files_with_hostile_bytes(fixture: Path, junk: bytes, where: int, replace: bool) -> None:
+    text = fixture.read_bytes()
+    cut = where % (len(text) + 1)
+    data = text[:cut] + junk + (text[cut + len(junk):] if replace else text[cut:])
+    path = Path(f"/tmp/frenzy-fuzz-{os.getpid()}-config.json")
+    path.write_bytes(data)
+    try:
+        call(f.ModelConfig.from_hf_config, path)
+    finally:
+        path.unlink()
+
+
+YAML_PIECES = ["nodes:", " - ", "{gpu: a100, gpus_per_node: 8, count: 2}", "{gpu: h100, gpus_per_node: 8}",
+               "&a ", "*a", "[*a, *a, *a]", "gpu: ", "gpus_per_node: ", "count: ", "free_gpus: ", "a100", "h100",
+               "1e9", "-1", ".nan", ".inf", "0x10", "null", "~", "!!python/object:os.system", "!!binary aGk=",
+               "<<: *a", "'", '"', "{", "}", "[", "]", ": ", "\n", "\t", "  ", "2024-01-01", "yes", "3: 4",
+               "? [1, 2]\n: x", "---", "...", "%YAML 1.1", "\x00", "\ufeff", "intra_node_bytes_per_s: 1e-300"]
+
+
+def _nodes(gpu: st.SearchStrategy[Any], size: st.SearchStrategy[Any], count: st.SearchStrategy[Any],
+           free: st.SearchStrategy[Any], link: st.SearchStrategy[Any]) -> st.SearchStrategy[dict[str, Any]]:
+    return st.lists(st.fixed_dictionaries({"gpu": gpu, "gpus_per_node": size, "count": count},
+                                          optional={"free_gpus": free, "inter_node_bytes_per_s": link}),
+                    min_size=1, max_size=3).map(lambda nodes: {"nodes": nodes})
+
+
+small_clusters = mostly(
+    _nodes(st.sampled_from(["a100", "h100", "rtx-3090", "v100"]), st.sampled_from([1, 2, 4, 8]), st.integers(1, 3),
+           st.integers(0, 1), st.sampled_from([1e9, 1e10])),
+    _nodes(mostly(st.sampled_from(["a100", "t4"]), st.sampled_from(["x", "", 3])), mostly(st.just(8), hostile_ints),
+           mostly(st.just(1), hostile_ints), hostile_ints, hostile_floats))
+"""Clusters of a few node shapes: valid three times in four, else with hostile values."""
+
+
+@FUZZ
+@given(small_clusters, st.lists(st.tuples(st.integers(0, 10**4), st.sampled_from(YAML_PIECES) | st.text(max_size=8)),
+                                  max_size=2), hostile)
+def test_cluster_yaml_and_dicts(cluster: dict[str, Any], edits: list[tuple[int, str]], value: Any) -> None:
+    text = yaml.safe_dump(json.loads(json_text(cluster)))
+    for where, piece in edits:  # a valid document with a few pieces of YAML put in anywhere
+        cut = where % (len(text) + 1)
+        text = text[:cut] + piece + text[cut:]
+    built = call(f.Cluster.from_yaml, text)
+    if built is not None:
+        assert 0 < built.total_gpus <= limits.GPUS.high and built.num_nodes <= limits.NODES.high
+        assert f.Cluster.from_dict(built.to_dict()) == built
+    call(f.Cluster.from_dict, {"nodes": [{"gpu": "a100", "gpus_per_node": value}]})
+    call(f.Cluster.from_dict, {"nodes": value})
+    call(f.Cluster.from_dict, value)
+
+
+H100 = yaml.safe_load((Path(f.__file__).parent / "data" / "gpu_specs" / "h100-sxm.yaml").read_text())
+
+
+@FUZZ
+@given(st.dictionaries(st.sampled_from(sorted(H100)), hostile, max_size=3), hostile,
+       st.sampled_from(["h100", "a100", "nope", "H100 80GB HBM3"]))
+def test_gpu_spec_files_and_overrides(changes: dict[str, Any], override: Any, name: str) -> None:
+    folder = Path(f"/tmp/frenzy-fuzz-{os.getpid()}-gpus")
+    folder.mkdir(exist_ok=True)
+    spec = {**H100, "id": "fuzz-gpu", "name": "Fuzz", "aliases": ["fuzz"], **changes}
+    (folder / "fuzz-gpu.yaml").write_text(yaml.safe_dump(json.loads(json_text(spec))))
+    try:
+        specs = call(f.load_gpu_specs, folder)
+        if specs is not None:
+            assert all(k == s.id for k, s in specs.items())
+            finite_numbers(specs)
+        specs = call(f.load_gpu_specs, overrides={name: override})
+        if specs is not None:
+            assert all(k == s.id for k, s in specs.items())
+        call(f.load_gpu_specs, overrides={name: {"aliases": override, "memory_bytes": override}})
+    finally:
+        for p in folder.iterdir():
+            p.unlink()
+        folder.rmdir()
+
+
+TRACE_FORMATS = {"philly": "timestamp,duration,num_gpus,gpu_time,cluster",
+                 "sia": "name,time,application,num_replicas,batch_size",
+                 "helios": "job_id,user,vc,gpu_num,cpu_num,node_num,state,submit_time,start_time,end_time,duration,"
+                           "queue",
+                 "alibaba-spot": "job_name,organization,gpu_model,cpu_request,gpu_request,worker_num,submit_time,"
+                                 "duration,job_type"}
+cells = st.one_of(st.sampled_from(["1", "8", "0", "-1", "1e9", "1e400", "nan", "inf", "2.5", "", "x", "9" * 5000,
+                                   "2017-10-03 00:00:00", "2017-13-45 99:99:99", "A100", "\"", "a,b", "\x00"]),
+                  st.text(max_size=8), st.integers(-(2**70), 2**70).map(str))
+
+
+@FUZZ
+@given(st.sampled_from(sorted(TRACE_FORMATS)), st.lists(st.lists(cells, min_size=3, max_size=12), max_size=6),
+       st.binary(max_size=16), st.sampled_from(["skip", "fail"]), st.sampled_from(["", ".gz", ".gz-truncated"]),
+       st.sampled_from([None, 1, 0.5, 3]), st.sampled_from([None, (0, 1e9), (5, 1)]))
+def test_traces(fmt: str, rows: list[list[str]], junk: bytes, on_error: str, kind: str, sample: Any,
+                window: Any) -> None:
+    text = TRACE_FORMATS[fmt] + "\n" + "\n".join(",".join(r) for r in rows) + "\n"
+    data = text.encode("utf-8", "surrogatepass") + junk
+    if kind:
+        data = gzip.compress(data)
+        data = data[: len(data) // 2] if kind == ".gz-truncated" else data
+    path = Path(f"/tmp/frenzy-fuzz-{os.getpid()}-trace.csv{'.gz' if kind else ''}")
+    path.write_bytes(data)
+    try:
+        load = call(f.read_trace, path, fmt, on_error=on_error, sample=sample, time_window=window)
+        if load is not None:
+            finite_numbers(load)
+            assert load.rows_read >= len(load.jobs) + len(load.skipped) - 0
+            assert all(j.num_gpus <= limits.GPUS.high for j in load.jobs)
+            if load.jobs:
+                jobs = call(f.jobs_from_trace, load.jobs[:3], cluster=f.Cluster.preset("frenzy-paper"),
+                            default_duration_s=600.0, bound_s=PLAN_BOUND_S)
+                if jobs is not None:
+                    finite_numbers(jobs)
+    finally:
+        path.unlink()
+
+
+# ---------------------------------------------------------------------------------------------- planning, scheduling
+CONSTRAINT_FIELDS = list(f.PlanConstraints.model_fields)
+
+
+@FUZZ
+@given(st.sampled_from(["gpt2", "llama-2-7b", "mixtral-8x7b"]), small_clusters,
+       mostly(st.just({}), st.dictionaries(st.sampled_from(CONSTRAINT_FIELDS), hostile | st.integers(1, 16),
+                                           max_size=2)),
+       mostly(st.sampled_from(["throughput", "gpus"]), st.sampled_from(["cost", "time_to_train", "x", 3])),
+       mostly(st.fixed_dictionaries({"seq_len": st.sampled_from([512, 2048])}), wide_training()),
+       mostly(st.just(1.0), hostile_floats), mostly(st.just(3), hostile_ints))
+def test_plan_job(preset: str, cluster: dict[str, Any], constraints: dict[str, Any], objective: Any,
+                  training: dict[str, Any], time_limit: Any, top_k: Any) -> None:
+    built = call(f.Cluster.from_dict, cluster)
+    t = call(f.TrainingConfig, **training)
+    if built is None or t is None:
+        return
+    model = f.ModelConfig.preset(preset)
+    limit = time_limit if isinstance(time_limit, float) and 0 < time_limit < 2 else 1.0
+    plan = call(f.plan_job, model, built, t, objective=objective, constraints=constraints, time_limit_s=limit,
+                top_k=top_k, bound_s=PLAN_BOUND_S)
+    if plan is None:
+        return
+    finite_numbers(plan)
+    again = f.estimate_memory(model, plan.training, plan.parallel)
+    assert again.device_bytes == plan.memory.device_bytes <= plan.usable_bytes
+
+
+def _jobs(n: int, work: Any, submit: Any) -> list[Any]:
+    model = f.ModelConfig.preset("gpt2")
+    return [f.TrainingJob(id=f"j{i}", submit_time_s=submit, model=model, training=f.TrainingConfig(seq_len=512),
+                          work_tokens=work) for i in range(n)]
+
+
+@FUZZ
+@given(st.integers(0, 3), st.one_of(st.just(10**7), hostile_ints), st.one_of(st.just(0.0), hostile_floats),
+       st.sampled_from(["fifo-requested", "frenzy-core", "sia-like", "nope"]), st.one_of(st.just(0), hostile),
+       st.sampled_from(["frenzy-paper", "philly-like"]))
+def test_simulate(n: int, work: Any, submit: Any, policy: str, seed: Any, cluster: str) -> None:
+    jobs = call(_jobs, n, work, submit)
+    if jobs is None:
+        return
+    result = call(f.simulate, jobs, f.Cluster.preset(cluster), policy, seed=seed, progress=False,
+                  bound_s=PLAN_BOUND_S)
+    if result is not None:
+        finite_numbers(result.model_dump(exclude={"utilisation"}))
+        assert all(r.submit_time_s >= 0 for r in result.jobs)
+        call(f.compare, [result])
+
+
+@FUZZ
+@given(mostly(st.integers(0, 20), hostile_ints.filter(lambda n: not 50 < n <= 2**20)), mostly(st.floats(1e-3, 10), hostile),
+       mostly(st.just({"gpt2": 1.0, "llama-2-7b": 2.0}), st.dictionaries(st.text(max_size=12), hostile, max_size=2)),
+       mostly(st.floats(1e6, 1e12), hostile), mostly(st.floats(0, 10), hostile), mostly(st.integers(0, 2**63 - 1)))
+def test_synthetic_jobs(n: Any, rate: Any, mix: dict[str, Any], median: Any, sigma: Any, seed: Any) -> None:
+    work = call(f.scheduling.LogNormalWork, median_tokens=median, sigma=sigma)
+    jobs = call(f.synthetic_jobs, n, arrival_rate_per_s=rate, model_mix=mix, work_distribution=work, seed=seed,
+                bound_s=PLAN_BOUND_S)
+    if jobs is not None:
+        finite_numbers(jobs)
+
+
+@FUZZ
+@given(mostly(st.sampled_from(["h100", "gpt2", "frenzy-paper", "A100-SXM4-80GB", "llama-2-7b"]), hostile),
+       mostly(st.integers(1, 10**4), hostile), mostly(st.floats(0, 1e6), hostile))
+def test_names_and_presets(name: Any, scale: Any, other: Any) -> None:
+    call(f.get_gpu_spec, name)
+    call(f.ModelConfig.preset, name)
+    call(f.Cluster.preset, name)
+    call(f.Cluster.preset, "frenzy-paper", scale=scale)
+    call(f.TrainingJob, id=name, submit_time_s=other, model=f.ModelConfig.preset("gpt2"),
+         training=f.TrainingConfig(), work_tokens=scale)
+
+
+MEGATRON_FLAGS = ["--num-layers", "--hidden-size", "--num-attention-heads", "--seq-length", "--micro-batch-size",
+                  "--global-batch-size", "--tensor-model-parallel-size", "--pipeline-model-parallel-size",
+                  "--vocab-size", "--ffn-hidden-size", "--bf16", "--swiglu", "--num-experts", "--recompute-granularity",
+                  "--max-position-embeddings", "--num-query-groups", "--group-query-attention"]
+
+
+@FUZZ
+@given(st.lists(st.tuples(st.sampled_from(MEGATRON_FLAGS), mostly(st.sampled_from(["1", "2", "4", "64"]), cells)),
+                max_size=3), mostly(st.sampled_from([1, 2, 8]), hostile_ints))
+def test_megatron_command_lines(flags: list[tuple[str, str]], world_size: int) -> None:
+    tokens = [t for pair in flags for t in pair]
+    args = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "128",
+            "--max-position-embeddings", "128", "--micro-batch-size", "1", *tokens]
+    configs = call(f.from_megatron_args, args, world_size)
+    if configs is not None:
+        call(f.to_megatron_args, *configs)
+    call(f.parse_megatron_args, tokens, world_size)
+
+
+# ---------------------------------------------------------------------------------------------- the CLI
+def run_cli(args: list[str]) -> tuple[int, str, str]:
+    """``frenzy ARGS`` in process through the console entry point: (exit code, stdout, stderr)."""
+    from frenzy_core.cli.app import main
+
+    out, err = io.StringIO(), io.StringIO()
+    code: Any = 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), mock.patch.object(sys, "argv",
+                                                                                           ["frenzy", *args]):
+        try:
+            main()
+        except SystemExit as exc:
+            code = exc.code
+    return int(code or 0), out.getvalue(), err.getvalue()
+
+
+CLI_OPTIONS = ["--seq-len", "--micro-batch", "--global-batch", "--tp", "--pp", "--dp", "--zero", "--precision",
+               "--recompute", "--attention", "--cluster", "--gpu-types", "--max-gpus", "--tokens", "--objective",
+               "--headroom", "--json", "--emit", "-o", "--time-limit", "--scale", "--gpu", "--seed", "--policies",
+               "--format", "--on-error", "--sample"]
+CLI_VALUES = ["1", "0", "-1", "2.9", "1e9", "1e400", "nan", "inf", "99999999999999999999999999", "a100", "h100",
+              "frenzy-paper", "nope", "", "x=1", "script={a: &a [1,1], b: [*a,*a]}", "bf16", "full", "torchrun",
+              "CLUSTER", "BOMB", "MODEL"]
+
+
+@pytest.fixture(scope="module")
+def cli_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    from hostile_cases import alias_bomb
+
+    folder = tmp_path_factory.mktemp("cli")
+    (folder / "cluster.yaml").write_text("nodes: [{gpu: a100, gpus_per_node: 8}]\n")
+    (folder / "bomb.yaml").write_text(alias_bomb())
+    (folder / "trace.csv").write_text("timestamp,duration,num_gpus,gpu_time,cluster\n1,600,1,600,vc\n2,60,2,120,vc\n")
+    (folder / "config.json").write_text((FIXTURES / "hf_configs" / "llama.json").read_text())
+    return {"CLUSTER": str(folder / "cluster.yaml"), "BOMB": str(folder / "bomb.yaml"),
+            "TRACE": str(folder / "trace.csv"), "MODEL": str(folder / "config.json")}
+
+
+@FUZZ
+@given(st.sampled_from(["plan", "memory", "simulate", "models", "gpus", "clusters", "nope"]),
+       st.sampled_from(["gpt2", "llama-2-7b", "MODEL", "TRACE", "nope", "", "BOMB"]),
+       st.lists(st.tuples(st.sampled_from(CLI_OPTIONS), st.sampled_from(CLI_VALUES) | st.text(max_size=6)),
+                max_size=4))
+def test_cli_prints_one_line_per_error_and_no_traceback(cli_files: dict[str, str], command: str, target: str,
+                                                        options: list[tuple[str, str]]) -> None:
+    args = [command, cli_files.get(target, target)]
+    for option, value in options:
+        args += [option] if option == "--json" else [option, cli_files.get(value, value)]
+    if command in ("plan", "simulate") and "--time-limit" not in args:
+        args += ["--time-limit", "1"] if command == "plan" else ["--policies", "fifo-requested"]
+    began = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        code, out, err = run_cli(args)
+    assert time.perf_counter() - began < PLAN_BOUND_S, "unbounded work"
+    event(f"frenzy {command}: exit {code}")
+    assert code in (0, 1, 2), (args, code, err)
+    assert "Traceback" not in out + err and "internal error" not in err, (args, err)
+    if code:
+        problems = [line for line in err.splitlines() if line.startswith(("error:", "infeasible:"))]
+        assert len(problems) == 1, (args, err)

@@ -7,6 +7,7 @@ One loader for YAML and one for JSON, used everywhere the package parses text (p
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import os
@@ -17,8 +18,8 @@ import yaml
 
 from frenzy_core.errors import ConfigError, short_repr
 
-__all__ = ["MAX_FILE_BYTES", "MAX_JSON_INT_DIGITS", "MAX_YAML_NODES", "load_json", "load_yaml", "load_yaml_mapping",
-           "read_text"]
+__all__ = ["MAX_FILE_BYTES", "MAX_JSON_INT_DIGITS", "MAX_YAML_NODES", "load_csv_rows", "load_json", "load_yaml",
+           "load_yaml_mapping", "read_text"]
 
 MAX_FILE_BYTES = 16 * 2**20
 """Largest config file read (16 MiB): the largest real ones (a cluster of 4,278 nodes written out) are under 1 MiB,
@@ -183,3 +184,21 @@ def load_json(text: str, origin: str) -> Any:
         raise ConfigError(f"{origin}: invalid JSON: {exc}") from None
     except RecursionError:
         raise ConfigError(f"{origin}: the JSON is nested too deeply to read") from None
+
+
+def load_csv_rows(text: str, origin: str) -> list[dict[str, str]]:
+    """The rows of a CSV table with a header line, as header -> cell (a short row's missing cells left out);
+    ConfigError naming ``origin`` and the line for a row csv cannot read (a field over its 131,072-character limit,
+    a stray quote) or one with more cells than the header."""
+    reader = csv.reader(text.splitlines())
+    try:
+        header = next(reader, [])
+        rows = []
+        for cells in reader:
+            if len(cells) > len(header):
+                raise ConfigError(f"{origin} line {reader.line_num}: {len(cells)} cells but {len(header)} columns",
+                                  hint="quote cells that hold commas; name every column in the header")
+            rows.append(dict(zip(header, cells)))
+    except csv.Error as exc:
+        raise ConfigError(f"{origin} line {reader.line_num}: not CSV that can be read ({exc})") from None
+    return rows

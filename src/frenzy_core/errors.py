@@ -51,7 +51,8 @@ class UnknownNameError(ConfigError, KeyError):
         known_list = sorted(known)
         self.kind = kind
         self.name = name
-        self.suggestions = closest_names(name, known_list) if len(name) <= _MAX_NAME_CHARS else []
+        self.suggestions = closest_names(name, known_list) if isinstance(name, str) and len(name) <= _MAX_NAME_CHARS \
+            else []
         if self.suggestions:
             hint = "did you mean " + ", ".join(repr(s) for s in self.suggestions) + "?"
         else:

@@ -28,7 +28,6 @@ process, data-parallel degree 1; ZeRO, tensor, pipeline, context and expert para
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ from os import PathLike
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from frenzy_core._files import load_json, read_text
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.training import (
     Attention,
@@ -47,7 +47,7 @@ from frenzy_core.config.training import (
     RecomputeMethod,
     TrainingConfig,
 )
-from frenzy_core.errors import ConfigError, OptionalDependencyError, closest_names
+from frenzy_core.errors import ConfigError, OptionalDependencyError, closest_names, short_repr
 
 if TYPE_CHECKING:
     import torch
@@ -102,10 +102,7 @@ def _read_config(source: Mapping[str, Any] | str | PathLike[str]) -> tuple[dict[
     if not path.is_file():
         raise ConfigError(f"no Hugging Face config at {path}", field="config", value=str(source),
                           hint="pass a config.json file, a folder holding one, or the parsed dict")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError, OSError) as exc:
-        raise ConfigError(f"{path}: invalid JSON (or unreadable file): {exc}", field="config", value=str(path)) from None
+    data = load_json(read_text(path, "Hugging Face config"), str(path))  # size, UTF-8, NaN, depth: ConfigError
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a JSON object, got {type(data).__name__}", field="config", value=str(path))
     return data, str(path)
@@ -130,9 +127,9 @@ def _hf_config(data: dict[str, Any], origin: str, transformers: Any) -> Any:
     kwargs = {k: v for k, v in data.items() if k not in ("model_type", "transformers_version")}
     try:
         return transformers.AutoConfig.for_model(family, **kwargs)
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise ConfigError(f"{origin}: Transformers rejects the {family} config: {exc}", field="config",
-                          value=family) from None
+    except Exception as exc:  # noqa: BLE001 - a config's own validators raise their own types (StrictDataclass...)
+        raise ConfigError(f"{origin}: Transformers rejects the {family} config: "
+                          f"{short_repr(' '.join(str(exc).split()), 300)}", field="config", value=family) from None
 
 
 def _model_class(data: dict[str, Any], config: Any, origin: str, transformers: Any) -> tuple[Any, bool]:

@@ -24,7 +24,15 @@ from dataclasses import dataclass
 from os import PathLike
 from typing import TYPE_CHECKING, Any
 
-from frenzy_core.errors import ConfigError, FrenzyError, MeasurementError, OptionalDependencyError
+from frenzy_core import _limits as limits
+from frenzy_core.config.training import TrainingConfig
+from frenzy_core.errors import (
+    FrenzyError,
+    MeasurementError,
+    OptionalDependencyError,
+    require_instance,
+    require_number,
+)
 from frenzy_core.memory.cuda_autocast import cuda_autocast_policy
 from frenzy_core.memory.cuda_kernels import cuda_dropout_and_attention
 from frenzy_core.memory.probe_loops import StepContext, TrainingLoop, TrainingStep, resolve_loop
@@ -44,7 +52,6 @@ if TYPE_CHECKING:
     import torch
 
     from frenzy_core.config.model import ModelConfig
-    from frenzy_core.config.training import TrainingConfig
 
 __all__ = ["CUDA_BLOCK_BYTES", "PeakTensors", "Phase", "PhasePeak", "ProbeResult", "StepContext", "TrainingLoop",
            "TrainingStep", "measure_training_step", "probe_memory"]
@@ -168,12 +175,14 @@ def _result(run: _Run, plan: _Plan, loop_name: str) -> ProbeResult:
     )
 
 
-def _check_counts(steps: int, microbatches: int, block_bytes: int) -> None:
-    if steps < 1 or microbatches < 1:
-        raise ConfigError(f"steps={steps} and microbatches={microbatches} must both be >= 1", field="steps",
-                          value=steps)
-    if block_bytes < 1:
-        raise ConfigError(f"block_bytes must be >= 1, got {block_bytes}", field="block_bytes", value=block_bytes)
+MAX_PROBE_STEPS = 1000
+"""Most optimizer steps one probe runs: the peak settles by the second step (the default), so more only costs time."""
+
+
+def _check_counts(steps: object, microbatches: object, block_bytes: object) -> None:
+    require_number("steps", steps, low=1, high=MAX_PROBE_STEPS, integer=True)
+    require_number("microbatches", microbatches, low=1, high=limits.GLOBAL_BATCH.high, integer=True)
+    require_number("block_bytes", block_bytes, low=1, high=limits.GPU_MEMORY_BYTES.high, integer=True)
 
 
 def measure_training_step(
@@ -252,6 +261,8 @@ def probe_memory(
     from frenzy_core.config.parallel import ParallelConfig
     from frenzy_core.memory.hf_models import hf_training_setup
 
+    require_instance("training", training, TrainingConfig)
+    _check_counts(steps, num_microbatches(training, ParallelConfig()), 1)
     if loop is None:
         loop = TrainingLoop.from_keep_outputs(bool(getattr(training, "keep_outputs", False)))
     setup = hf_training_setup(model, training, use_cache=use_cache)

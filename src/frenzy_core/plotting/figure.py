@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from os import PathLike
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from frenzy_core.errors import ConfigError, OptionalDependencyError
+from frenzy_core.errors import ConfigError, OptionalDependencyError, short_repr
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -29,6 +30,9 @@ def category_colour(index: int) -> str:
 
 def check_plot_path(path: str | Path, field: str = "path") -> Path:
     """``path`` as a Path when its suffix is a figure type; ConfigError naming ``field`` otherwise."""
+    if not isinstance(path, (str, PathLike)) or "\0" in str(path):
+        raise ConfigError(f"{field} must be a file path, got {type(path).__name__} {short_repr(path)}", field=field,
+                          hint="e.g. plan.png or plan.svg")
     out = Path(path)
     if out.suffix.lower() not in PLOT_SUFFIXES:
         raise ConfigError(f"{field} {str(out)!r} must end in " + ", ".join(PLOT_SUFFIXES[:-1]) + " or "
@@ -49,6 +53,10 @@ def save(fig: Figure, path: Path) -> None:
     """Write ``fig`` as the path's type; no timestamp in SVG or PDF, so the same figure gives the same file."""
     import matplotlib
 
-    with matplotlib.rc_context({"svg.hashsalt": "frenzy"}):  # SVG element ids from a fixed salt, not a random one
-        fig.savefig(path, dpi=120, bbox_inches="tight",
-                    metadata={"Date": None} if path.suffix.lower() != ".png" else None)
+    try:
+        with matplotlib.rc_context({"svg.hashsalt": "frenzy"}):  # SVG ids from a fixed salt, not a random one
+            fig.savefig(path, dpi=120, bbox_inches="tight",
+                        metadata={"Date": None} if path.suffix.lower() != ".png" else None)
+    except OSError as exc:  # a missing folder, a name too long, no permission
+        raise ConfigError(f"cannot write the figure {short_repr(str(path), 200)}: {exc.strerror or exc}",
+                          field="path", value=str(path), hint="write into a folder that exists") from None

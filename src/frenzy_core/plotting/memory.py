@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from frenzy_core.errors import ConfigError, require_instance
 from frenzy_core.hardware import get_gpu_spec
 from frenzy_core.memory.result import MEMORY_CATEGORIES, OVERHEAD_CATEGORIES, MemoryEstimate
-from frenzy_core.planning.request import DEFAULT_HEADROOM
+from frenzy_core.planning.request import DEFAULT_HEADROOM, PlanConstraints
 from frenzy_core.plotting.figure import GIB, category_colour, check_plot_path, new_figure, save
 
 if TYPE_CHECKING:
@@ -82,6 +83,10 @@ def memory_figure(estimate: MemoryEstimate, *, gpus: Sequence[str] = (), headroo
                   title: str | None = None) -> Figure:
     """The memory of every pipeline stage, stacked by category, with two lines for each GPU type in ``gpus``:
     its memory, and what ``headroom`` leaves of it; ``title`` heads the busiest stage's total."""
+    require_instance("estimate", estimate, MemoryEstimate, "pass the result of estimate_memory")
+    PlanConstraints(headroom=headroom)  # the one home of headroom's bounds: a ConfigError outside [0, 1)
+    if isinstance(gpus, str) or not isinstance(gpus, Sequence):
+        raise ConfigError(f"gpus must be a list of GPU type names, got {type(gpus).__name__}", field="gpus")
     limits = [GPULimit.of(g, headroom) for g in gpus]
     fig = new_figure("plot_memory", figsize=(max(6.0, 3.0 + 0.35 * len(estimate.stages)), 4.8))
     ax = fig.add_subplot()

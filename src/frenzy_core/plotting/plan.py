@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from frenzy_core.config.arrays import LayoutArrays
+from frenzy_core.errors import require_instance
 from frenzy_core.hardware import get_gpu_spec
 from frenzy_core.planning.plan import Plan
 from frenzy_core.plotting.figure import GIB, category_colour, check_plot_path, new_figure, save
@@ -63,6 +64,7 @@ def _title(plan: Plan) -> str:
 def plan_figure(plan: Plan) -> Figure:
     """The figure of ``plan``: memory per pipeline stage stacked by category against the GPU's memory and the
     headroom line; the runners-up as GiB/GPU against tokens/s; one step's pipeline schedule per stage."""
+    require_instance("plan", plan, Plan, "pass the result of plan_job")
     rows = min(plan.parallel.pp, 32)
     fig = new_figure("plot_plan", figsize=(14.0, 8.0 + 0.12 * rows))
     grid = fig.add_gridspec(2, 2, height_ratios=(1.0, 0.45 + 0.04 * rows), hspace=0.4, wspace=0.75)

@@ -16,7 +16,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from frenzy_core import _limits as limits
-from frenzy_core.errors import ConfigError, FrenzyError, require_instance, require_number, require_seed
+from frenzy_core._files import load_json
+from frenzy_core.errors import ConfigError, FrenzyError, require_instance, require_number, require_seed, short_repr
 from frenzy_core.hardware.cluster import Cluster
 from frenzy_core.scheduling.checkpoint import CheckpointModel
 from frenzy_core.scheduling.jobs import TrainingJob
@@ -174,6 +175,8 @@ class OnlineScheduler:
 
     def expected_end_s(self, job_id: str) -> float:
         """When a running job ends if it keeps its GPUs."""
+        if self._known(job_id) not in self.running:
+            raise ConfigError(f"job {job_id!r} is not running", field="job_id", value=job_id)
         return self.running[job_id].end
 
     def records(self) -> list[JobRecord]:
@@ -182,6 +185,8 @@ class OnlineScheduler:
 
     # -- event handling --------------------------------------------------------------------------------------------
     def _known(self, job_id: str) -> str:
+        if not isinstance(job_id, str):
+            raise ConfigError(f"a job id is a string, got {type(job_id).__name__}", field="job_id", value=job_id)
         if job_id not in self.jobs and not any(k == "submit" and j.id == job_id for k, j in self._pending):
             raise ConfigError(f"unknown job {job_id!r}", field="job_id", value=job_id)
         return job_id
@@ -357,13 +362,29 @@ class OnlineScheduler:
     def from_json(cls, text: str, *, throughput: ThroughputFn | PlannedThroughput | None = None
                   ) -> OnlineScheduler:
         """A scheduler in the state :meth:`to_json` saved; it makes the same decisions the saved one would."""
-        data = json.loads(text)
-        if data.get("version") != STATE_VERSION:
-            raise ConfigError(f"scheduler state version {data.get('version')!r} is not {STATE_VERSION}",
+        if not isinstance(text, (str, bytes)):
+            raise ConfigError(f"from_json takes the text to_json wrote, got {type(text).__name__}", field="text")
+        raw = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
+        data = load_json(raw, "scheduler state")
+        try:
+            return cls._restore(data, throughput)
+        except FrenzyError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:  # a state edited by hand
+            raise ConfigError(f"scheduler state: not what to_json writes ({type(exc).__name__}: "
+                              f"{short_repr(str(exc), 200)})", field="text",
+                              hint="restore a state saved by OnlineScheduler.to_json, unedited") from None
+
+    @classmethod
+    def _restore(cls, data: Any, throughput: ThroughputFn | PlannedThroughput | None) -> OnlineScheduler:
+        if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
+            version = data.get("version") if isinstance(data, dict) else None
+            raise ConfigError(f"scheduler state version {short_repr(version)} is not {STATE_VERSION}",
                               field="version")
         policy = POLICIES[data["policy"]](**data["policy_params"])
         out = cls(Cluster.from_dict(data["cluster"]), policy, seed=data["seed"], throughput=throughput,
                   checkpoint=CheckpointModel.model_validate(data["checkpoint"]), node_names=data["node_names"])
+        require_number("now_s", data["now_s"], low=0, high=limits.TIME_S.high)
         out.now_s = float(data["now_s"])
         for node, up in enumerate(data["up"]):
             if not up:

@@ -18,7 +18,7 @@ from frenzy_core._base import FrozenModel
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.parallel import ParallelConfig
 from frenzy_core.config.training import Recompute, TrainingConfig
-from frenzy_core.errors import ConfigError
+from frenzy_core.errors import ConfigError, require_instance, require_number, short_repr
 from frenzy_core.hardware.gpu import GPUSpec
 from frenzy_core.timing.estimator import estimate_iteration_time, resolve_gpu
 from frenzy_core.timing.flops import training_flops
@@ -33,6 +33,9 @@ DEFAULT_FIT: tuple[str, ...] = ("matmul_efficiency", "fp8_matmul_efficiency", "a
 
 DEFAULT_PRIOR_WEIGHT = 0.1
 """Weight of log(param / start) in the least squares: a 10% change costs as much as a 1% misfit on one run."""
+MAX_PRIOR_WEIGHT = 1e6
+"""Largest prior_weight taken: at 1e6 a 1e-6 change of a parameter already outweighs a 100% misfit, so nothing
+moves; beyond it the fit only loses float precision."""
 _MAX_ITERATIONS = 50
 _STEP = 1e-4  # finite-difference step in log-parameter space
 _TOLERANCE = 1e-9  # stop when a step lowers the squared residual by less than this share
@@ -111,8 +114,16 @@ def _measurements(sources: Sequence[Source] | str | Path, run: Mapping[str, Any]
     """Measurement objects, dicts of their fields, and files (run tables, training logs: timing/runs.py)."""
     if isinstance(sources, (str, Path)):
         sources = [sources]
+    if isinstance(sources, Mapping) or not isinstance(sources, Sequence):
+        raise ConfigError(f"measurements must be a list of Measurement, dicts of their fields or run files, got "
+                          f"{type(sources).__name__}", field="measurements")
+    if run is not None and not isinstance(run, Mapping):
+        raise ConfigError(f"run must map a run's layout fields to values, got {type(run).__name__}", field="run")
     out: list[Measurement] = []
-    for item in sources:
+    for i, item in enumerate(sources):
+        if not isinstance(item, (Measurement, Mapping, str, Path)):
+            raise ConfigError(f"measurements[{i}] must be a Measurement, a dict of its fields or a run file, got "
+                              f"{type(item).__name__}", field=f"measurements[{i}]")
         if isinstance(item, (str, Path)):
             from frenzy_core.timing.runs import load_measurements
 
@@ -132,8 +143,9 @@ def calibrate(measurements: Sequence[Source] | str | Path, params: TimeModelPara
     (default: the GPU's documented defaults) and returns the fitted parameters with the relative error of every
     measurement before and after. ``prior_weight`` pulls towards the start (0: plain least squares).
     """
-    if prior_weight < 0:
-        raise ConfigError(f"prior_weight must be >= 0, got {prior_weight}", field="prior_weight", value=prior_weight)
+    require_number("prior_weight", prior_weight, low=0, high=MAX_PRIOR_WEIGHT)
+    if params is not None:
+        require_instance("params", params, TimeModelParams)
     measurements = _measurements(measurements, run)
     if not measurements:
         raise ConfigError("calibrate needs at least one measurement", field="measurements", value=0)
@@ -141,6 +153,9 @@ def calibrate(measurements: Sequence[Source] | str | Path, params: TimeModelPara
     if len(ids) > 1:
         raise ConfigError(f"measurements span GPU types {ids}; calibrate one GPU type at a time",
                           field="measurements", value=ids)
+    if isinstance(fit, str) or not isinstance(fit, Sequence):
+        raise ConfigError(f"fit must be a list of parameter names, got {type(fit).__name__} {short_repr(fit)}",
+                          field="fit", hint=f"for one parameter: fit=[{short_repr(fit)}]")
     bad = [f for f in fit if f not in TimeModelParams.model_fields or not f.endswith("_efficiency")]
     if bad or not fit:
         effs = [f for f in TimeModelParams.model_fields if f.endswith("_efficiency")]

@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from os import PathLike
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
+from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from frenzy_core._files import load_json, load_yaml, read_text
-from frenzy_core.errors import ConfigError
+from frenzy_core.errors import ConfigError, short_repr
 from frenzy_core.timing.calibrate import CalibrationResult
 from frenzy_core.timing.params import TimeModelParams
 
@@ -28,6 +30,7 @@ __all__ = ["FORMAT", "read_calibration_file", "write_calibration_file"]
 
 FORMAT = "frenzy-time-model/1"
 """The ``format`` value of a calibration file."""
+_STRICT = ConfigDict(allow_inf_nan=False)
 
 
 def write_calibration_file(path: str | Path, results: Mapping[str, CalibrationResult]) -> None:
@@ -48,6 +51,9 @@ def write_calibration_file(path: str | Path, results: Mapping[str, CalibrationRe
 
 def read_calibration_file(path: str | Path) -> dict[str, dict[str, float]]:
     """GPU id -> fitted :class:`TimeModelParams` fields of a calibration file."""
+    if not isinstance(path, (str, PathLike)):
+        raise ConfigError(f"time_model must be the path of a time-model file, got {type(path).__name__}",
+                          field="time_model", hint="write one with: frenzy calibrate RUNS.csv --out FILE")
     path = Path(path)
     try:
         text = read_text(path, "time-model file")
@@ -67,5 +73,16 @@ def read_calibration_file(path: str | Path) -> dict[str, dict[str, float]]:
         if unknown:
             raise ConfigError(f"{path}: gpus.{gpu}.params has unknown parameters {unknown}", field="time_model",
                               value=str(path), hint="use TimeModelParams fields")
-        out[str(gpu)] = {str(k): float(v) for k, v in params.items()}
+        out[str(gpu)] = {str(k): _param(k, v, f"{path}: gpus.{gpu}.params") for k, v in params.items()}
     return out
+
+
+def _param(name: str, value: object, where: str) -> float:
+    """``value`` checked against TimeModelParams' bounds for field ``name`` (a number, finite, in range)."""
+    field = TimeModelParams.model_fields[name]
+    try:
+        return float(TypeAdapter(Annotated[float, field], config=_STRICT).validate_python(value))
+    except ValidationError as exc:
+        reason = exc.errors()[0]["msg"]
+        raise ConfigError(f"{where}.{name}={short_repr(value)}: {reason}", field="time_model",
+                          value=value, hint="write the file with: frenzy calibrate") from None

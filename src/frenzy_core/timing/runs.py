@@ -11,17 +11,17 @@ optional ``label``. Empty CSV cells mean "not given".
 
 from __future__ import annotations
 
-import csv
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from frenzy_core._files import load_json, read_text
+from frenzy_core._files import load_csv_rows, load_json, read_text
 from frenzy_core.config.layout import global_batch_size
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.parallel import ParallelConfig
 from frenzy_core.config.training import TrainingConfig
-from frenzy_core.errors import ConfigError
+from frenzy_core.errors import ConfigError, short_repr
 from frenzy_core.hardware.gpus import get_gpu_spec
 from frenzy_core.timing.calibrate import Measurement
 from frenzy_core.timing.logs import read_log_step_time
@@ -47,6 +47,17 @@ def _model(value: object, base: Path | None) -> ModelConfig:
             raise ConfigError(f"model file {str(path)!r} does not exist", field="model", value=value)
         return ModelConfig.from_hf_config(path)
     return ModelConfig.preset(value)
+
+
+def _number(value: object, name: str, where: str) -> float:
+    """A table cell (a string from CSV, a number from JSON) as a finite float; ConfigError naming the cell."""
+    try:
+        out = float(value) if isinstance(value, (str, int, float)) and not isinstance(value, bool) else math.nan
+    except ValueError:
+        out = math.nan
+    if not math.isfinite(out):
+        raise ConfigError(f"{where}: {name}={short_repr(value)} is not a finite number", field=name, value=value)
+    return out
 
 
 def run_measurement(row: Mapping[str, Any], base: Path | None = None, where: str = "run") -> Measurement:
@@ -79,12 +90,12 @@ def run_measurement(row: Mapping[str, Any], base: Path | None = None, where: str
         step_s = read_log_step_time(log, global_batch_size=gbs, seq_len=training.seq_len,
                                     world_size=parallel.world_size).step_s
     else:
-        value = float(row[measure])
+        value = _number(row[measure], measure, where)
         if not value > 0:
             raise ConfigError(f"{where}: {measure} must be positive, got {row[measure]!r}", field=measure)
         step_s = {"step_s": value, "tokens_per_s": tokens / value,
                   "tokens_per_s_per_gpu": tokens / (value * parallel.world_size)}[measure]
-    settings = {k: float(row[k]) for k in _OVERLAPS if k in row}
+    settings = {k: _number(row[k], k, where) for k in _OVERLAPS if k in row}
     return Measurement(model=model, training=training, parallel=parallel, gpu=gpu, iteration_s=step_s,
                        run_settings=settings, label=str(row.get("label", where)))
 
@@ -96,7 +107,7 @@ def _table_rows(path: Path) -> list[dict[str, Any]]:
         if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
             raise ConfigError(f"{path}: expected a JSON list of run objects", field="runs", value=str(path))
         return data
-    return [dict(r) for r in csv.DictReader(text.splitlines())]
+    return load_csv_rows(text, str(path))
 
 
 def load_measurements(sources: Sequence[str | Path], run: Mapping[str, Any] | None = None) -> list[Measurement]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from frenzy_core.errors import UnknownNameError
+from frenzy_core.errors import UnknownNameError, require_name
 from frenzy_core.scheduling.policies.fifo_requested import FifoRequested
 from frenzy_core.scheduling.policies.frenzy_core_policy import FrenzyCore
 from frenzy_core.scheduling.policies.gavel_like import GavelLike
@@ -28,6 +28,6 @@ def get_policy(policy: str | Policy) -> Policy:
     """A fresh policy by name, or ``policy`` itself when already an instance."""
     if isinstance(policy, Policy):
         return policy
-    if policy not in POLICIES:
+    if require_name("scheduling policy", policy) not in POLICIES:
         raise UnknownNameError("scheduling policy", policy, POLICIES)
     return POLICIES[policy]()

@@ -22,6 +22,8 @@ class Case(NamedTuple):
     run: Callable[[Path], object]
     match: str
     """A regular expression the ConfigError's message must match."""
+    needs: tuple[str, ...] = ()
+    """Optional modules the case needs (skipped without them)."""
 
 
 def alias_bomb(levels: int = 8) -> str:
@@ -197,7 +199,43 @@ CASES: tuple[Case, ...] = (
     Case("load_gpu_specs(overrides=[1])", lambda t: f.load_gpu_specs(overrides=[1]),  # type: ignore[arg-type]
          r"overrides must map GPU names"),
     Case("a GPU name of a megabyte", lambda t: f.get_gpu_spec("x" * 2**20), r"unknown GPU type 'xxx.*\.\.\."),
+    # ---- entry points added since the issue was filed, found by tests/test_fuzz.py
+    Case("calibrate: a run table's step_s 'abc'", lambda t: f.calibrate(_write(
+        t / "runs.csv", b"model,gpu,seq_len,global_batch_size,step_s\ngpt2,h100,1024,8,abc\n")),
+        r"step_s='abc' is not a finite number"),
+    Case("calibrate: a 140k-character run-table cell", lambda t: f.calibrate(_write(
+        t / "runs.csv", b"model,gpu,step_s\ngpt2,h100,\"" + b"x" * 140_000 + b"\"\n")), r"line 2: not CSV"),
+    Case("calibrate(3)", lambda t: f.calibrate(3), r"measurements must be a list"),  # type: ignore[arg-type]
+    Case("calibrate(prior_weight='x')", lambda t: f.calibrate([], prior_weight="x"),  # type: ignore[arg-type]
+         r"prior_weight must be a number"),
+    Case("a time-model file with NaN", lambda t: f.plan_job(GPT2, f.Cluster.preset("frenzy-paper"), time_model=_write(
+        t / "tm.yaml", b"format: frenzy-time-model/1\ngpus:\n  a100-40gb:\n    params: {matmul_efficiency: .nan}\n")),
+        r"matmul_efficiency=nan: Input should be a finite number"),
+    Case("plan_job(time_model=3)", lambda t: f.plan_job(GPT2, f.Cluster.preset("frenzy-paper"), time_model=3),  # type: ignore[arg-type]
+         r"time_model must be the path"),
+    Case("OnlineScheduler.from_json('[]')", lambda t: f.OnlineScheduler.from_json("[]"),
+         r"scheduler state version None"),
+    Case("OnlineScheduler.from_json of an edited state", lambda t: f.OnlineScheduler.from_json(
+        json.dumps({**json.loads(f.OnlineScheduler(f.Cluster.preset("frenzy-paper")).to_json()), "jobs": 3})),
+        r"not what to_json writes"),
+    Case("OnlineScheduler(policy=3)", lambda t: f.OnlineScheduler(f.Cluster.preset("frenzy-paper"), 3),  # type: ignore[arg-type]
+         r"scheduling policy name must be a string"),
+    Case("OnlineScheduler.advance(nan)", lambda t: f.OnlineScheduler(f.Cluster.preset("frenzy-paper")).advance(
+        float("nan")), r"now_s must be a number in"),
+    Case("probe_memory of JSON nested 100,000 deep", lambda t: f.probe_memory(
+        _config_file(t, "[" * 100_000), f.TrainingConfig(precision="fp32")), r"nested too deeply",
+         ("torch", "transformers")),
+    Case("plot_memory into a missing folder", lambda t: _plot(t / "missing" / "m.png"), r"cannot write the figure",
+         ("matplotlib",)),
+    Case("plot_memory(path=3)", lambda t: _plot(3), r"path must be a file path, got int"),
 )
+
+
+def _plot(path: object) -> object:
+    from frenzy_core.plotting import plot_memory
+
+    estimate = f.estimate_memory(GPT2, f.TrainingConfig(seq_len=512), f.ParallelConfig())
+    return plot_memory(estimate, path)  # type: ignore[arg-type]
 
 
 def _write(path: Path, data: bytes) -> Path:

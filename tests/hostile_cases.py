@@ -225,7 +225,7 @@ CASES: tuple[Case, ...] = (
     Case("probe_memory of JSON nested 100,000 deep", lambda t: f.probe_memory(
         _config_file(t, "[" * 100_000), f.TrainingConfig(precision="fp32")), r"nested too deeply",
          ("torch", "transformers")),
-    Case("plot_memory into a missing folder", lambda t: _plot(t / "missing" / "m.png"), r"cannot write the figure",
+    Case("plot_memory into a missing folder", lambda t: _plot(t / "missing" / "m.png"), r"missing. does not exist",
          ("matplotlib",)),
     Case("plot_memory(path=3)", lambda t: _plot(3), r"path must be a file path, got int"),
 )

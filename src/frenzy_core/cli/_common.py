@@ -237,9 +237,6 @@ def plot_target(path: Path | None, option: str = "--plot") -> Path | None:
     from frenzy_core.plotting import check_plot_path
 
     check_plot_path(path, option)
-    if not path.parent.is_dir():
-        raise ConfigError(f"{option} {str(path)!r}: the folder {str(path.parent)!r} does not exist", field=option,
-                          value=str(path), hint="create it first, or give a path in an existing folder")
     require_matplotlib(option)
     return path
 

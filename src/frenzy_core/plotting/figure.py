@@ -29,7 +29,8 @@ def category_colour(index: int) -> str:
 
 
 def check_plot_path(path: str | Path, field: str = "path") -> Path:
-    """``path`` as a Path when its suffix is a figure type; ConfigError naming ``field`` otherwise."""
+    """``path`` as a Path when its suffix is a figure type and its folder exists (checked before any drawing);
+    ConfigError naming ``field`` otherwise."""
     if not isinstance(path, (str, PathLike)) or "\0" in str(path):
         raise ConfigError(f"{field} must be a file path, got {type(path).__name__} {short_repr(path)}", field=field,
                           hint="e.g. plan.png or plan.svg")
@@ -37,6 +38,10 @@ def check_plot_path(path: str | Path, field: str = "path") -> Path:
     if out.suffix.lower() not in PLOT_SUFFIXES:
         raise ConfigError(f"{field} {str(out)!r} must end in " + ", ".join(PLOT_SUFFIXES[:-1]) + " or "
                           + PLOT_SUFFIXES[-1], field=field, value=str(out), hint="e.g. plan.png or plan.svg")
+    if not out.parent.is_dir():
+        raise ConfigError(f"{field} {short_repr(str(out), 200)}: the folder {short_repr(str(out.parent), 200)} does "
+                          "not exist", field=field, value=str(out), hint="create it first, or give a path in an "
+                          "existing folder")
     return out
 
 

@@ -20,13 +20,23 @@ def test_cluster_links_take_the_largest_node_and_the_slowest_links() -> None:
     assert MIXED.links("a100") == links  # aliases resolve
 
 
-def test_plan_time_is_what_the_time_model_says_on_the_cluster() -> None:
+def test_plan_time_is_the_time_model_on_the_links_of_its_placement() -> None:
+    """The cluster's link speeds, and as node size what the placement gives every node it touches: inside one
+    node every group is intra-node; across nodes the node with the fewest of the job's GPUs sets the pace."""
     model = ModelConfig.preset("llama-2-7b")
     training = TrainingConfig(seq_len=2048, global_batch_size=32, precision="fp16-mixed")
     for constraints in ({}, {"gpu_types": ["a100-80gb"], "num_gpus": 16}, {"gpu_types": ["v100-32gb"]}):
         plan = plan_job(model, MIXED, training, constraints=constraints, top_k=0)
-        again = estimate_iteration_time(model, plan.training, plan.parallel, plan.gpu_type, cluster=MIXED)
+        assert plan.links is not None
+        again = estimate_iteration_time(model, plan.training, plan.parallel, plan.gpu_spec, cluster=plan.links)
         assert again == plan.time
+        cluster = MIXED.links(plan.gpu_type)
+        assert plan.links[1:] == cluster[1:]
+        per_node = [len(gpus) for gpus in plan.placement.values()]
+        if len(per_node) == 1:
+            assert plan.links.gpus_per_node >= plan.num_gpus
+        else:
+            assert plan.links.gpus_per_node == min(per_node)
 
 
 def test_tensor_parallel_inside_the_largest_node_is_intra_node() -> None:

@@ -294,7 +294,8 @@ def test_simulate_bad_input(tmp_path: Path) -> None:
 SURFACE = {
     "plan": {"--cluster", "--seq-len", "--global-batch", "--micro-batch", "--precision", "--optimizer", "--framework",
              "--objective", "--tokens", "--max-gpus", "--num-gpus", "--gpu-types", "--max-price-per-hour",
-             "--headroom", "--tp", "--pp", "--time-limit", "--runners-up", "--emit", "--emit-option", "--emit-to", "--json"},
+             "--headroom", "--placement", "--tp", "--pp", "--time-limit", "--runners-up", "--emit", "--emit-option",
+             "--emit-to", "--json"},
     "memory": {"--seq-len", "--micro-batch", "--global-batch", "--precision", "--optimizer", "--optimizer-impl",
                "--zero", "--distributed-optimizer", "--recompute", "--attention", "--sp", "--framework", "--dp",
                "--tp", "--pp", "--vpp", "--cp", "--ep", "--schedule", "--headroom", "--json"},

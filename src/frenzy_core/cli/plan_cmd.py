@@ -27,6 +27,7 @@ from frenzy_core.planning.request import (
     DEFAULT_HEADROOM,
     SEARCHED_TRAINING_FIELDS,
     Objective,
+    PlacementMode,
     PlanConstraints,
 )
 
@@ -79,22 +80,26 @@ def plan(
         typer.Option(
             min=1,
             help=(
-                "Samples per optimizer step, all ranks (default: micro-batch x dp, no gradient accumulation)."
+                "Samples per optimizer step, all ranks (default: the model's published pre-training batch, else "
+                "2^20 tokens, in whole sequences; moved by at most 5% to split evenly over dp)."
             ),
         ),
     ] = None,
     micro_batch: Annotated[
         int | None, typer.Option(min=1, help="Pin the micro-batch size (default: search 1, 2, 4, 8).")
     ] = None,
-    precision: Annotated[Precision, typer.Option(help="Dtype recipe.")] = Precision.BF16_MIXED,
+    precision: Annotated[
+        Precision | None,
+        typer.Option(help="Dtype recipe (default bf16-mixed; fp16-mixed on GPUs without bf16, such as the V100)."),
+    ] = None,
     optimizer: Annotated[Optimizer, typer.Option(help="Optimizer.")] = Optimizer.ADAMW,
     framework: Annotated[
-        Framework,
+        Framework | None,
         typer.Option(
-            help="Training runtime (searches ZeRO for torch; "
+            help="Training runtime (default torch, megatron with --emit megatron; searches ZeRO for torch, "
             "distributed optimizer and sequence parallelism for megatron)."
         ),
-    ] = Framework.TORCH,
+    ] = None,
     objective: Annotated[
         Objective, typer.Option(help=("What to optimise; cost and time_to_train need --tokens."))
     ] = Objective.THROUGHPUT,
@@ -112,6 +117,11 @@ def plan(
     headroom: Annotated[
         float, typer.Option(min=0.0, max=0.99, help="Fraction of each GPU's memory kept free.")
     ] = DEFAULT_HEADROOM,
+    placement: Annotated[
+        PlacementMode,
+        typer.Option(help="any, even (same GPU count per node) or whole_nodes; --emit raises it to what the launcher "
+                     "needs."),
+    ] = PlacementMode.ANY,
     tp: Annotated[int | None, typer.Option(min=1, help="Pin the tensor-parallel degree.")] = None,
     pp: Annotated[int | None, typer.Option(min=1, help="Pin the pipeline-parallel degree.")] = None,
     time_limit: Annotated[float, typer.Option(help="Solver time limit in seconds.")] = 10.0,
@@ -120,9 +130,8 @@ def plan(
         str | None,
         typer.Option(
             help=(
-                "After the plan, print a launch config for it: torchrun, megatron, deepspeed, accelerate, "
-                "slurm, "
-                "kubernetes, ray or skypilot (with --json: in the JSON, under 'launch')."
+                "Plan within what this launcher can start, then print its launch config: torchrun, megatron, "
+                "deepspeed, accelerate, slurm, kubernetes, ray or skypilot (with --json: under 'launch')."
             )
         ),
     ] = None,
@@ -187,12 +196,12 @@ def plan(
     if emit is not None:
         emit_options = launcher_options(emit, emit_options)
     where = load_cluster_arg(cluster)
+    recipe: dict[str, Any] = {"precision": precision, "framework": framework}
     training = TrainingConfig(
         seq_len=seq_len,
         global_batch_size=global_batch,
-        precision=precision,
         optimizer=optimizer,
-        framework=framework,
+        **{k: v for k, v in recipe.items() if v is not None},  # left out: the planner's defaults and fallbacks
     )
     constraints = PlanConstraints(
         headroom=headroom,
@@ -204,6 +213,7 @@ def plan(
         tp=tp,
         pp=pp,
         micro_batch_sizes=None if micro_batch is None else [micro_batch],
+        placement=placement,
     )
     if not json_out:
         console.print(
@@ -220,6 +230,7 @@ def plan(
             constraints=constraints,
             time_limit_s=time_limit,
             top_k=runners_up,
+            launcher=emit,
         )
     except InfeasiblePlanError as exc:
         raise InfeasiblePlanError(
@@ -248,6 +259,7 @@ def plan(
                 "objective": objective.value,
             },
             "plan": result.model_dump(mode="json"),
+            "global_batch": {"samples": result.training.global_batch_size, "default": result.default_batch is not None},
             "explanation": result.explain(),
         }
         if launch is not None:

@@ -21,7 +21,7 @@ from frenzy_core.config.training import Framework, Precision, Recompute, Trainin
 from frenzy_core.errors import ConfigError
 from frenzy_core.hardware.gpu import GPUSpec, Links
 from frenzy_core.planning.estimators import LayoutEstimator
-from frenzy_core.planning.nodes import NodePool
+from frenzy_core.planning.nodes import Locality, NodePool
 from frenzy_core.planning.request import DEFAULT_MICRO_BATCH_SIZES, Objective, PlacementMode, PlanConstraints
 from frenzy_core.planning.shapes import placement_shapes, shape_links
 
@@ -267,19 +267,6 @@ def _objective_keys(objective: Objective, world: np.ndarray, tokens_per_s: np.nd
     return np.stack([cents, -tok, world]), per_token_usd * float(token_budget or 1)
 
 
-def _timed(estimator: LayoutEstimator, model: ModelConfig, training: TrainingConfig, layouts: LayoutArrays,
-           spec: GPUSpec, links: list[Links]) -> np.ndarray:
-    """Seconds per step of each layout with its own links (one vectorised call per distinct links)."""
-    out = np.empty(len(layouts), dtype=np.float64)
-    distinct = list(dict.fromkeys(links))
-    index = {key: k for k, key in enumerate(distinct)}
-    which = np.array([index[key] for key in links], dtype=np.int64)
-    for k, key in enumerate(distinct):
-        rows = np.flatnonzero(which == k)
-        out[rows] = estimator.iteration_s(model, training, layouts.take(rows), spec, key)
-    return out
-
-
 def _shapes(pool: NodePool, name: str, tp: np.ndarray, world: np.ndarray, mode: PlacementMode
             ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`placement_shapes` of each (tp, world), computed once per distinct pair."""
@@ -293,11 +280,16 @@ def _shapes(pool: NodePool, name: str, tp: np.ndarray, world: np.ndarray, mode: 
     return level, per_node
 
 
-def _type_links(pool: NodePool, name: str, base: Links, level: np.ndarray, per_node: np.ndarray) -> list[Links]:
-    """Each candidate's links: those of its placement shape (the type's own where it cannot be placed)."""
-    keys = list(zip(level.tolist(), per_node.tolist()))
-    shape_of = {key: shape_links(pool, name, base, *key) if key[0] >= 0 else base for key in set(keys)}
-    return [shape_of[key] for key in keys]
+def _row_links(pool: NodePool, name: str, base: Links, level: np.ndarray, per_node: np.ndarray) -> Links:
+    """Each candidate's links, as one :class:`Links` of per-candidate arrays (the batch time model broadcasts
+    them with the layouts): those of its placement shape. A candidate that cannot be placed is timed as if
+    inside one domain (its time only orders the diagnosis of why it cannot be placed)."""
+    level = np.where(level < 0, int(Locality.DOMAIN), level)
+    span = int(per_node.max(initial=0)) + 1
+    keys, which = np.unique(level * span + per_node, return_inverse=True)
+    each = np.array([shape_links(pool, name, base, int(k // span), int(k % span)) for k in keys],
+                    dtype=np.float64).reshape(-1, 3)[np.asarray(which).ravel()]
+    return Links(each[:, 0].astype(np.int64), each[:, 1], each[:, 2])  # type: ignore[arg-type]
 
 
 def build_candidates(model: ModelConfig, training: TrainingConfig, pool: NodePool, specs: dict[str, GPUSpec],
@@ -381,8 +373,8 @@ def _type_candidates(model: ModelConfig, training: TrainingConfig, pool: NodePoo
     level, per_node = _shapes(pool, name, layouts.tp[idx], world[idx], c.placement)
     unsupported = None
     try:
-        iteration = _timed(estimator, model, training, layouts.take(idx), spec,
-                           _type_links(pool, name, links or spec.links, level, per_node))
+        iteration = estimator.iteration_s(model, training, layouts.take(idx), spec,
+                                          _row_links(pool, name, links or spec.links, level, per_node))
     except ConfigError as exc:  # e.g. the recipe's dtype has no peak on this GPU
         iteration, unsupported = np.full(idx.size, np.inf), f"cannot run this recipe: {exc}"
     pph = world[idx] * (price if price is not None else np.nan)

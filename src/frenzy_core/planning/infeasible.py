@@ -36,7 +36,7 @@ def _best_row(search: Search) -> tuple[CandidateTable, int] | None:
 
 def _free_gpu_suggestions(search: Search) -> list[str]:
     """More free GPUs: every GPU of the cluster free, then the cheapest way to place each fitting option."""
-    all_free = search.pool.with_nodes(tuple(replace(n, free_indices=tuple(range(n.gpus_per_node)))
+    all_free = search.pool.with_nodes(tuple(n._replace(free_indices=tuple(range(n.gpus_per_node)))
                                             for n in search.pool.nodes))
     table = replace(search, pool=all_free).table()
     best: dict[str, tuple[int, int, int]] = {}  # type -> (extra GPUs, tp, world)
@@ -70,7 +70,7 @@ def _larger_cluster_suggestions(search: Search) -> list[str]:
         factor = 2
         while factor <= MAX_CLUSTER_GROWTH:
             grown = search.pool.with_nodes(tuple(
-                replace(n, name=f"{n.name}+{k}", free_indices=tuple(range(n.gpus_per_node)))
+                n._replace(name=f"{n.name}+{k}", free_indices=tuple(range(n.gpus_per_node)))
                 for k in range(factor) for n in nodes))
             table = replace(search, pool=grown).table()
             rows, ok = placement_options(table, grown)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Hashable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -28,9 +29,9 @@ class Locality(enum.IntEnum):
     """Anywhere: groups may cross zones (the cluster's inter-zone link)."""
 
 
-@dataclass(frozen=True)
-class FreeNode:
-    """One node: its name, GPU type, size, which of its GPUs are free, and where it sits."""
+class FreeNode(NamedTuple):
+    """One node: its name, GPU type, size, which of its GPUs are free, and where it sits (a named tuple: pools
+    of thousands of nodes are built per request)."""
 
     name: str
     gpu_type: str
@@ -108,6 +109,9 @@ class NodePool:
             raise ConfigError(f"node names must be unique, repeated: {dup[:5]}", field="cluster.nodes")
         object.__setattr__(self, "_classes", {})
         object.__setattr__(self, "_levels", {})
+        object.__setattr__(self, "_by_type", {})
+        object.__setattr__(self, "_labels", {})
+        object.__setattr__(self, "_stats", {})
 
     @classmethod
     def from_cluster(cls, cluster: Cluster) -> NodePool:
@@ -118,11 +122,10 @@ class NodePool:
         """
         nodes: list[FreeNode] = []
         for shape in cluster.nodes:
-            free = shape.gpus_per_node if shape.free_gpus is None else shape.free_gpus
-            for _ in range(shape.count):
-                nodes.append(FreeNode(name=f"node:{len(nodes)}", gpu_type=shape.gpu,
-                                      gpus_per_node=shape.gpus_per_node, free_indices=tuple(range(free)),
-                                      nvlink_domain=shape.nvlink_domain, rack=shape.rack, zone=shape.zone))
+            free = tuple(range(shape.gpus_per_node if shape.free_gpus is None else shape.free_gpus))
+            first = len(nodes)
+            nodes.extend(FreeNode(f"node:{i}", shape.gpu, shape.gpus_per_node, free, shape.nvlink_domain, shape.rack,
+                                  shape.zone) for i in range(first, first + shape.count))
         return cls(nodes=tuple(nodes), inter_rack_bytes_per_s=cluster.inter_rack_bytes_per_s,
                    inter_zone_bytes_per_s=cluster.inter_zone_bytes_per_s)
 
@@ -134,32 +137,62 @@ class NodePool:
     @property
     def gpu_types(self) -> list[str]:
         """GPU type ids present in the cluster (free or not), sorted."""
-        return sorted({n.gpu_type for n in self.nodes})
+        self._totals("")
+        return sorted(self._stats)  # type: ignore[attr-defined]
+
+    def _totals(self, gpu_type: str) -> tuple[int, int, int, int]:
+        """(GPUs, free GPUs, most free on a node, largest node) of ``gpu_type``, computed once per pool."""
+        cache: dict[str, tuple[int, int, int, int]] = self._stats  # type: ignore[attr-defined]
+        if not cache:
+            for n in self.nodes:
+                total, free, most, largest = cache.get(n.gpu_type, (0, 0, 0, 0))
+                cache[n.gpu_type] = (total + n.gpus_per_node, free + n.free, max(most, n.free),
+                                     max(largest, n.gpus_per_node))
+        return cache.get(gpu_type, (0, 0, 0, 0))
 
     def total_gpus(self, gpu_type: str) -> int:
         """GPUs of ``gpu_type``, busy or free."""
-        return sum(n.gpus_per_node for n in self.nodes if n.gpu_type == gpu_type)
+        return self._totals(gpu_type)[0]
 
     def free_gpus(self, gpu_type: str) -> int:
         """Free GPUs of ``gpu_type``."""
-        return sum(n.free for n in self.nodes if n.gpu_type == gpu_type)
+        return self._totals(gpu_type)[1]
 
     def max_free_in_node(self, gpu_type: str) -> int:
         """The largest number of free GPUs of ``gpu_type`` on one node."""
-        return max((n.free for n in self.nodes if n.gpu_type == gpu_type), default=0)
+        return self._totals(gpu_type)[2]
 
     def max_node_size(self, gpu_type: str) -> int:
         """The largest node of ``gpu_type`` (GPUs per node)."""
-        return max((n.gpus_per_node for n in self.nodes if n.gpu_type == gpu_type), default=0)
+        return self._totals(gpu_type)[3]
+
+    def _free_nodes(self, gpu_type: str) -> list[int]:
+        """Positions of the nodes of ``gpu_type`` with free GPUs (cached)."""
+        cache: dict[str, list[int]] = self._by_type  # type: ignore[attr-defined]
+        if not cache:
+            for i, n in enumerate(self.nodes):
+                if n.free > 0:
+                    cache.setdefault(n.gpu_type, []).append(i)
+        return cache.get(gpu_type, [])
+
+    def _labelled(self, gpu_type: str, level: Locality) -> bool:
+        """Whether any free node of ``gpu_type`` carries a label that ``level`` groups by (cached)."""
+        cache: dict[tuple[str, Locality], bool] = self._labels  # type: ignore[attr-defined]
+        if (gpu_type, level) not in cache:
+            fields = {Locality.DOMAIN: ("nvlink_domain",), Locality.RACK: ("rack", "zone"),  # racks sit in zones
+                      Locality.ZONE: ("zone",)}.get(level, ())
+            cache[gpu_type, level] = any(getattr(self.nodes[i], f) is not None for i in self._free_nodes(gpu_type)
+                                         for f in fields)
+        return cache[gpu_type, level]
 
     def levels(self, gpu_type: str) -> tuple[Locality, ...]:
         """The locality levels that group the free nodes of ``gpu_type`` differently, tightest first (a rack
         level is left out when racks coincide with zones or are not labelled; CLUSTER is always last)."""
         cache: dict[str, tuple[Locality, ...]] = self._levels  # type: ignore[attr-defined]
         if gpu_type not in cache:
-            nodes = [n for n in self.nodes if n.gpu_type == gpu_type and n.free > 0]
-            counts: dict[Locality, int] = {lv: len({n.group(lv) for n in nodes})
-                                           for lv in (Locality.RACK, Locality.ZONE)}
+            nodes = [self.nodes[i] for i in self._free_nodes(gpu_type)]
+            counts: dict[Locality, int] = {lv: len({n.group(lv) for n in nodes}) if self._labelled(gpu_type, lv)
+                                           else 1 for lv in (Locality.RACK, Locality.ZONE)}
             counts[Locality.CLUSTER] = 1
             kept = [Locality.DOMAIN] + [lv for lv in (Locality.RACK, Locality.ZONE)
                                         if counts[lv] > counts[Locality(lv + 1)]]
@@ -178,24 +211,31 @@ class NodePool:
         order of first appearance, larger free counts first within a group."""
         cache: dict[tuple[str, Locality], NodeClasses] = self._classes  # type: ignore[attr-defined]
         key = (gpu_type, level)
-        if key not in cache:
-            group_ids: dict[Hashable, int] = {}
-            groups: dict[tuple[int, int, int], list[int]] = {}
-            for i, n in enumerate(self.nodes):
-                if n.gpu_type == gpu_type and n.free > 0:
-                    label = n.group(level)
-                    standalone = level is Locality.DOMAIN and label is None
-                    g = -1 if standalone else group_ids.setdefault(label, len(group_ids))
-                    groups.setdefault((g, n.free, n.gpus_per_node), []).append(i)
-            keys = sorted(groups, key=lambda k: (k[0] < 0, k[0], -k[1], k[2]))
-            members = tuple(tuple(groups[k]) for k in keys)
-            cache[key] = NodeClasses(
-                free=np.array([k[1] for k in keys], dtype=np.int64),
-                size=np.array([k[2] for k in keys], dtype=np.int64),
-                count=np.array([len(m) for m in members], dtype=np.int64),
-                members=members,
-                group=np.array([k[0] for k in keys], dtype=np.int64),
-            )
+        if key in cache:
+            return cache[key]
+        if level is not Locality.CLUSTER and not self._labelled(gpu_type, level):
+            # no labels: one group (every node standalone at DOMAIN), the classes of the whole cluster
+            whole = self.classes(gpu_type)
+            group = np.full_like(whole.group, -1 if level is Locality.DOMAIN else 0)
+            cache[key] = NodeClasses(free=whole.free, size=whole.size, count=whole.count, members=whole.members,
+                                     group=group)
+            return cache[key]
+        group_ids: dict[Hashable, int] = {}
+        groups: dict[tuple[int, int, int], list[int]] = {}
+        for i in self._free_nodes(gpu_type):
+            n = self.nodes[i]
+            label = n.group(level)
+            g = -1 if level is Locality.DOMAIN and label is None else group_ids.setdefault(label, len(group_ids))
+            groups.setdefault((g, n.free, n.gpus_per_node), []).append(i)
+        keys = sorted(groups, key=lambda k: (k[0] < 0, k[0], -k[1], k[2]))
+        members = tuple(tuple(groups[k]) for k in keys)
+        cache[key] = NodeClasses(
+            free=np.array([k[1] for k in keys], dtype=np.int64),
+            size=np.array([k[2] for k in keys], dtype=np.int64),
+            count=np.array([len(m) for m in members], dtype=np.int64),
+            members=members,
+            group=np.array([k[0] for k in keys], dtype=np.int64),
+        )
         return cache[key]
 
     def assign(self, gpu_type: str, tp: int, nodes_used: list[int], blocks: list[int],

@@ -30,8 +30,8 @@ WHOLE_DOMAIN_GPUS = 1 << 30
 
 
 def _per_group(classes: NodeClasses, tp: int) -> list[tuple[IntArray, IntArray]]:
-    """Per locality group (standalone nodes one by one): node capacities in GPUs of whole tp groups, largest
-    first, and the sizes of its fully free nodes."""
+    """Per locality group: node capacities in GPUs of whole tp groups, largest first, and the sizes of its
+    fully free nodes (standalone nodes are left to :func:`_best_alone`)."""
     caps = classes.free // tp * tp
     out: list[tuple[IntArray, IntArray]] = []
     for g in range(classes.num_groups):
@@ -39,12 +39,20 @@ def _per_group(classes: NodeClasses, tp: int) -> list[tuple[IntArray, IntArray]]
         cap = np.repeat(caps[members], classes.count[members])
         full = classes.free[members] == classes.size[members]
         out.append((-np.sort(-cap), np.repeat(classes.size[members][full], classes.count[members][full])))
-    alone = classes.group < 0
-    if alone.any():  # each standalone node is its own group: the roomiest of each (capacity, size) stands for all
-        for j in np.flatnonzero(alone):
-            full = np.array([classes.size[j]] if classes.free[j] == classes.size[j] else [], dtype=np.int64)
-            out.append((np.array([caps[j]], dtype=np.int64), full))
     return out
+
+
+def _best_alone(classes: NodeClasses, tp: int, worlds: IntArray, mode: PlacementMode) -> IntArray:
+    """Per world: what one standalone node (its own fast-link domain) can hold it with: tp for ``any`` (every
+    group inside the node), the whole world for ``even``, its size for ``whole_nodes``; 0 where none can."""
+    alone = classes.group < 0
+    if not alone.any():
+        return np.zeros(worlds.shape, dtype=np.int64)
+    if mode is PlacementMode.WHOLE_NODES:
+        full = classes.size[alone & (classes.free == classes.size) & (classes.size % tp == 0)]
+        return np.where(np.isin(worlds, full), worlds, 0)
+    fits = worlds <= int((classes.free[alone] // tp * tp).max())
+    return np.where(fits, tp if mode is PlacementMode.ANY else worlds, 0)
 
 
 def _best_any(caps: IntArray, tp: int, worlds: IntArray, floor: bool) -> IntArray:
@@ -52,10 +60,11 @@ def _best_any(caps: IntArray, tp: int, worlds: IntArray, floor: bool) -> IntArra
     0 where none. ``floor=False``: only whether the capacities reach it (g = tp where they do)."""
     best = np.zeros(worlds.shape, dtype=np.int64)
     top = int(caps[0]) if caps.size else 0
+    total = np.cumsum(caps)  # caps are sorted largest first: those >= g are a prefix
     for g in range(tp, (top if floor else tp) + 1, tp):
-        total = np.cumsum(caps[caps >= g])
-        n = np.searchsorted(total, worlds)  # nodes - 1 of the fewest (roomiest first) that reach the world
-        best = np.where((n < total.size) & ((n + 1) * g <= worlds), g, best)
+        k = int(np.searchsorted(-caps, -g, side="right"))
+        n = np.searchsorted(total[:k], worlds)  # nodes - 1 of the fewest (roomiest first) that reach the world
+        best = np.where((n < k) & ((n + 1) * g <= worlds), g, best)
     return best
 
 
@@ -84,8 +93,9 @@ def placement_shapes(pool: NodePool, gpu_type: str, tp: int, worlds: IntArray, m
         if todo.size == 0:
             break
         w = worlds[todo]
-        best = np.zeros(w.shape, dtype=np.int64)
-        for caps, full in _per_group(pool.classes(gpu_type, lv), tp):
+        classes = pool.classes(gpu_type, lv)
+        best = _best_alone(classes, tp, w, mode)
+        for caps, full in _per_group(classes, tp):
             if mode is PlacementMode.ANY:
                 found = _best_any(caps, tp, w, floor=lv is not Locality.DOMAIN)
             else:

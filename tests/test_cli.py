@@ -230,7 +230,7 @@ def test_plan_bad_input(cluster_file: Path, tmp_path: Path) -> None:
     bad.write_text("nodes: [{gpu: a100-80gb, gpus_per_node: -1}]\n", encoding="utf-8")
     assert_user_error(invoke("plan", "qwen2.5-0.5b", "--cluster", str(bad)), 2, "bad.yaml", "gpus_per_node")
     assert_user_error(invoke("plan", "qwen2.5-0.5b", "--cluster", "nowhere"), 2, "unknown cluster preset")
-    assert_user_error(invoke("plan", "qwen2.5-0.5b", "--objective", "cost"), 2, "--tokens")
+    assert_user_error(invoke("plan", "qwen2.5-0.5b", "--objective", "time_to_train"), 2, "--tokens")
     assert_user_error(invoke("plan", "qwen2.5-0.5b", "--objective", "cost", "--tokens", "lots"), 2, "--tokens")
     assert_user_error(invoke("plan", "qwen2.5-0.5b", "-o", "script=x.py"), 2, "--emit")
     assert_user_error(invoke("plan", "qwen2.5-0.5b", "--max-price-per-hour", "0"), 2, "--max-price-per-hour")

@@ -246,3 +246,86 @@ def test_a_gpu_without_bf16_runs_the_default_recipe_in_fp16_and_says_so() -> Non
     assert "fp16-mixed" in plan.explain()
     with pytest.raises(InfeasiblePlanError, match="bf16"):
         plan_job(_small(), _paper(), TrainingConfig(precision="bf16-mixed"), constraints={"gpu_types": ["v100"]})
+
+
+# ---------------------------------------------------------------------------------------------- topology
+
+def _trays(domain: bool) -> Cluster:
+    """Four 4-GPU B200 trays, in one multi-node NVLink domain or not (a GB200 NVL72 rack in miniature)."""
+    label = {"nvlink_domain": "nvl-0"} if domain else {}
+    return Cluster.from_dict({"nodes": [{"gpu": "b200", "gpus_per_node": 4, "count": 4, **label}]})
+
+
+def test_a_multi_node_nvlink_domain_is_one_fast_link_unit() -> None:
+    model = _small(num_layers=16, hidden_size=4096, num_attention_heads=32)
+    training = TrainingConfig(seq_len=2048, global_batch_size=64)
+    cons = {"num_gpus": 16, "tp": 1, "pp": 1}
+    inside = plan_job(model, _trays(True), training, constraints=cons, top_k=0)
+    apart = plan_job(model, _trays(False), training, constraints=cons, top_k=0)
+    assert inside.links is not None and apart.links is not None
+    assert inside.links.gpus_per_node >= 16 and apart.links.gpus_per_node == 4
+    assert inside.time.breakdown["data_parallel"] < apart.time.breakdown["data_parallel"]
+    assert _trays(True).links("b200").gpus_per_node == 16
+    _fits_its_own_spec(inside, model)
+
+
+def _racks(inter_rack: float | None, zones: bool = False) -> Cluster:
+    """Two racks of two 8-GPU H100 nodes (in two zones when ``zones``)."""
+    nodes = [{"gpu": "h100-sxm", "gpus_per_node": 8, "count": 2, "rack": rack, "zone": rack if zones else "z"}
+             for rack in ("r1", "r2")]
+    data: dict[str, object] = {"nodes": nodes}
+    if inter_rack is not None:
+        data["inter_rack_bytes_per_s"] = inter_rack
+    return Cluster.from_dict(data)
+
+
+def test_groups_stay_in_a_rack_when_one_holds_them_and_pay_the_slower_link_when_not() -> None:
+    model = _small(num_layers=16, hidden_size=4096, num_attention_heads=32)
+    training = TrainingConfig(seq_len=2048, global_batch_size=64)
+    slow = _racks(inter_rack=2e9)
+    in_rack = plan_job(model, slow, training, constraints={"num_gpus": 16, "tp": 1}, top_k=0)
+    racks = {slow.nodes[int(name.split(":")[1]) // 2].rack for name in in_rack.placement}
+    assert len(racks) == 1 and in_rack.links is not None
+    assert in_rack.links.inter_node_bytes_per_s == slow.links("h100-sxm").inter_node_bytes_per_s
+    across = plan_job(model, slow, training, constraints={"num_gpus": 32, "tp": 1}, top_k=0)
+    assert across.links is not None and across.links.inter_node_bytes_per_s == 2e9
+    assert any("racks" in note for note in across.notes)
+    fabric = plan_job(model, _racks(inter_rack=None), training, constraints={"num_gpus": 32, "tp": 1}, top_k=0)
+    assert across.time.iteration_s > fabric.time.iteration_s
+    _fits_its_own_spec(across, model)
+
+
+def test_crossing_zones_pays_the_inter_zone_link() -> None:
+    model = _small()
+    cluster = _racks(inter_rack=None, zones=True).replace(inter_zone_bytes_per_s=1e9)
+    plan = plan_job(model, cluster, TrainingConfig(seq_len=2048, global_batch_size=64),
+                    constraints={"num_gpus": 32, "tp": 1}, top_k=0)
+    assert plan.links is not None and plan.links.inter_node_bytes_per_s == 1e9
+    assert any("zones" in note for note in plan.notes)
+
+
+# ---------------------------------------------------------------------------------------------- placement modes
+
+@settings(max_examples=12, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.sampled_from([4, 8]), st.integers(0, 8), st.integers(1, 3)), min_size=1, max_size=4),
+       st.sampled_from(["even", "whole_nodes"]))
+def test_even_and_whole_node_placements(shapes: list[tuple[int, int, int]], mode: str) -> None:
+    nodes = [{"gpu": "a100-80gb", "gpus_per_node": n, "free_gpus": min(f, n), "count": c} for n, f, c in shapes]
+    cluster = Cluster.from_dict({"nodes": nodes})
+    try:
+        plan = plan_job(_small(), cluster, TrainingConfig(seq_len=2048, global_batch_size=48),
+                        constraints={"placement": mode, "micro_batch_sizes": [1, 2]}, top_k=0)
+    except InfeasiblePlanError as exc:
+        assert exc.reasons
+        return
+    counts = {len(gpus) for gpus in plan.placement.values()}
+    assert len(counts) == 1
+    if mode == "whole_nodes":
+        sizes = {}
+        index = 0
+        for shape in cluster.nodes:
+            for _ in range(shape.count):
+                sizes[f"node:{index}"] = (shape.gpus_per_node, shape.free_gpus)
+                index += 1
+        assert all(len(gpus) == sizes[name][0] == sizes[name][1] for name, gpus in plan.placement.items())
+    _fits_its_own_spec(plan, _small())

@@ -33,7 +33,7 @@ from frenzy_core.planning.request import (
 
 __all__ = ["plan"]
 
-_NEEDS_TOKENS = (Objective.COST, Objective.TIME_TO_TRAIN)
+_NEEDS_TOKENS = (Objective.TIME_TO_TRAIN,)
 
 _OPTION_OF_FIELD = {
     "max_price_per_hour_usd": "--max-price-per-hour",
@@ -101,7 +101,7 @@ def plan(
         ),
     ] = None,
     objective: Annotated[
-        Objective, typer.Option(help=("What to optimise; cost and time_to_train need --tokens."))
+        Objective, typer.Option(help=("What to optimise; time_to_train needs --tokens (cost without it is per token)."))
     ] = Objective.THROUGHPUT,
     tokens: Annotated[
         str | None, typer.Option(help="Tokens to train, e.g. 1e9, 300M, 2T (cost and time_to_train).")

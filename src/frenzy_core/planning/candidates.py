@@ -280,16 +280,18 @@ def _shapes(pool: NodePool, name: str, tp: np.ndarray, world: np.ndarray, mode: 
     return level, per_node
 
 
-def _row_links(pool: NodePool, name: str, base: Links, level: np.ndarray, per_node: np.ndarray) -> Links:
+def _row_links(pool: NodePool, name: str, base: Links, level: np.ndarray, per_node: np.ndarray,
+               world: np.ndarray) -> Links:
     """Each candidate's links, as one :class:`Links` of per-candidate arrays (the batch time model broadcasts
     them with the layouts): those of its placement shape. A candidate that cannot be placed is timed as if
     inside one domain (its time only orders the diagnosis of why it cannot be placed)."""
     level = np.where(level < 0, int(Locality.DOMAIN), level)
     span = int(per_node.max(initial=0)) + 1
     keys, which = np.unique(level * span + per_node, return_inverse=True)
-    each = np.array([shape_links(pool, name, base, int(k // span), int(k % span)) for k in keys],
+    each = np.array([shape_links(pool, name, base, int(k // span), int(k % span), 0) for k in keys],
                     dtype=np.float64).reshape(-1, 3)[np.asarray(which).ravel()]
-    return Links(each[:, 0].astype(np.int64), each[:, 1], each[:, 2])  # type: ignore[arg-type]
+    gpn = np.where(level == Locality.DOMAIN, world, each[:, 0].astype(np.int64))
+    return Links(gpn, each[:, 1], each[:, 2])  # type: ignore[arg-type]
 
 
 def build_candidates(model: ModelConfig, training: TrainingConfig, pool: NodePool, specs: dict[str, GPUSpec],
@@ -374,7 +376,8 @@ def _type_candidates(model: ModelConfig, training: TrainingConfig, pool: NodePoo
     unsupported = None
     try:
         iteration = estimator.iteration_s(model, training, layouts.take(idx), spec,
-                                          _row_links(pool, name, links or spec.links, level, per_node))
+                                          _row_links(pool, name, links or spec.links, level, per_node,
+                                                     world[idx]))
     except ConfigError as exc:  # e.g. the recipe's dtype has no peak on this GPU
         iteration, unsupported = np.full(idx.size, np.inf), f"cannot run this recipe: {exc}"
     pph = world[idx] * (price if price is not None else np.nan)

@@ -99,7 +99,7 @@ def build_plan(search: Search, table: CandidateTable, solution: Solution, top_k:
         else search.training
     training = table.layouts.training(i, base)
     links = shape_links(search.pool, gpu_type, search.links[gpu_type], int(table.level[row]),
-                        int(table.per_node[row]))
+                        int(table.per_node[row]), int(table.world[row]))
     memory = search.estimator.memory(search.model, training, parallel)
     time_estimate = search.estimator.time(search.model, training, parallel, spec, links)
     rows, feasible = placement_options(table, search.pool)

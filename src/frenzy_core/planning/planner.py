@@ -81,10 +81,13 @@ def _notes(search: Search, gpu_type: str, level: int) -> list[str]:
         notes.append(f"precision {fallback.value}: {gpu_type} has no bf16 peak and the request left the precision "
                      f"at its default {search.training.precision.value}")
     racks, zones = search.pool.crosses(gpu_type, Locality(level))
-    if racks or zones:
-        where = "zones" if zones else "racks"
-        notes.append(f"no single {where[:-1]} holds the job: its groups that cross {where} are timed at the "
-                     f"cluster's inter-{where[:-1]} link where one is given")
+    pool = search.pool
+    for crossed, where, given in ((racks, "rack", pool.inter_rack_bytes_per_s),
+                                  (zones, "zone", pool.inter_zone_bytes_per_s or pool.inter_rack_bytes_per_s)):
+        if crossed:
+            link = (f"timed at the inter-{where} link, {given / 1e9:g} GB/s per GPU" if given is not None
+                    else f"no inter-{where} link given, so timed at the nodes' NICs")
+            notes.append(f"no single {where} holds the job: its groups cross {where}s ({link})")
     return notes
 
 

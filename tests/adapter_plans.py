@@ -23,6 +23,7 @@ def make_plan(model: ModelConfig, gpu_type: str, placement: dict[str, list[int]]
 
 GPT2 = ModelConfig.preset("gpt2")
 LLAMA = ModelConfig.preset("llama-2-7b")
+MIXTRAL = ModelConfig.preset("mixtral-8x7b")
 
 
 def single_gpu() -> Plan:
@@ -32,11 +33,11 @@ def single_gpu() -> Plan:
 
 
 def multi_node_dp() -> Plan:
-    """Two nodes of 8 A100-80GB, pure data parallelism with ZeRO-3 and full recompute."""
+    """Two nodes of 8 A100-80GB, pure data parallelism (DDP) with full recompute."""
     return make_plan(GPT2, "a100-80gb", {"node:0": list(range(8)), "node:1": list(range(8))},
                      ParallelConfig(dp=16),
-                     TrainingConfig(seq_len=1024, micro_batch_size=2, global_batch_size=128, zero_stage=3,
-                                    recompute=Recompute.FULL))
+                     TrainingConfig(seq_len=1024, micro_batch_size=2, global_batch_size=128, recompute=Recompute.FULL,
+                                    recompute_num_layers=1))
 
 
 def tp_pp_nodes() -> Plan:
@@ -53,5 +54,26 @@ def cpu_dp2() -> Plan:
                      TrainingConfig(seq_len=128, micro_batch_size=2, global_batch_size=12))
 
 
+def zero3_nodes() -> Plan:
+    """Llama-2-7B (untied embeddings) on two nodes of 8 A100-80GB: ZeRO-3 / FSDP full sharding, dp=16."""
+    return make_plan(LLAMA, "a100-80gb", {"node:0": list(range(8)), "node:1": list(range(8))},
+                     ParallelConfig(dp=16),
+                     TrainingConfig(seq_len=4096, micro_batch_size=1, global_batch_size=64, zero_stage=3,
+                                    recompute=Recompute.SELECTIVE))
+
+
+def moe_ep_nodes() -> Plan:
+    """Mixtral-8x7B on two nodes of 8 H100 SXM: tp=2, expert parallel ep=8 over dp=8; Megatron recipe."""
+    return make_plan(MIXTRAL, "h100-sxm", {"node:0": list(range(8)), "node:1": list(range(8))},
+                     ParallelConfig(tp=2, dp=8, ep=8),
+                     TrainingConfig(seq_len=4096, micro_batch_size=1, global_batch_size=64, framework=Framework.MEGATRON,
+                                    distributed_optimizer=True, sequence_parallel=True, recompute=Recompute.FULL,
+                                    recompute_num_layers=1, optimizer_impl="fused"))
+
+
 THREE_PLANS = {"single_gpu": single_gpu, "multi_node_dp": multi_node_dp, "tp_pp_nodes": tp_pp_nodes}
-"""The three shapes every adapter is tested on."""
+"""The three shapes the documentation's examples use."""
+
+FIVE_PLANS = {**THREE_PLANS, "zero3_nodes": zero3_nodes, "moe_ep_nodes": moe_ep_nodes}
+"""The shapes every adapter is checked on by its real consumer: 1 GPU, data parallel across nodes, tp x pp x vpp
+across nodes, ZeRO-3, MoE with expert parallelism."""

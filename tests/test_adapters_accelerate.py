@@ -1,4 +1,4 @@
-"""accelerate adapter: an Accelerate config (DDP or FSDP) for data-parallel plans; model-split plans refused."""
+"""accelerate adapter: DDP or FSDP for data-parallel plans, the Megatron-LM plugin for model-split ones."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import yaml
 
-from adapter_plans import GPT2, make_plan, multi_node_dp, single_gpu, tp_pp_nodes
+from adapter_plans import GPT2, make_plan, moe_ep_nodes, multi_node_dp, single_gpu, tp_pp_nodes, zero3_nodes
 from frenzy_core.adapters import ADAPTERS
 from frenzy_core.config import ParallelConfig, TrainingConfig
 from frenzy_core.errors import ConfigError
@@ -30,12 +30,13 @@ def test_single_gpu() -> None:
 
 
 def test_multi_node_fsdp() -> None:
-    config = _config(multi_node_dp(), main_process_ip="10.0.0.1", machine_rank=1)
+    config = _config(zero3_nodes(), main_process_ip="10.0.0.1", machine_rank=1)
     assert (config["distributed_type"], config["num_machines"], config["num_processes"]) == ("FSDP", 2, 16)
     assert (config["main_process_ip"], config["machine_rank"]) == ("10.0.0.1", 1)
     fsdp = config["fsdp_config"]
     assert fsdp["fsdp_sharding_strategy"] == "FULL_SHARD"  # type: ignore[index]  # ZeRO-3
-    assert fsdp["fsdp_activation_checkpointing"] is True  # type: ignore[index]  # full recompute
+    assert fsdp["fsdp_activation_checkpointing"] is False  # type: ignore[index]  # selective: not FSDP's
+    assert _config(multi_node_dp())["distributed_type"] == "MULTI_GPU"
 
 
 def test_zero_2_is_shard_grad_op_and_zero_0_is_ddp() -> None:
@@ -48,10 +49,18 @@ def test_zero_2_is_shard_grad_op_and_zero_0_is_ddp() -> None:
         assert (config.get("fsdp_config") or {}).get("fsdp_sharding_strategy") == strategy  # type: ignore[union-attr]
 
 
-def test_tp_pp_plan_is_refused() -> None:
-    with pytest.raises(ConfigError, match="tp=4, pp=2") as err:
+def test_model_split_plans_use_the_megatron_lm_plugin() -> None:
+    config = _config(moe_ep_nodes())
+    assert config["distributed_type"] == "MEGATRON_LM"
+    megatron = config["megatron_lm_config"]
+    assert (megatron["megatron_lm_tp_degree"], megatron["megatron_lm_expert_model_parallel_size"]) == (2, 8)
+    assert megatron["megatron_lm_num_micro_batches"] == 8 and megatron["megatron_lm_use_distributed_optimizer"]
+
+
+def test_virtual_pipeline_is_refused_with_the_plugin_to_use() -> None:
+    with pytest.raises(ConfigError, match="num_layers_per_virtual_pipeline_stage=8") as err:
         accelerate(tp_pp_nodes())
-    assert err.value.field == "plan.parallel"
+    assert err.value.field == "plan.parallel.vpp"
 
 
 def test_machine_rank_must_exist() -> None:

@@ -31,7 +31,7 @@ def test_multi_node_data_parallel() -> None:
     config = _config(multi_node_dp(), gradient_clipping=1.0)
     # DeepSpeed's own check: train_batch_size = micro x accumulation x data-parallel ranks (16)
     assert config["train_batch_size"] == 128 == 2 * 4 * 16
-    assert config["zero_optimization"] == {"stage": 3}
+    assert config["zero_optimization"] == {"stage": 0}
     assert config["activation_checkpointing"]["partition_activations"] is False  # type: ignore[index]
     assert config["gradient_clipping"] == 1.0
 

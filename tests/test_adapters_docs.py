@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from adapter_plans import THREE_PLANS
+from adapter_plans import FIVE_PLANS
 from frenzy_core.adapters import LAUNCHERS, emit
 from frenzy_core.config import ModelConfig
 
@@ -31,7 +31,7 @@ def test_examples_are_current() -> None:
         options = json.loads(options_json)
         if "model" in options:
             options["model"] = ModelConfig.preset(options["model"])
-        assert emit(THREE_PLANS[plan_name](), launcher, **options) == shown, f"{launcher} example is stale"
+        assert emit(FIVE_PLANS[plan_name](), launcher, **options) == shown, f"{launcher} example is stale"
 
 
 def test_usage_example_runs() -> None:

@@ -73,7 +73,7 @@ def test_multi_node_data_parallel(monkeypatch: pytest.MonkeyPatch) -> None:
     assert data["scaling_config"]["num_workers"] == 16
     assert data["scaling_config"]["placement_strategy"] == "SPREAD"
     loop = data["train_loop_config"]
-    assert (loop["micro_batch_size"], loop["gradient_accumulation_steps"], loop["zero_stage"]) == (2, 4, 3)
+    assert (loop["micro_batch_size"], loop["gradient_accumulation_steps"], loop["zero_stage"]) == (2, 4, 0)
     assert data["runtime_env"]["env_vars"]["FRENZY_DP"] == "16"
 
 

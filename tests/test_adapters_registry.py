@@ -23,8 +23,8 @@ from frenzy_core.planning import Plan, plan_job
 
 
 def test_launcher_names_are_the_documented_ones() -> None:
-    assert LAUNCHERS == ("torchrun", "megatron", "deepspeed", "accelerate", "slurm", "kubernetes", "ray",
-                         "skypilot")
+    assert LAUNCHERS == ("torchrun", "megatron", "deepspeed", "accelerate", "slurm", "kubernetes",
+                         "kubeflow-trainjob", "ray", "skypilot")
     assert all(ADAPTERS[name].name == name for name in LAUNCHERS)
 
 
@@ -57,7 +57,7 @@ def test_every_launcher_writes_text_or_says_why_not(plan_name: str, launcher: st
     plan = THREE_PLANS[plan_name]()
     options = {"model": LLAMA if plan_name == "tp_pp_nodes" else GPT2} if launcher == "megatron" else {}
     if launcher == "accelerate" and plan_name == "tp_pp_nodes":
-        with pytest.raises(ConfigError, match="tp=4, pp=2"):
+        with pytest.raises(ConfigError, match="vpp=2"):
             emit(plan, launcher, **options)
         return
     text = emit(plan, launcher, **options)
@@ -84,7 +84,7 @@ def test_recipe_env_values() -> None:
     assert list(env) == list(RECIPE_ENV)
     # 128 samples per step / (2 per micro-batch x 16 replicas) = 4 micro-batches per rank
     assert (env["FRENZY_GRAD_ACCUM_STEPS"], env["FRENZY_GLOBAL_BATCH_SIZE"], env["FRENZY_DP"]) == ("4", "128", "16")
-    assert env["FRENZY_ZERO_STAGE"] == "3" and env["FRENZY_RECOMPUTE"] == "full"
+    assert env["FRENZY_ZERO_STAGE"] == "0" and env["FRENZY_RECOMPUTE"] == "full"
     # Megatron's distributed optimizer counts as ZeRO-1
     assert recipe_env(tp_pp_nodes())["FRENZY_ZERO_STAGE"] == "1"
 

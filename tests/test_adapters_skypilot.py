@@ -65,7 +65,7 @@ def test_multi_node_data_parallel(tmp_path: Path) -> None:
     assert (task["num_nodes"], task["resources"]["accelerators"]) == (2, {"A100-80GB": 8})
     assert (task["setup"], task["workdir"]) == ("pip install -e .", ".")
     argv = _run(task, tmp_path, 1)
-    assert argv == ["--nnodes=2", "--nproc-per-node=8", "--node-rank=1", "--rdzv-backend=c10d",
+    assert argv == ["--nnodes=2", "--nproc-per-node=8", "--node-rank=1", "--rdzv-backend=static",
                     "--rdzv-endpoint=10.0.0.1:29500", "--rdzv-id=sky-1", "fit.py", "--lr", "3e-4"]
 
 

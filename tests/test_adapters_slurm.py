@@ -25,6 +25,10 @@ def _directives(script: str) -> list[str]:
     return [line.removeprefix("#SBATCH ") for line in script.splitlines() if line.startswith("#SBATCH ")]
 
 
+def _cpus(script: str) -> int:
+    return int(next(d for d in _directives(script) if d.startswith("--cpus-per-task=")).split("=")[1])
+
+
 def _run_with_stubs(script: str, tmp_path: Path) -> tuple[list[str], dict[str, str]]:
     """Run the script with fake scontrol (two hosts) and srun (records its argv and env); return both."""
     bin_dir = tmp_path / "bin"
@@ -41,6 +45,9 @@ def _run_with_stubs(script: str, tmp_path: Path) -> tuple[list[str], dict[str, s
     proc = subprocess.run([BASH, str(path)], env=env, check=False, capture_output=True, text=True, timeout=30)  # type: ignore[list-item]
     assert proc.returncode == 0, proc.stderr
     argv = (tmp_path / "argv").read_text().splitlines()
+    at = argv.index("torchrun")
+    assert argv[:at] == ["--ntasks-per-node=1", f"--cpus-per-task={_cpus(script)}"]  # srun's own options
+    argv = argv[at:]
     seen = dict(line.split("=", 1) for line in (tmp_path / "env").read_text().splitlines() if "=" in line)
     return argv, seen
 
@@ -56,7 +63,7 @@ def test_script_is_valid_bash(make: object, tmp_path: Path) -> None:
 def test_single_gpu(tmp_path: Path) -> None:
     script = slurm.emit(single_gpu())
     assert _directives(script) == ["--job-name=frenzy-train", "--nodes=1", "--ntasks-per-node=1",
-                                   "--gres=gpu:a100-80gb:1"]
+                                   "--cpus-per-task=8", "--gres=gpu:a100-80gb:1"]  # 8 CPUs per GPU by default
     argv, env = _run_with_stubs(script, tmp_path)
     assert argv[:3] == ["torchrun", "--nnodes=1", "--nproc-per-node=1"]
     assert env["FRENZY_GRAD_ACCUM_STEPS"] == "4"
@@ -65,8 +72,8 @@ def test_single_gpu(tmp_path: Path) -> None:
 def test_multi_node_runs_torchrun_with_rendezvous_on_first_host(tmp_path: Path) -> None:
     script = slurm.emit(multi_node_dp(), script="fit.py", script_args=["--data", "/d x"], partition="gpu",
                         time="01:00:00", gpu_type_name="a100")
-    assert _directives(script)[1:] == ["--nodes=2", "--ntasks-per-node=1", "--gres=gpu:a100:8", "--partition=gpu",
-                                       "--time=01:00:00"]
+    assert _directives(script)[1:] == ["--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=64", "--gres=gpu:a100:8",
+                                       "--partition=gpu", "--time=01:00:00"]
     argv, env = _run_with_stubs(script, tmp_path)
     assert argv == ["torchrun", "--nnodes=2", "--nproc-per-node=8", "--rdzv-backend=c10d",
                     "--rdzv-endpoint=gpu-a:29500", "--rdzv-id=4242", "fit.py", "--data", "/d x"]
@@ -88,3 +95,35 @@ def test_uneven_placement_is_refused() -> None:
                            ParallelConfig(dp=12), TrainingConfig(seq_len=512))
     with pytest.raises(ConfigError, match="uneven"):
         slurm(plan)
+
+
+def test_control_characters_in_any_option_are_refused() -> None:
+    """A newline in an option would add a line to the script (issue 14: job_name="x\\necho INJECTED")."""
+    for options in ({"job_name": "x\necho INJECTED"}, {"partition": "gpu\r"}, {"script_args": ["a\x1b[2J"]},
+                    {"env": {"A": "1\nrm -rf /"}}):
+        with pytest.raises(ConfigError, match="control character"):
+            slurm(single_gpu(), **options)
+
+
+def test_cpus_per_task_from_the_options() -> None:
+    assert "--cpus-per-task=4" in slurm(single_gpu(), cpus_per_gpu=4)["directives"]
+    assert "--cpus-per-task=3" in slurm(multi_node_dp(), cpus_per_task=3)["directives"]
+
+
+def test_heterogeneous_job_from_per_type_components(tmp_path: Path) -> None:
+    from frenzy_core.adapters.slurm import SlurmComponent, SlurmOptions, slurm_script
+
+    parts = [SlurmComponent("a100", nodes=2, gpus_per_node=8, cpus_per_task=64),
+             SlurmComponent("v100", nodes=1, gpus_per_node=4, cpus_per_task=32)]
+    script = slurm_script(parts, {"FRENZY_TP": "1"}, SlurmOptions())["script"]
+    assert _directives(script) == [
+        "--job-name=frenzy-train", "--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=64", "--gres=gpu:a100:8",
+        "hetjob", "--nodes=1", "--ntasks-per-node=1", "--cpus-per-task=32", "--gres=gpu:v100:4"]
+    srun = next(line for line in script.splitlines() if line.startswith("srun "))
+    first, second = srun.removeprefix("srun ").split(" : ")
+    assert first.startswith("--het-group=0 ") and "--nnodes=3 --nproc-per-node=8" in first
+    assert second.startswith("--het-group=1 ") and "--nnodes=3 --nproc-per-node=4" in second
+    assert "SLURM_JOB_NODELIST_HET_GROUP_0" in script
+    path = tmp_path / "het.sbatch"
+    path.write_text(script)
+    assert subprocess.run([BASH, "-n", str(path)], check=False).returncode == 0  # type: ignore[list-item]

@@ -36,7 +36,7 @@ def test_single_gpu() -> None:
     assert node["env"]["FRENZY_MICRO_BATCH_SIZE"] == "4"
     assert node["env"]["FRENZY_GRAD_ACCUM_STEPS"] == "4"  # 16 / (4 x 1)
     args = _parse(node["argv"])
-    assert (args.nnodes, args.nproc_per_node, args.rdzv_backend) == ("1", "1", "c10d")
+    assert (args.nnodes, args.nproc_per_node, args.rdzv_backend) == ("1", "1", "static")
     assert (args.training_script, args.training_script_args) == ("train.py", [])
 
 

@@ -32,9 +32,6 @@ layers (``frenzy_core/__init__.py`` re-exports from all of them)."""
 MAX_LINES = 80
 MAX_CLI_LINES = 120
 LONG_FUNCTIONS: dict[str, str] = {
-    "config/megatron.py:_model": "adapters engineer, issue 16 item 5 (config/megatron/ package)",
-    "config/megatron_writer.py:to_megatron_args": "adapters engineer, issue 16 item 5 (config/megatron/ package)",
-    "memory/activations.py:_torch_layer": "hf engineer, issue 16 item 4 (module-layout enum)",
     "memory/probe.py:measure_training_step": "probe engineer",
     "timing/estimator.py:estimate_iteration_time_batch": "timing engineer, issue 11 (time-model rewrite)",
     "cli/memory_cmd.py:memory": "adapters engineer, issue 16 item 6 (JSON assembly out of the commands)",
@@ -47,8 +44,8 @@ LAZY_IMPORTS: dict[str, str] = {
     "cli/": "the CLI imports a command's machinery when the command runs (start-up time of `frenzy --help`)",
     "scheduling/throughput.py": "scheduler engineer (frenzy_core.planning imported on first use)",
     "scheduling/workload.py": "scheduler engineer",
-    "timing/calibrate.py": "timing engineer, issue 11",
-    "memory/activations.py": "hf engineer, issue 16 item 4 (family records replace the lookup)",
+    "timing/calibrate.py": "timing engineer, issue 11: calibrate() reads run files through timing/runs.py, which "
+                           "imports Measurement from calibrate.py",
     "memory/hf_models.py": "probe engineer (transformers is an optional extra)",
     "memory/probe.py": "probe engineer (torch is an optional extra)",
 }
@@ -98,7 +95,11 @@ def _targets(node: ast.Import | ast.ImportFrom, module: Module) -> list[str]:
             here = here[: len(here) - node.level + 1]
             base = ".".join(here + ([base] if base else []))
         names = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
-    return [n for n in names if n in known]
+    # Importing a.b.c first runs the __init__ of each package on the way (a.b here) that is not already being
+    # imported as a parent of the importing module itself.
+    own = {".".join(module.name.split(".")[:i]) for i in range(1, module.name.count(".") + 2)}
+    parents = {".".join(n.split(".")[:i]) for n in names for i in range(1, n.count(".") + 1)}
+    return [n for n in [*names, *sorted(parents - own)] if n in known]
 
 
 def _type_checking(node: ast.stmt) -> bool:
@@ -242,17 +243,17 @@ def test_public_api_is_the_snapshot() -> None:
 PUBLIC_API: dict[str, list[str]] = {
     'frenzy_core': [
         'ArchKind', 'Attention', 'BatchEstimate', 'CalibrationResult', 'Cluster', 'ClusterSummary', 'ConfigError',
-        'Framework', 'FrenzyError', 'GPURequest', 'GPUSpec', 'InfeasiblePlanError', 'LayoutArrays', 'LinkKind',
-        'Links', 'MLPKind', 'Measurement', 'MegatronJob', 'MemoryEstimate', 'MoEConfig', 'ModelConfig', 'Node',
-        'NormKind', 'Objective', 'Optimizer', 'OptimizerImpl', 'OptionalDependencyError', 'POLICIES',
-        'ParallelConfig', 'PhasePeak', 'PipelineSchedule', 'Plan', 'PlanConstraints', 'PositionEmbedding',
-        'Precision', 'ProbeResult', 'Recompute', 'RecomputeMethod', 'SimulationResult', 'StageMemory', 'TimeEstimate',
-        'TimeModelParams', 'TraceFormat', 'TraceJob', 'TrainingConfig', 'TrainingJob', 'UnknownNameError',
-        'calibrate', 'compare', 'count_parameters', 'default_global_batch', 'estimate_iteration_time',
-        'estimate_iteration_time_batch',
-        'estimate_memory', 'estimate_memory_batch', 'from_megatron_args', 'get_gpu_spec', 'jobs_from_trace',
-        'load_gpu_specs', 'load_trace', 'measure_training_step', 'parse_megatron_args', 'plan_job', 'probe_memory',
-        'read_trace', 'simulate', 'synthetic_jobs', 'to_megatron_args', 'validate_layout',
+        'Fp8Recipe', 'Framework', 'FrenzyError', 'GPURequest', 'GPUSpec', 'InfeasiblePlanError', 'LayoutArrays',
+        'LinkKind', 'Links', 'MLAConfig', 'MLPKind', 'Measurement', 'MegatronJob', 'MemoryEstimate', 'MoEConfig',
+        'ModelConfig', 'Node', 'NormKind', 'NormPlacement', 'Objective', 'Optimizer', 'OptimizerImpl',
+        'OptionalDependencyError', 'POLICIES', 'ParallelConfig', 'PhasePeak', 'PipelineSchedule', 'Plan',
+        'PlanConstraints', 'PositionEmbedding', 'Precision', 'ProbeResult', 'QKNormScope', 'Recompute',
+        'RecomputeMethod', 'SimulationResult', 'StageMemory', 'TimeEstimate', 'TimeModelParams', 'TraceFormat',
+        'TraceJob', 'TrainingConfig', 'TrainingJob', 'UnknownNameError', 'calibrate', 'compare', 'count_parameters',
+        'default_global_batch', 'estimate_iteration_time', 'estimate_iteration_time_batch', 'estimate_memory',
+        'estimate_memory_batch', 'from_megatron_args', 'get_gpu_spec', 'jobs_from_trace', 'load_gpu_specs',
+        'load_trace', 'measure_training_step', 'parse_megatron_args', 'plan_job', 'probe_memory', 'read_trace',
+        'simulate', 'synthetic_jobs', 'to_megatron_args', 'validate_layout',
     ],
     'frenzy_core.adapters': [
         'ADAPTERS', 'Adapter', 'AdapterOptions', 'LAUNCHERS', 'OutputFormat', 'RECIPE_ENV', 'emit', 'get_adapter',
@@ -261,11 +262,21 @@ PUBLIC_API: dict[str, list[str]] = {
         'app', 'main',
     ],
     'frenzy_core.config': [
-        'ArchKind', 'Attention', 'DEFAULT_BATCH_TOKENS', 'DefaultBatch', 'Framework', 'LAYOUT_COLUMNS',
-        'LAYOUT_RULES', 'LayoutArrays', 'LayoutRule', 'MLPKind', 'MoEConfig', 'ModelConfig', 'NormKind', 'Optimizer',
-        'OptimizerImpl', 'ParallelConfig', 'ParamCounts', 'PipelineSchedule', 'PositionEmbedding', 'Precision',
-        'Recompute', 'RecomputeMethod', 'TrainingConfig', 'count_parameters', 'default_batch',
-        'default_global_batch', 'global_batch_size', 'layout_mask', 'num_microbatches', 'validate_layout',
+        'ArchKind', 'Attention', 'DEFAULT_BATCH_TOKENS', 'DefaultBatch', 'Fp8Recipe', 'Framework', 'LAYOUT_COLUMNS',
+        'LAYOUT_RULES', 'LayoutArrays', 'LayoutRule', 'MLAConfig', 'MLPKind', 'MoEConfig', 'ModelConfig', 'NormKind',
+        'NormPlacement', 'Optimizer', 'OptimizerImpl', 'ParallelConfig', 'ParamCounts', 'PipelineSchedule',
+        'PositionEmbedding', 'Precision', 'QKNormScope', 'Recompute', 'RecomputeMethod', 'RopeScaling',
+        'TrainingConfig', 'count_parameters', 'default_batch', 'default_global_batch', 'global_batch_size',
+        'layout_mask', 'num_microbatches', 'validate_layout',
+    ],
+    'frenzy_core.config.megatron': [
+        'BERT_WORDPIECE_VOCAB_SIZE', 'GPT2_BPE_VOCAB_SIZE', 'MegatronArgs', 'MegatronJob', 'MegatronLaunch',
+        'from_megatron_args', 'megatron_launch', 'megatron_padded_vocab_size', 'parse_megatron_args',
+        'to_megatron_args',
+    ],
+    'frenzy_core.config.hf': [
+        'FAMILIES', 'HFFamily', 'ModuleLayout', 'SUPPORTED_HF_FAMILIES', 'family', 'hf_family_of',
+        'model_from_hf_config', 'module_layout', 'to_hf_config',
     ],
     'frenzy_core.hardware': [
         'Cluster', 'ClusterPreset', 'ClusterSummary', 'DEFAULT_PRESET', 'DTYPES', 'GPUSpec', 'LinkKind', 'Links',
@@ -297,7 +308,7 @@ PUBLIC_API: dict[str, list[str]] = {
     ],
     'frenzy_core.timing': [
         'CalibrationResult', 'Measurement', 'TIME_CATEGORIES', 'TimeEstimate', 'TimeEstimateBatch', 'TimeModelParams',
-        'calibrate', 'default_time_model_params', 'estimate_iteration_time', 'estimate_iteration_time_batch',
-        'training_flops',
+        'calibrate', 'calibrate_by_gpu', 'default_time_model_params', 'estimate_iteration_time',
+        'estimate_iteration_time_batch', 'load_time_model_params', 'training_flops',
     ],
 }

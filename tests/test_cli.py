@@ -244,7 +244,7 @@ def test_plan_infeasible_exits_1(cluster_file: Path) -> None:
     assert_user_error(result, 1, "infeasible:")
     # the a100-80gb node costs $5.12 per GPU-hour, so a $1 limit fails and the fix is named as the option
     result = invoke("plan", "qwen2.5-0.5b", "--cluster", str(cluster_file), "--max-price-per-hour", "1", *FAST)
-    assert_user_error(result, 1, "infeasible:", "--max-price-per-hour >= ")
+    assert_user_error(result, 1, "infeasible:", "--max-price-per-hour 5.12 (or more)")
     assert "max_price_per_hour_usd" not in result.stderr
 
 
@@ -292,15 +292,18 @@ def test_simulate_bad_input(tmp_path: Path) -> None:
 # ---- help and surface -----------------------------------------------------------------------------------------
 
 SURFACE = {
-    "plan": {"--cluster", "--seq-len", "--global-batch", "--micro-batch", "--precision", "--optimizer", "--framework",
-             "--objective", "--tokens", "--max-gpus", "--num-gpus", "--gpu-types", "--max-price-per-hour",
+    "plan": {"--cluster", "--seq-len", "--global-batch", "--micro-batch", "--precision", "--optimizer", "--attention",
+             "--framework", "--objective", "--tokens", "--max-gpus", "--num-gpus", "--gpu-types", "--max-price-per-hour",
              "--headroom", "--placement", "--tp", "--pp", "--time-limit", "--runners-up", "--emit", "--emit-option",
-             "--emit-to", "--json"},
+             "--emit-to", "--json", "--time-model"},
     "memory": {"--seq-len", "--micro-batch", "--global-batch", "--precision", "--optimizer", "--optimizer-impl",
                "--zero", "--distributed-optimizer", "--recompute", "--attention", "--sp", "--framework", "--dp",
                "--tp", "--pp", "--vpp", "--cp", "--ep", "--schedule", "--headroom", "--json"},
     "simulate": {"--format", "--cluster", "--scale", "--policies", "--limit", "--on-error", "--seed", "--default-duration",
                  "--plot", "--json"},
+    "calibrate": {"--out", "--model", "--gpu", "--dp", "--tp", "--pp", "--vpp", "--cp", "--seq-len", "--micro-batch",
+                  "--global-batch", "--precision", "--recompute", "--attention", "--zero-stage", "--framework",
+                  "--sequence-parallel", "--distributed-optimizer", "--compile", "--fp8-recipe", "--json"},
     "models": {"--json"},
     "gpus": {"--json"},
     "clusters": {"--scale", "--json"},

@@ -188,3 +188,58 @@ def test_tiny_gated_default_ffn_is_rejected_not_zero() -> None:
     # Megatron's gated default int(4h * 2/3 / 64) * 64 is 0 below h = 24: ask for an explicit size.
     with pytest.raises(ConfigError, match="set ffn_hidden_size explicitly"):
         ModelConfig(num_layers=1, hidden_size=16, num_attention_heads=2, vocab_size=10, mlp="swiglu")
+
+
+# ---- structure fields (issue 9): validated, documented, round-tripped -------------------------------------
+
+
+@pytest.mark.parametrize(("changes", "match"), [
+    ({"mlp": "gelu", "fused_gate_up": True}, "fused_gate_up=True needs a gated MLP"),
+    ({"norm_placement": "shared"}, "needs parallel_block=True"),
+    ({"qk_norm_scope": "all-heads"}, "without qk_norm"),
+    ({"position_embedding": "learned", "partial_rotary_factor": 0.5}, "needs rotary positions"),
+    ({"partial_rotary_factor": 0.0}, "partial_rotary_factor"),
+    ({"sliding_window_layers": (0,)}, "without a sliding_window"),
+    ({"sliding_window": 128, "sliding_window_layers": (4,)}, "below num_layers=4"),
+    ({"sliding_window": 128, "sliding_window_layers": (2, 1)}, "increasing"),
+    ({"attn_logit_softcapping": -1.0}, "attn_logit_softcapping"),
+    ({"mla": {"kv_lora_rank": 16, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16}},
+     "num_kv_heads=2 with mla"),
+    ({"mla": {"kv_lora_rank": 16, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16},
+      "num_kv_heads": 8, "head_dim": 32}, "head_dim=32 differs"),
+    ({"lm_head": False, "lm_head_bias": True}, "lm_head_bias=True needs a decoder with its lm_head"),
+])
+def test_structure_fields_are_validated(changes: dict[str, object], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        _llama_like(**changes)
+
+
+def test_encoders_return_no_kv_cache() -> None:
+    with pytest.raises(ConfigError, match="only decoders return a KV cache"):
+        ModelConfig(arch="encoder", num_layers=2, hidden_size=64, num_attention_heads=4, vocab_size=100,
+                    returns_kv_cache=True)
+
+
+def test_sliding_window_layers_every_layer_is_one_spelling() -> None:
+    every = _llama_like(sliding_window=128, sliding_window_layers=(0, 1, 2, 3))
+    assert every == _llama_like(sliding_window=128) and every.sliding_window_layers is None
+    assert every.replace(num_layers=2).is_sliding_window_layer(1)  # shrinking keeps "every layer"
+    some = _llama_like(sliding_window=128, sliding_window_layers=(0, 2))
+    assert [some.is_sliding_window_layer(i) for i in range(4)] == [True, False, True, False]
+    assert not _llama_like().is_sliding_window_layer(0)
+
+
+def test_latent_attention_fills_head_dim_and_sizes() -> None:
+    model = _llama_like(num_kv_heads=8, mla={"q_lora_rank": None, "kv_lora_rank": 16, "qk_nope_head_dim": 16,
+                                             "qk_rope_head_dim": 8, "v_head_dim": 12})
+    assert (model.head_dim, model.q_size, model.v_size, model.rotary_dim) == (24, 8 * 24, 8 * 12, 8)
+
+
+def test_structure_fields_round_trip_through_json_and_yaml() -> None:
+    model = _llama_like(fused_qkv=True, fused_gate_up=True, norm_placement="sandwich", qk_norm=True,
+                        qk_norm_scope="each-head", partial_rotary_factor=0.5, sliding_window=64,
+                        sliding_window_layers=(1, 3), attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
+                        lm_head_bias=True, vision_tower_params=1000, returns_kv_cache=True)
+    assert ModelConfig.model_validate_json(model.model_dump_json()) == model
+    assert ModelConfig.from_yaml(model.to_yaml()) == model
+    assert model.rotary_dim == 16  # int(32 x 0.5)

@@ -33,8 +33,8 @@ from frenzy_core.config.megatron import (
     from_megatron_args,
     megatron_padded_vocab_size,
     parse_megatron_args,
+    to_megatron_args,
 )
-from frenzy_core.config.megatron_writer import to_megatron_args
 from frenzy_core.errors import ConfigError
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
@@ -470,9 +470,11 @@ def test_to_megatron_args_refuses_what_megatron_cannot_express() -> None:
 
 
 def test_flag_table_is_consistent() -> None:
-    from frenzy_core.config.megatron import _flags
+    from frenzy_core.config.megatron.args import flag_table
+    from frenzy_core.hardware.gpus import load_gpu_specs
 
-    table = _flags()
+    table = flag_table()
+    assert set(table.gpus) == set(load_gpu_specs()), "every catalogue GPU needs its Megatron device facts"
     assert not set(table.unsupported) & table.ignored
     assert all(reason.strip() for reason in table.unsupported.values())
     flags = [*table.unsupported, *table.ignored, *table.ignored_prefixes]

@@ -38,3 +38,47 @@ def test_moe_counts_active_and_total() -> None:
     counts = count_parameters(m)
     assert counts.experts == 2 * layer.experts
     assert counts.total - counts.active == 2 * 6 * 3 * 64 * 32
+
+
+def _small(**changes: object) -> ModelConfig:
+    return ModelConfig(**{"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "num_kv_heads": 2,
+                          "ffn_hidden_size": 96, "mlp": "swiglu", "norm": "rmsnorm", "vocab_size": 100,
+                          "position_embedding": "rotary", "tied_embeddings": False, **changes})
+
+
+def test_norm_placement_counts_the_norms_it_places() -> None:
+    pre = _small()
+    assert _small(norm_placement="sandwich").num_params() - pre.num_params() == 2 * 2 * 64  # two more per layer
+    assert _small(norm_placement="post").num_params() == pre.num_params()
+    parallel = _small(parallel_block=True)
+    assert parallel.num_params() - _small(parallel_block=True, norm_placement="shared").num_params() == 2 * 64
+
+
+def test_qk_norm_scopes() -> None:
+    base, d = _small().num_params(), 16
+    assert _small(qk_norm=True).num_params() - base == 2 * 2 * d  # one norm of head_dim for q and for k
+    assert _small(qk_norm=True, qk_norm_scope="all-heads").num_params() - base == 2 * (4 * d + 2 * d)
+    assert _small(qk_norm=True, qk_norm_scope="each-head").num_params() - base == 2 * (4 + 2) * d
+    layernorm = _small(norm="layernorm", qk_norm=True)  # Phi-2's qk LayerNorms have biases
+    assert layernorm.num_params() - _small(norm="layernorm").num_params() == 2 * 2 * 2 * d
+
+
+def test_latent_attention_hand_count() -> None:
+    # DeepseekV2Attention with q_lora_rank 24: q_a (64x24), q_a_layernorm (24), q_b (24 x 4x(16+8)),
+    # kv_a_proj_with_mqa (64 x (32+8)), kv_a_layernorm (32), kv_b (32 x 4x(16+16)), o_proj (4x16 x 64).
+    mla = {"q_lora_rank": 24, "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16}
+    model = _small(num_kv_heads=4, mla=mla)
+    attention = 64 * 24 + 24 + 24 * 96 + 64 * 40 + 32 + 32 * 128 + 64 * 64
+    assert count_parameters(model).layers == 2 * (attention + 3 * 64 * 96 + 2 * 64)
+    no_q_lora = _small(num_kv_heads=4, mla={**mla, "q_lora_rank": None})
+    assert model.num_params() - no_q_lora.num_params() == 2 * (64 * 24 + 24 + 24 * 96 - 64 * 96)
+
+
+def test_head_bias_vision_tower_and_fused_projections() -> None:
+    base = _small()
+    assert _small(lm_head_bias=True).num_params() - base.num_params() == 100
+    vision = _small(vision_tower_params=1234)
+    assert vision.num_params() - base.num_params() == 1234 and vision.num_active_params() == base.num_active_params()
+    assert count_parameters(vision).vision == 1234
+    fused = _small(fused_qkv=True, fused_gate_up=True)
+    assert fused.num_params() == base.num_params()  # fusing changes the modules' outputs, not their weights

@@ -36,6 +36,7 @@ GRID_MODELS: dict[str, ModelConfig] = {
         max_position_embeddings=512,
         qkv_bias=True,
         linear_bias=True,
+        fused_qkv=True,  # GPT-2's c_attn
         hidden_dropout=0.1,
         attention_dropout=0.1,
     ),
@@ -115,6 +116,7 @@ GRID_MODELS: dict[str, ModelConfig] = {
         parallel_block=True,
         qkv_bias=True,
         linear_bias=True,
+        fused_qkv=True,  # GPT-NeoX's query_key_value
         tied_embeddings=False,
     ),
     "opt": ModelConfig(
@@ -139,6 +141,8 @@ GRID_MODELS: dict[str, ModelConfig] = {
         vocab_size=_VOCAB,
         tied_embeddings=False,
         hidden_dropout=0.1,
+        fused_qkv=True,  # Phi-3's qkv_proj and gate_up_proj
+        fused_gate_up=True,
         **_ROPE,
     ),
     "mixtral": ModelConfig(

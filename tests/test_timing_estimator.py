@@ -36,31 +36,49 @@ GPU = GPUSpec(
         "intra_node_bytes_per_s", "link_domain_gpus", "gpus_per_node", "inter_node_bytes_per_s")},
 )
 PARAMS = TimeModelParams(matmul_efficiency=0.5, attention_efficiency=0.25, memory_efficiency=0.5,
-                         collective_efficiency=0.5, collective_latency_s=0.0, tensor_parallel_overlap=0.0,
-                         context_parallel_overlap=0.0, expert_parallel_overlap=0.0, pipeline_p2p_overlap=0.0,
-                         data_parallel_overlap=0.0)
+                         collective_efficiency=0.5, collective_latency_s=0.0, ring_step_latency_s=0.0,
+                         network_step_latency_s=0.0, tensor_parallel_overlap=0.0, context_parallel_overlap=0.0,
+                         expert_parallel_overlap=0.0, pipeline_p2p_overlap=0.0, data_parallel_overlap=0.0,
+                         comm_sms=0.0, kernel_launch_s=0.0, fsdp_prefetch_layers=1.0)
+# The GEMM shape law of data/time_model.yaml (section gemm), written out: tiles of 128 x 256 over the SMs (the
+# default 108 for a GPU the table does not list) with a quarter-wave tail, and a 128-deep pipeline fill along K.
+SMS, TILE, TAIL, K_FILL = 108, 128 * 256, 0.25, 128
+
+
+def gemm_s(m: float, n: float, k: float, rate: float, mem_bw: float, batch: float = 1.0) -> float:
+    """One (batched) GEMM as docs/time-model.md states it: FLOPs at rate x shape factor, or its HBM traffic."""
+    mn = m * n * batch
+    shape = mn / (mn + TAIL * TILE * SMS) * k / (k + K_FILL)
+    return max(2 * mn * k / (rate * shape), batch * (2 * (m * k + k * n) + 2 * m * n) / mem_bw)
 GPT = ModelConfig(num_layers=8, hidden_size=1024, num_attention_heads=16, vocab_size=32000,
                   max_position_embeddings=2048)
 
 
 def test_single_gpu_hand_computed() -> None:
-    h, L, V, s, f = 1024, 8, 32000, 1024, 4096
+    h, L, V, s, f, heads, d = 1024, 8, 32000, 1024, 4096, 16, 64
     training = TrainingConfig(seq_len=s, global_batch_size=2, micro_batch_size=1, attention="eager")
     est = estimate_iteration_time(GPT, training, ParallelConfig(), GPU, params=PARAMS)
-    tokens = 2 * s
-    gemm = (L * 24 * h * h + 2 * h * V) * tokens          # forward GEMM FLOPs, both micro-batches
-    attn = L * 4 * s * h * tokens                           # eager: every score
-    assert est.breakdown["compute"] == pytest.approx(3 * gemm / 50e12 + 3 * attn / 25e12)
-    # Elementwise, forward bytes per token and layer: 2 x (11 h + 6 h + 2 h + 2 f) + 11 bytes x 16 heads x s.
-    per_layer = 2 * (11 * h + 6 * h + 2 * h + 2 * f) + 11 * 16 * s
-    assert est.breakdown["elementwise"] == pytest.approx((3 * L * per_layer + 52 * V) * tokens / 0.5e12)
+    rate, bw = 100e12 * 0.5, 1e12 * 0.5
+    # Per micro-batch of s tokens: QKV, attention-out, MLP up and down, each forward, input-gradient (m x k) and
+    # weight-gradient (k x n over the s tokens) GEMMs; the head likewise; eager attention as batched GEMMs over
+    # the 16 heads (Q K^T: s x s x d, P V: s x d x s), backward twice the forward.
+    layer = sum(gemm_s(s, n, k, rate, bw) + gemm_s(s, k, n, rate, bw) + gemm_s(k, n, s, rate, bw)
+                for n, k in [(3 * h, h), (h, h), (f, h), (h, f)])
+    head = gemm_s(s, V, h, rate, bw) + gemm_s(s, h, V, rate, bw) + gemm_s(h, V, s, rate, bw)
+    attn = 3 * (gemm_s(s, s, d, rate, bw, heads) + gemm_s(s, d, s, rate, bw, heads))
+    assert est.breakdown["compute"] == pytest.approx(2 * (L * (layer + attn) + head))
+    # Elementwise (eager PyTorch, the default framework), forward bytes per token and layer: 2 x (two LayerNorms
+    # 2 h each + two residual adds 3 h each + head split/merge 6 h + 2 h + GeLU 2 f) + 4 bytes x 16 heads x s
+    # (softmax read + write); the backward moves twice that; 52 bytes per logit for the loss.
+    per_layer = 2 * (10 * h + 6 * h + 2 * h + 2 * f) + 4 * heads * s
+    assert est.breakdown["elementwise"] == pytest.approx(2 * (3 * L * per_layer + 52 * V) * s / bw)
     # AdamW, bf16-mixed: read+write fp32 weight (8), two states (16), fp32 grad (4), bf16 copy (2) = 30 B/param.
-    assert est.breakdown["optimizer"] == pytest.approx(GPT.num_params() * 30 / 0.5e12)
-    for key in ("recompute", "tensor_parallel", "context_parallel", "expert_parallel", "pipeline_p2p",
-                "pipeline_bubble", "data_parallel"):
+    assert est.breakdown["optimizer"] == pytest.approx(GPT.num_params() * 30 / bw)
+    for key in ("recompute", "kernel_launch", "tensor_parallel", "context_parallel", "expert_parallel",
+                "pipeline_p2p", "pipeline_bubble", "data_parallel"):
         assert est.breakdown[key] == 0.0
     assert est.iteration_s == pytest.approx(sum(est.breakdown.values()))
-    assert est.tokens_per_s == pytest.approx(tokens / est.iteration_s)
+    assert est.tokens_per_s == pytest.approx(2 * s / est.iteration_s)
     model_flops = 72 * 2 * s * L * h * h * (1 + s / (6 * h) + V / (12 * L * h))
     assert est.mfu == pytest.approx(model_flops / (est.iteration_s * 100e12))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,8 @@ from frenzy_core.timing import default_time_model_params, estimate_iteration_tim
 from frenzy_core.timing.calibrate import Measurement, calibrate, prediction_errors
 from frenzy_core.timing.published import read_throughput_csv, row_measurement
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+# ../shared beside the repository root; FRENZY_SHARED points elsewhere (a git worktree's checkout).
+SHARED = Path(os.environ.get("FRENZY_SHARED", Path(__file__).resolve().parents[1].parent / "shared"))
 CSV = SHARED / "reference" / "throughput_megatron.csv"
 
 pytestmark = pytest.mark.skipif(not CSV.exists(), reason=f"{CSV} not present (reference data is not shipped)")

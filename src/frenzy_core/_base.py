@@ -56,6 +56,8 @@ def config_error_from_validation(model_name: str, exc: ValidationError) -> Confi
         else:
             msg = err["msg"].removeprefix("Value error, ")
         where = f"{model_name}.{loc}" if loc else model_name
+        if not loc and isinstance(inner, ConfigError) and inner.field:
+            where = inner.field  # a nested validation already named the field
         value = err.get("input")
         if first_field is None:
             first_field, first_value = where, value

@@ -1,4 +1,5 @@
-"""``accelerate``: a Hugging Face Accelerate config (DDP or FSDP) for data-parallel plans."""
+"""``accelerate``: a Hugging Face Accelerate config: DDP or FSDP for data-parallel plans, Accelerate's Megatron-LM
+plugin for plans that split the model (tensor, pipeline, context or expert parallelism)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pydantic import Field
 
 from frenzy_core.adapters.base import Adapter, AdapterOptions, OutputFormat, node_slots, uniform_gpus_per_node
 from frenzy_core.adapters.torchrun import DEFAULT_RDZV_PORT
+from frenzy_core.config.layout import num_microbatches
 from frenzy_core.config.training import Precision, Recompute
 from frenzy_core.errors import ConfigError
 from frenzy_core.planning.plan import Plan
@@ -41,15 +43,22 @@ class AccelerateOptions(AdapterOptions):
     machine_rank: int = Field(default=0, ge=0, description="Rank of the machine this copy of the file is for.")
 
 
+def _splits_model(plan: Plan) -> bool:
+    p = plan.parallel
+    return max(p.tp, p.pp, p.cp, p.ep) > 1
+
+
 def _check_expressible(plan: Plan) -> None:
     p, t = plan.parallel, plan.training
-    degrees = {"tp": p.tp, "pp": p.pp, "cp": p.cp, "ep": p.ep}
-    split = {k: v for k, v in degrees.items() if v > 1}
-    if split:
+    if _splits_model(plan) and p.vpp > 1:
         raise ConfigError(
-            "Accelerate's config runs data parallelism (DDP or FSDP) only; the plan also splits the model: "
-            + ", ".join(f"{k}={v}" for k, v in split.items()), field="plan.parallel", value=split,
-            hint="use the megatron or deepspeed adapter, or plan with constraints tp=1, pp=1")
+            f"Accelerate's config file has no virtual-pipeline field for vpp={p.vpp}", field="plan.parallel.vpp",
+            value=p.vpp, hint=f"use the megatron adapter, or pass MegatronLMPlugin(num_layers_per_virtual_pipeline_"
+            f"stage={plan.model.num_layers // (p.pp * p.vpp)}) to Accelerator in the script")
+    if _splits_model(plan) and t.zero_stage > 1:
+        raise ConfigError(
+            f"Accelerate's Megatron-LM plugin shards with the distributed optimizer only, not ZeRO-{t.zero_stage}",
+            field="training.zero_stage", value=t.zero_stage, hint="use the deepspeed adapter")
     if t.precision not in _MIXED_PRECISION:
         raise ConfigError(f"Accelerate has no mixed_precision for {t.precision.value!r}",
                           field="training.precision", value=t.precision.value,
@@ -66,7 +75,10 @@ def build_accelerate(plan: Plan, options: AccelerateOptions) -> dict[str, Any]:
         raise ConfigError(f"machine_rank={options.machine_rank} but the plan has {len(slots)} machine(s)",
                           field="machine_rank", value=options.machine_rank, hint=f"use 0..{len(slots) - 1}")
     stage = t.effective_zero_stage
-    distributed = "FSDP" if stage > 0 else ("MULTI_GPU" if plan.num_gpus > 1 else "NO")
+    if _splits_model(plan):
+        distributed = "MEGATRON_LM"
+    else:
+        distributed = "FSDP" if stage > 0 else ("MULTI_GPU" if plan.num_gpus > 1 else "NO")
     config: dict[str, Any] = {
         "compute_environment": "LOCAL_MACHINE",
         "distributed_type": distributed,
@@ -81,6 +93,8 @@ def build_accelerate(plan: Plan, options: AccelerateOptions) -> dict[str, Any]:
     if len(slots) > 1:
         config |= {"main_process_ip": options.main_process_ip or slots[0].host,
                    "main_process_port": options.main_process_port, "rdzv_backend": "static", "same_network": True}
+    if distributed == "MEGATRON_LM":
+        config["megatron_lm_config"] = _megatron_lm_config(plan)
     if distributed == "FSDP":
         config["fsdp_config"] = {
             "fsdp_sharding_strategy": FSDP_SHARDING[stage],
@@ -95,6 +109,26 @@ def build_accelerate(plan: Plan, options: AccelerateOptions) -> dict[str, Any]:
     return config
 
 
+def _megatron_lm_config(plan: Plan) -> dict[str, Any]:
+    """``megatron_lm_config``: the keys ``accelerate launch`` turns into MEGATRON_LM_* for MegatronLMPlugin."""
+    p, t = plan.parallel, plan.training
+    config: dict[str, Any] = {
+        "megatron_lm_tp_degree": p.tp, "megatron_lm_pp_degree": p.pp,
+        "megatron_lm_num_micro_batches": num_microbatches(t, p),
+        "megatron_lm_sequence_parallelism": t.sequence_parallel,
+        "megatron_lm_use_distributed_optimizer": t.effective_zero_stage == 1,
+        "megatron_lm_context_parallel_size": p.cp, "megatron_lm_expert_model_parallel_size": p.ep,
+        "megatron_lm_recompute_activations": t.recompute is not Recompute.NONE,
+        "megatron_lm_gradient_clipping": 1.0,  # MegatronLMPlugin's default, written because launch requires it
+    }
+    if t.recompute is not Recompute.NONE:
+        config["megatron_lm_recompute_granularity"] = t.recompute.value
+    if t.recompute is Recompute.FULL:
+        config |= {"megatron_lm_recompute_method": t.recompute_method.value,
+                   "megatron_lm_recompute_num_layers": t.recompute_num_layers or 1}
+    return config
+
+
 ACCELERATE: Adapter[AccelerateOptions] = Adapter(
-    name="accelerate", summary="Accelerate config YAML (DDP or FSDP; data-parallel plans only)",
+    name="accelerate", summary="Accelerate config YAML (DDP, FSDP, or the Megatron-LM plugin for model-parallel plans)",
     output=OutputFormat.YAML, options=AccelerateOptions, build=build_accelerate)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import yaml
+from pydantic import JsonValue, ValidationInfo, field_validator
 
 from frenzy_core._base import FrozenModel
 from frenzy_core._data import data_text
@@ -24,6 +25,7 @@ from frenzy_core.planning.launchers import LaunchScope, get_launch_scope
 from frenzy_core.planning.plan import Plan
 
 __all__ = [
+    "MULTILINE",
     "RECIPE_ENV",
     "Adapter",
     "AdapterOptions",
@@ -48,8 +50,39 @@ class OutputFormat(str, enum.Enum):
     """The adapter renders its own text (shell script, Python snippet, command lines)."""
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+"""Control characters: a newline in an option would start a new line of a script (a shell injection)."""
+
+MULTILINE: dict[str, JsonValue] = {"multiline": True}
+"""``json_schema_extra`` of the few string options that are whole scripts (SkyPilot's ``setup``): newlines allowed."""
+
+
 class AdapterOptions(FrozenModel):
-    """Options of one adapter; unknown option names raise ConfigError naming them."""
+    """Options of one adapter; unknown option names raise ConfigError naming them, and so does a control
+    character in any string option (a script's line break or escape sequence smuggled in through a value)."""
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _no_control_characters(cls, value: Any, info: ValidationInfo) -> Any:
+        name = info.field_name or "option"
+        allowed = "\n" if cls.model_fields[name].json_schema_extra == MULTILINE else ""
+        for where, text in _strings(value, name):
+            bad = sorted({c for c in _CONTROL.findall(text) if c not in allowed})
+            if bad:
+                raise ValueError(f"{where} holds control character(s) {', '.join(map(repr, bad))}; use printable "
+                                 "characters only")
+        return value
+
+
+def _strings(value: Any, where: str) -> list[tuple[str, str]]:
+    """Every string in an option value (lists and mappings included, keys too), with where it sits."""
+    if isinstance(value, str):
+        return [(where, value)]
+    if isinstance(value, (list, tuple)):
+        return [s for i, v in enumerate(value) for s in _strings(v, f"{where}[{i}]")]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in [*_strings(k, f"{where} key"), *_strings(v, f"{where}[{k!r}]")]]
+    return []
 
 
 OptionsT = TypeVar("OptionsT", bound=AdapterOptions)

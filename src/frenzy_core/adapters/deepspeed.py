@@ -1,4 +1,9 @@
-"""``deepspeed``: the DeepSpeed JSON config of a plan (batch sizes, ZeRO stage, precision, checkpointing)."""
+"""``deepspeed``: the DeepSpeed JSON config of a plan (batch sizes, ZeRO stage, precision, checkpointing).
+
+Plain DeepSpeed counts data-parallel ranks as the world size divided by what splits the model, so the config
+names those splits: ``tensor_parallel.autotp_size`` (DeepSpeed's AutoTP) for tp and ``expert_parallel`` (AutoEP)
+for ep. Pipeline stages are DeepSpeed's ``PipelineModule(num_stages=pp)``, built in the script (no config key).
+"""
 
 from __future__ import annotations
 
@@ -36,8 +41,22 @@ def _precision_blocks(precision: Precision) -> dict[str, Any]:
         value=precision.value, hint="plan with precision bf16-mixed, fp16-mixed or fp32")
 
 
+def _check_expressible(plan: Plan) -> None:
+    t, p = plan.training, plan.parallel
+    if p.cp > 1:
+        raise ConfigError(f"DeepSpeed has no context parallelism (cp={p.cp}); its Ulysses sequence parallelism splits "
+                          "attention heads, not sequence chunks", field="plan.parallel.cp", value=p.cp,
+                          hint="use the megatron adapter, or plan with cp=1")
+    if p.pp > 1 and t.effective_zero_stage > 1:
+        raise ConfigError(f"DeepSpeed's pipeline engine runs ZeRO stage 0 or 1, not {t.effective_zero_stage}",
+                          field="training.zero_stage", value=t.effective_zero_stage,
+                          hint="plan with pp=1 for ZeRO-2/3, or ZeRO-1 with pipelines")
+
+
 def build_deepspeed(plan: Plan, options: DeepSpeedOptions) -> dict[str, Any]:
-    """The config dict; DeepSpeed checks train_batch_size = micro x accumulation x data-parallel size."""
+    """The config dict; DeepSpeed checks train_batch_size = micro x accumulation x data-parallel size, the last
+    being world / (tp x pp) once the config's autotp_size and the script's PipelineModule say so."""
+    _check_expressible(plan)
     t, p = plan.training, plan.parallel
     config: dict[str, Any] = {
         "train_batch_size": global_batch_size(t, p),
@@ -46,6 +65,10 @@ def build_deepspeed(plan: Plan, options: DeepSpeedOptions) -> dict[str, Any]:
         "zero_optimization": {"stage": t.effective_zero_stage},
         **_precision_blocks(t.precision),
     }
+    if p.tp > 1:
+        config["tensor_parallel"] = {"autotp_size": p.tp}
+    if p.ep > 1:
+        config["expert_parallel"] = {"enabled": True, "autoep_size": p.ep}
     if t.recompute is not Recompute.NONE:
         # DeepSpeed's checkpointing (deepspeed.checkpointing) recomputes whole layers; partitioning the saved
         # inputs across tensor-parallel ranks matches Megatron's, which the memory model assumes when tp > 1.

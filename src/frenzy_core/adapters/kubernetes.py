@@ -25,7 +25,8 @@ from frenzy_core.adapters.base import (
 from frenzy_core.adapters.torchrun import LaunchOptions, torchrun_flags
 from frenzy_core.planning.plan import Plan
 
-__all__ = ["GPU_RESOURCE", "KUBERNETES", "PRODUCT_LABEL", "KubernetesOptions"]
+__all__ = ["GPU_RESOURCE", "KUBERNETES", "PRODUCT_LABEL", "KubernetesOptions", "PodOptions", "gpu_node_selector",
+           "metadata"]
 
 GPU_RESOURCE: dict[str, str] = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu"}
 """Extended resource each vendor's device plugin advertises."""
@@ -40,8 +41,8 @@ CONTAINER_NAME = "pytorch"
 """The training operator finds the training container by this name."""
 
 
-class KubernetesOptions(LaunchOptions):
-    """Options of the kubernetes adapter."""
+class PodOptions(LaunchOptions):
+    """Options of the adapters that write Kubernetes objects (PyTorchJob, TrainJob)."""
 
     job_name: str = Field(default="frenzy-train", max_length=63, description="metadata.name (RFC 1123 label).")
     namespace: str | None = None
@@ -49,7 +50,6 @@ class KubernetesOptions(LaunchOptions):
     gpu_product: str | None = Field(default=None, description=(
         "Value of the product label to select (default: the name GPU feature discovery reports)."))
     node_selector: dict[str, str] = Field(default_factory=dict, description="More node labels to select.")
-    restart_policy: Literal["OnFailure", "Never", "Always", "ExitCode"] = "OnFailure"
     shm: bool = Field(default=True, description="Mount a memory-backed /dev/shm (data loaders, NCCL).")
 
     @field_validator("job_name", "namespace")
@@ -60,9 +60,32 @@ class KubernetesOptions(LaunchOptions):
         return value
 
 
-def _pod_template(plan: Plan, options: KubernetesOptions, per_node: int, nnodes: int) -> dict[str, Any]:
+class KubernetesOptions(PodOptions):
+    """Options of the kubernetes adapter (a Kubeflow PyTorchJob)."""
+
+    restart_policy: Literal["OnFailure", "Never", "Always", "ExitCode"] = "OnFailure"
+    clean_pod_policy: Literal["None", "Running", "All"] = Field(default="None", description=(
+        "runPolicy.cleanPodPolicy: which pods the operator deletes when the job ends (None keeps their logs)."))
+    backoff_limit: int | None = Field(default=None, ge=0, description="runPolicy.backoffLimit: retries before failing.")
+
+
+def metadata(options: PodOptions) -> dict[str, Any]:
+    """``metadata``: the job's name, and its namespace when given."""
+    out: dict[str, Any] = {"name": options.job_name}
+    if options.namespace is not None:
+        out["namespace"] = options.namespace
+    return out
+
+
+def gpu_node_selector(plan: Plan, options: PodOptions) -> dict[str, str]:
+    """Node labels that pin the pods to the plan's GPU type (plus the user's own)."""
     vendor = gpu_vendor(plan)
     product = launcher_gpu_name(plan, "kubernetes", "gpu_product", options.gpu_product)
+    return {PRODUCT_LABEL[vendor]: product, **options.node_selector}
+
+
+def _pod_template(plan: Plan, options: KubernetesOptions, per_node: int, nnodes: int) -> dict[str, Any]:
+    vendor = gpu_vendor(plan)
     flags = torchrun_flags(nnodes=nnodes, nproc_per_node=per_node, rdzv_backend="c10d",
                            rdzv_endpoint="$(MASTER_ADDR):$(MASTER_PORT)", rdzv_id=options.job_name)
     env = {**recipe_env(plan), **options.env}
@@ -76,7 +99,7 @@ def _pod_template(plan: Plan, options: KubernetesOptions, per_node: int, nnodes:
     }
     spec: dict[str, Any] = {
         "containers": [container],
-        "nodeSelector": {PRODUCT_LABEL[vendor]: product, **options.node_selector},
+        "nodeSelector": gpu_node_selector(plan, options),
     }
     if options.shm:
         container["volumeMounts"] = [{"name": "dshm", "mountPath": "/dev/shm"}]
@@ -93,11 +116,11 @@ def build_kubernetes(plan: Plan, options: KubernetesOptions) -> dict[str, Any]:
         group: {"replicas": count, "restartPolicy": options.restart_policy,
                 "template": _pod_template(plan, options, per_node, nnodes)}
         for group, count in groups.items() if count > 0}
-    metadata: dict[str, Any] = {"name": options.job_name}
-    if options.namespace is not None:
-        metadata["namespace"] = options.namespace
-    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": metadata,
-            "spec": {"nprocPerNode": str(per_node), "pytorchReplicaSpecs": replicas}}
+    run_policy: dict[str, Any] = {"cleanPodPolicy": options.clean_pod_policy}
+    if options.backoff_limit is not None:
+        run_policy["backoffLimit"] = options.backoff_limit
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": metadata(options),
+            "spec": {"nprocPerNode": str(per_node), "runPolicy": run_policy, "pytorchReplicaSpecs": replicas}}
 
 
 KUBERNETES: Adapter[KubernetesOptions] = Adapter(

@@ -1,4 +1,4 @@
-"""``megatron``: the Megatron-LM command-line arguments of a plan (written by :func:`to_megatron_args`)."""
+"""``megatron``: the Megatron-LM command line of a plan and the environment it needs on the plan's GPUs."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import Field
 
 from frenzy_core.adapters.base import Adapter, AdapterOptions, OutputFormat
-from frenzy_core.config.megatron_writer import to_megatron_args
+from frenzy_core.config.megatron import megatron_launch
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.planning.plan import Plan
 
@@ -24,22 +24,29 @@ class MegatronOptions(AdapterOptions):
 
 
 def build_megatron(plan: Plan, options: MegatronOptions) -> dict[str, Any]:
-    """``args``: the flag tokens; ``shell``: them quoted on one line; ``world_size``: GPUs to launch them on."""
-    args = to_megatron_args(options.model or plan.model, plan.training, plan.parallel)
-    return {"world_size": plan.num_gpus, "script": options.script, "args": args, "shell": shlex.join(args)}
+    """``args``: the flag tokens; ``env``: what every rank needs; ``shell``: the flags on one line."""
+    launch = megatron_launch(options.model or plan.model, plan.training, plan.parallel, plan.gpu_type)
+    args = list(launch.args)
+    return {"world_size": plan.num_gpus, "gpu_type": plan.gpu_type, "script": options.script, "args": args,
+            "env": dict(launch.env), "padded_vocab_size": launch.padded_vocab_size, "notes": list(launch.notes),
+            "shell": shlex.join(args)}
 
 
 def render_megatron(data: dict[str, Any]) -> str:
-    """The script and its arguments, one flag per line (pass it to torchrun on every node)."""
-    lines: list[str] = [data["script"]]
+    """The environment as ``export`` lines, then the script and its arguments, one flag per line (start it with
+    torchrun on every node)."""
+    lines = [f"# Megatron-LM on {data['world_size']} x {data['gpu_type']}: start the script with torchrun on every "
+             "node, in this environment", *(f"# note: {n}" for n in data["notes"]),
+             *(f"export {k}={shlex.quote(v)}" for k, v in data["env"].items())]
+    command: list[str] = [shlex.quote(data["script"])]
     for token in data["args"]:
         if token.startswith("--"):
-            lines.append(token)
+            command.append(token)
         else:
-            lines[-1] += " " + shlex.quote(token)
-    return " \\\n    ".join(lines) + "\n"
+            command[-1] += " " + shlex.quote(token)
+    return "\n".join(lines) + "\n" + " \\\n    ".join(command) + "\n"
 
 
 MEGATRON: Adapter[MegatronOptions] = Adapter(
-    name="megatron", summary="Megatron-LM arguments (parallelism, batch, recompute, precision, model shape)",
+    name="megatron", summary="Megatron-LM arguments and environment (parallelism, batch, recompute, precision, model)",
     output=OutputFormat.TEXT, options=MegatronOptions, build=build_megatron, render=render_megatron)

@@ -27,18 +27,18 @@ class RayOptions(AdapterOptions):
     train_module: str = Field(default="train", pattern=r"^[A-Za-z_][A-Za-z0-9_.]*$",
                               description="Module the snippet imports the training function from.")
     train_function: str = Field(default="train_loop_per_worker", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    use_gpu: bool = Field(default=True, description=(
+        "False: one CPU worker per planned rank (a dry run of the job's wiring on a machine without GPUs)."))
 
 
 def build_ray(plan: Plan, options: RayOptions) -> dict[str, Any]:
     """``scaling_config``: ScalingConfig(**kwargs); ``train_loop_config`` and ``runtime_env``; ``snippet``."""
     t, p = plan.training, plan.parallel
-    scaling = {
-        "num_workers": plan.num_gpus,
-        "use_gpu": True,
-        "resources_per_worker": {"GPU": 1},
-        "accelerator_type": launcher_gpu_name(plan, "ray", "accelerator_type", options.accelerator_type),
-        "placement_strategy": options.placement_strategy,
-    }
+    scaling: dict[str, Any] = {"num_workers": plan.num_gpus, "use_gpu": options.use_gpu}
+    if options.use_gpu:
+        scaling |= {"resources_per_worker": {"GPU": 1},
+                    "accelerator_type": launcher_gpu_name(plan, "ray", "accelerator_type", options.accelerator_type)}
+    scaling["placement_strategy"] = options.placement_strategy
     loop_config = {
         "micro_batch_size": t.micro_batch_size, "gradient_accumulation_steps": num_microbatches(t, p),
         "global_batch_size": global_batch_size(t, p), "seq_len": t.seq_len, "dp": p.dp, "tp": p.tp, "pp": p.pp,

@@ -13,6 +13,7 @@ from frenzy_core.adapters.ray import RAY
 from frenzy_core.adapters.skypilot import SKYPILOT
 from frenzy_core.adapters.slurm import SLURM
 from frenzy_core.adapters.torchrun import TORCHRUN
+from frenzy_core.adapters.trainjob import TRAINJOB
 from frenzy_core.errors import UnknownNameError
 from frenzy_core.planning.plan import Plan
 
@@ -20,7 +21,7 @@ __all__ = ["ADAPTERS", "LAUNCHERS", "emit", "get_adapter"]
 
 ADAPTERS: dict[str, Adapter[Any]] = {
     adapter.name: adapter
-    for adapter in (TORCHRUN, MEGATRON, DEEPSPEED, ACCELERATE, SLURM, KUBERNETES, RAY, SKYPILOT)
+    for adapter in (TORCHRUN, MEGATRON, DEEPSPEED, ACCELERATE, SLURM, KUBERNETES, TRAINJOB, RAY, SKYPILOT)
 }
 """Launcher name -> adapter; ``ADAPTERS[name](plan, **options)`` gives plain data, ``.emit(...)`` text."""
 

@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import Field
 
 from frenzy_core.adapters.base import (
+    MULTILINE,
     Adapter,
     OutputFormat,
     launcher_gpu_name,
@@ -27,7 +28,8 @@ class SkyPilotOptions(LaunchOptions):
     job_name: str = Field(default="frenzy-train", min_length=1)
     accelerator: str | None = Field(default=None, description=(
         "SkyPilot's accelerator name (default: `sky show-gpus` name of the plan's GPU type)."))
-    setup: str | None = Field(default=None, description="Shell commands run once per node before `run`.")
+    setup: str | None = Field(default=None, json_schema_extra=MULTILINE, description=(
+        "Shell commands run once per node before `run` (several lines allowed)."))
     workdir: str | None = Field(default=None, description="Local directory synced to every node.")
     rdzv_port: int = Field(default=DEFAULT_RDZV_PORT, gt=0, lt=65536)
 
@@ -38,7 +40,7 @@ def build_skypilot(plan: Plan, options: SkyPilotOptions) -> dict[str, Any]:
     nnodes = len(node_slots(plan))
     accelerator = launcher_gpu_name(plan, "skypilot", "accelerator", options.accelerator)
     flags = torchrun_flags(nnodes='"${SKYPILOT_NUM_NODES}"', nproc_per_node='"${SKYPILOT_NUM_GPUS_PER_NODE}"',
-                           node_rank='"${SKYPILOT_NODE_RANK}"', rdzv_backend="c10d",
+                           node_rank='"${SKYPILOT_NODE_RANK}"', rdzv_backend="static",
                            rdzv_endpoint=f'"${{head_ip}}:{options.rdzv_port}"', rdzv_id='"${SKYPILOT_TASK_ID}"')
     run = "\n".join([
         "# SKYPILOT_NODE_IPS lists the nodes' IPs, head node first",

@@ -1,8 +1,13 @@
-"""``slurm``: an sbatch script that starts torchrun on every node of the plan, rendezvous on the first."""
+"""``slurm``: an sbatch script that starts torchrun on every node of the plan, rendezvous on the first.
+
+One plan is one homogeneous component; :func:`slurm_script` also writes a heterogeneous job (``#SBATCH hetjob``,
+``srun ... : ...``) from several components, one per GPU type, for mixed-type plans.
+"""
 
 from __future__ import annotations
 
 import shlex
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import Field
@@ -11,7 +16,13 @@ from frenzy_core.adapters.base import Adapter, OutputFormat, node_slots, recipe_
 from frenzy_core.adapters.torchrun import DEFAULT_RDZV_PORT, LaunchOptions, torchrun_flags
 from frenzy_core.planning.plan import Plan
 
-__all__ = ["SLURM", "SlurmOptions"]
+__all__ = ["DEFAULT_CPUS_PER_GPU", "SLURM", "SlurmComponent", "SlurmOptions", "slurm_script"]
+
+DEFAULT_CPUS_PER_GPU = 8
+"""CPU cores requested per GPU when neither ``cpus_per_task`` nor ``cpus_per_gpu`` is given: GPU nodes have 12 to 16
+cores per GPU (DGX A100: 128 cores for 8 GPUs, DGX H100: 112; AWS p4d: 96 vCPUs), so 8 fits them and still
+leaves each rank its data-loader workers (Slurm otherwise gives the task one CPU for all its ranks)."""
+
 
 class SlurmOptions(LaunchOptions):
     """Options of the slurm adapter."""
@@ -24,35 +35,75 @@ class SlurmOptions(LaunchOptions):
     partition: str | None = None
     account: str | None = None
     time: str | None = Field(default=None, description="Wall-time limit, e.g. '24:00:00'.")
-    cpus_per_task: int | None = Field(default=None, gt=0)
+    cpus_per_task: int | None = Field(default=None, gt=0, description=(
+        "CPUs of the one task per node that runs torchrun (default: cpus_per_gpu x the node's GPUs)."))
+    cpus_per_gpu: int = Field(default=DEFAULT_CPUS_PER_GPU, gt=0, description=(
+        "CPUs per GPU (rank) on each node, when cpus_per_task is not given."))
     rdzv_port: int = Field(default=DEFAULT_RDZV_PORT, gt=0, lt=65536)
+
+
+@dataclass(frozen=True)
+class SlurmComponent:
+    """One homogeneous part of a job: nodes of one GPU type, the same GPUs and CPUs on each."""
+
+    gpu_type_name: str
+    nodes: int
+    gpus_per_node: int
+    cpus_per_task: int
+
+
+def _directives(component: SlurmComponent, options: SlurmOptions) -> list[str]:
+    out = [f"--nodes={component.nodes}", "--ntasks-per-node=1", f"--cpus-per-task={component.cpus_per_task}"]
+    if options.gpu_request == "gres":
+        out.append(f"--gres=gpu:{component.gpu_type_name}:{component.gpus_per_node}")
+    else:
+        out += [f"--gres=gpu:{component.gpus_per_node}", f"--constraint={component.gpu_type_name}"]
+    for flag, value in (("partition", options.partition), ("account", options.account), ("time", options.time)):
+        if value is not None:
+            out.append(f"--{flag}={value}")
+    return out
+
+
+def slurm_script(components: list[SlurmComponent], env: dict[str, str], options: SlurmOptions) -> dict[str, Any]:
+    """The sbatch script for one component, or a heterogeneous job for several (one per GPU type).
+
+    Every node runs one torchrun with its own GPU count; the c10d rendezvous on the first node of the first
+    component joins them all, so nodes of different sizes form one job (torch elastic allows that).
+    """
+    assert components, "a job needs at least one component"
+    groups = [_directives(c, options) for c in components]
+    nnodes = sum(c.nodes for c in components)
+    het = len(components) > 1
+    steps = []
+    for i, c in enumerate(components):
+        launch = shlex.join(options.torchrun) + " " + " ".join(torchrun_flags(
+            nnodes=nnodes, nproc_per_node=c.gpus_per_node, rdzv_backend="c10d",
+            rdzv_endpoint=f'"${{head_node}}:{options.rdzv_port}"', rdzv_id='"${SLURM_JOB_ID}"'))
+        # srun >= 22.05 no longer takes --cpus-per-task from the allocation: pass it on
+        group = f"--het-group={i} " if het else ""
+        steps.append(f"{group}--ntasks-per-node=1 --cpus-per-task={c.cpus_per_task} {launch} "
+                     + shlex.join([options.script, *options.script_args]))
+    nodelist = "SLURM_JOB_NODELIST_HET_GROUP_0" if het else "SLURM_JOB_NODELIST"
+    header = [f"#SBATCH {shlex.quote('--job-name=' + options.job_name)}"]
+    for i, directives in enumerate(groups):
+        header += ["#SBATCH hetjob"] if i else []
+        header += [f"#SBATCH {shlex.quote(d)}" for d in directives]
+    srun = "srun " + " : ".join(steps)
+    lines = ["#!/bin/bash", *header, "", "set -euo pipefail", *(f"export {k}={shlex.quote(v)}" for k, v in env.items()),
+             "# torchrun's rendezvous runs on the first node of the allocation (no pipe into head: with",
+             "# pipefail, scontrol killed by SIGPIPE would end the job)",
+             f'hosts=$(scontrol show hostnames "${{{nodelist}}}")', "head_node=${hosts%%$'\\n'*}", srun]
+    return {"directives": [f"--job-name={options.job_name}", *[d for g in groups for d in g]], "env": env,
+            "srun": srun, "script": "\n".join(lines) + "\n"}
 
 
 def build_slurm(plan: Plan, options: SlurmOptions) -> dict[str, Any]:
     """The sbatch directives, exported environment and the srun line, as data; ``script`` is the whole file."""
     per_node = uniform_gpus_per_node(plan, "slurm")
-    nnodes = len(node_slots(plan))
-    gpu_name = options.gpu_type_name or plan.gpu_type
-    directives = [f"--job-name={options.job_name}", f"--nodes={nnodes}", "--ntasks-per-node=1"]
-    if options.gpu_request == "gres":
-        directives.append(f"--gres=gpu:{gpu_name}:{per_node}")
-    else:
-        directives += [f"--gres=gpu:{per_node}", f"--constraint={gpu_name}"]
-    for flag, value in (("partition", options.partition), ("account", options.account), ("time", options.time),
-                        ("cpus-per-task", options.cpus_per_task)):
-        if value is not None:
-            directives.append(f"--{flag}={value}")
-    env = {**recipe_env(plan), **options.env}
-    launch = shlex.join(options.torchrun) + " " + " ".join(torchrun_flags(
-        nnodes=nnodes, nproc_per_node=per_node, rdzv_backend="c10d",
-        rdzv_endpoint=f'"${{head_node}}:{options.rdzv_port}"', rdzv_id='"${SLURM_JOB_ID}"'))
-    srun = f"srun {launch} {shlex.join([options.script, *options.script_args])}"
-    lines = ["#!/bin/bash", *(f"#SBATCH {shlex.quote(d)}" for d in directives), "",
-             "set -euo pipefail", *(f"export {k}={shlex.quote(v)}" for k, v in env.items()),
-             "# torchrun's rendezvous runs on the first node of the allocation (no pipe into head: with",
-             "# pipefail, scontrol killed by SIGPIPE would end the job)",
-             'hosts=$(scontrol show hostnames "${SLURM_JOB_NODELIST}")', "head_node=${hosts%%$'\\n'*}", srun]
-    return {"directives": directives, "env": env, "srun": srun, "script": "\n".join(lines) + "\n"}
+    component = SlurmComponent(gpu_type_name=options.gpu_type_name or plan.gpu_type, nodes=len(node_slots(plan)),
+                               gpus_per_node=per_node,
+                               cpus_per_task=options.cpus_per_task or options.cpus_per_gpu * per_node)
+    return slurm_script([component], {**recipe_env(plan), **options.env}, options)
 
 
 SLURM: Adapter[SlurmOptions] = Adapter(

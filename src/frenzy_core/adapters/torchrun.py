@@ -52,8 +52,9 @@ class TorchrunOptions(LaunchOptions):
     rdzv_host: str | None = Field(default=None, description=(
         "Rendezvous host (default: 127.0.0.1 on one node, else the host of the plan's first node)."))
     rdzv_port: int = Field(default=DEFAULT_RDZV_PORT, gt=0, lt=65536, description="Rendezvous port.")
-    rdzv_backend: Literal["c10d", "static", "etcd", "etcd-v2"] = Field(default="c10d",
-                                                                       description="torchrun --rdzv-backend.")
+    rdzv_backend: Literal["static", "c10d", "etcd", "etcd-v2"] = Field(default="static", description=(
+        "torchrun --rdzv-backend: static gives each node the rank its line names (the rendezvous host is rank 0); "
+        "the dynamic backends rank nodes in arrival order, so their lines name no rank."))
     rdzv_id: str = Field(default="frenzy", min_length=1, description="Job id shared by every node's agent.")
     hosts: dict[str, str] = Field(default_factory=dict, description=(
         "Plan node name -> hostname or IP (default: the plan name, ':' written as '-')."))
@@ -61,7 +62,12 @@ class TorchrunOptions(LaunchOptions):
 
 def torchrun_flags(*, nnodes: int | str, nproc_per_node: int | str, rdzv_backend: str, rdzv_endpoint: str,
                    rdzv_id: str, node_rank: int | str | None = None) -> list[str]:
-    """torchrun's flags as ``--flag=value`` tokens; values may be shell expressions in script templates."""
+    """torchrun's flags as ``--flag=value`` tokens; values may be shell expressions in script templates.
+
+    ``node_rank`` is for the static backend only: the dynamic ones (c10d, etcd) ignore it and rank nodes as
+    they arrive (torch.distributed.run).
+    """
+    assert node_rank is None or rdzv_backend == "static", "torchrun ignores --node-rank without static rendezvous"
     flags = [f"--nnodes={nnodes}", f"--nproc-per-node={nproc_per_node}"]
     if node_rank is not None:
         flags.append(f"--node-rank={node_rank}")
@@ -88,12 +94,13 @@ def build_torchrun(plan: Plan, options: TorchrunOptions) -> dict[str, Any]:
     nodes = []
     for slot in slots:
         env = {devices: ",".join(map(str, slot.gpus)), **recipe_env(plan), **options.env}
+        static = options.rdzv_backend == "static"
         argv = [*options.torchrun, *torchrun_flags(
-            nnodes=len(slots), nproc_per_node=len(slot.gpus), node_rank=slot.rank,
+            nnodes=len(slots), nproc_per_node=len(slot.gpus), node_rank=slot.rank if static else None,
             rdzv_backend=options.rdzv_backend, rdzv_endpoint=endpoint, rdzv_id=options.rdzv_id),
             options.script, *options.script_args]
         command = " ".join([*(f"{k}={shlex.quote(v)}" for k, v in env.items()), shlex.join(argv)])
-        nodes.append({"node": slot.name, "host": hosts[slot.name], "node_rank": slot.rank,
+        nodes.append({"node": slot.name, "host": hosts[slot.name], "node_rank": slot.rank if static else None,
                       "nproc_per_node": len(slot.gpus), "gpus": list(slot.gpus), "env": env, "argv": argv,
                       "command": command})
     return {"nnodes": len(slots), "world_size": plan.num_gpus, "rdzv_endpoint": endpoint,
@@ -103,8 +110,11 @@ def build_torchrun(plan: Plan, options: TorchrunOptions) -> dict[str, Any]:
 def render_torchrun(data: dict[str, Any]) -> str:
     """One commented command line per node, to run on that node."""
     lines = [f"# torchrun: {data['nnodes']} node(s), {data['world_size']} processes; run each line on its node"]
+    if data["rdzv_backend"] != "static" and data["nnodes"] > 1:
+        lines.append(f"# {data['rdzv_backend']} rendezvous: torchrun ranks the nodes in the order they join")
     for node in data["nodes"]:
-        lines.append(f"# node_rank {node['node_rank']}: {node['node']} ({node['host']}), GPUs {node['gpus']}")
+        rank = "" if node["node_rank"] is None else f"node_rank {node['node_rank']}: "
+        lines.append(f"# {rank}{node['node']} ({node['host']}), GPUs {node['gpus']}")
         lines.append(node["command"])
     return "\n".join(lines) + "\n"
 

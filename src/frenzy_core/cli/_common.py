@@ -5,7 +5,9 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +37,7 @@ __all__ = [
     "parse_count",
     "parse_names",
     "print_json",
+    "require_matplotlib",
     "require_positive",
 ]
 
@@ -43,9 +46,12 @@ EXIT_INFEASIBLE = 1
 EXIT_BAD_INPUT = 2
 """Exit code for invalid input (unknown names, bad values); click's own usage errors use it too."""
 
-console = Console()
+_PIPE_WIDTH = 240
+"""Columns when stdout is not a terminal (a pipe, a file): rich would otherwise cut tables at 80."""
+
+console = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else _PIPE_WIDTH)
 """Human-readable output (stdout); rich picks the stream at print time, so test runners capture it."""
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() or os.environ.get("COLUMNS") else _PIPE_WIDTH)
 """Errors, notes and progress that must not mix into ``--json`` output."""
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -149,7 +155,8 @@ def load_cluster_arg(value: str | None, scale: int | None = None) -> ClusterArg:
                 hint="expected 'nodes: [{gpu: a100-80gb, gpus_per_node: 8, count: 2}]'",
             ) from None
         cluster = cluster if scale is None else cluster.scaled(scale)
-        return ClusterArg(cluster, f"cluster file {value}", None)
+        label = f"cluster '{cluster.name}' (file {value})" if cluster.name else f"cluster file {value}"
+        return ClusterArg(cluster, label, None)
     try:
         info = cluster_preset_info(value)
     except UnknownNameError as exc:
@@ -193,6 +200,15 @@ def parse_count(value: str | None, option: str) -> int | None:
             hint="write it as 1000000000, 1e9 or 1B (suffixes K, M, B, T)",
         )
     return round(number)
+
+
+def require_matplotlib(option: str) -> None:
+    """ConfigError before any work when ``option`` (a plot) is asked for without matplotlib installed."""
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise ConfigError(f"{option} needs matplotlib, which is not installed", field=option,
+                          hint="pip install 'frenzy_core[plot]', or leave out " + option)
 
 
 def require_positive(value: float | None, option: str) -> None:

@@ -53,7 +53,14 @@ def launcher_options(launcher: str, options: dict[str, Any]) -> dict[str, Any]:
     """The options for ``launcher``, checked before planning: an unknown launcher or an option it does not take
     is a ConfigError."""
     from frenzy_core.adapters import get_adapter
+    from frenzy_core.errors import closest_names
 
+    known = sorted(get_adapter(launcher).options.model_fields)
+    for key in options:
+        if key not in known:
+            close = closest_names(key, known)
+            hint = f"did you mean -o {close[0]}=...?" if close else "the options are " + ", ".join(known)
+            raise ConfigError(f"--emit {launcher} has no option {key!r}", field="--emit-option", value=key, hint=hint)
     get_adapter(launcher).options.model_validate(options)
     return options
 

@@ -21,7 +21,7 @@ from frenzy_core.cli._common import (
 )
 from frenzy_core.cli.emit import emit_launcher, launcher_options, parse_emit_options
 from frenzy_core.cli.plan_view import plan_renderables
-from frenzy_core.config import Framework, Optimizer, Precision, TrainingConfig
+from frenzy_core.config import Attention, Framework, Optimizer, Precision, TrainingConfig
 from frenzy_core.errors import ConfigError, InfeasiblePlanError, UnknownNameError
 from frenzy_core.planning.request import (
     DEFAULT_HEADROOM,
@@ -42,14 +42,31 @@ _OPTION_OF_FIELD = {
     "gpu_types": "--gpu-types",
     "token_budget": "--tokens",
     "micro_batch_sizes": "--micro-batch",
+    "micro_batch_size": "--micro-batch",
+    "headroom": "--headroom",
+    "seq_len": "--seq-len",
+    "tp": "--tp",
+    "pp": "--pp",
 }
-"""Planner constraint fields and the options that set them, so messages name what the user can type."""
-_FIELD_RE = re.compile(r"\b(?:constraints\.|PlanConstraints\.)?(" + "|".join(_OPTION_OF_FIELD) + r")\b")
+"""Planner fields and the options that set them, so messages name what the user can type."""
+_NAMES = "|".join(sorted(_OPTION_OF_FIELD, key=len, reverse=True))
+_SETTING_RE = re.compile(r"\b(?:constraints\.|PlanConstraints\.)?(" + _NAMES + r")\s*(>=|=)\s*([^\s,;)]+)")
+_FIELD_RE = re.compile(r"\b(?:constraints\.|PlanConstraints\.)?(" + _NAMES + r")\b")
+_CONSTRAINT_SETTING_RE = re.compile(r"\b(max_price_per_hour_usd|max_gpus|num_gpus|token_budget|headroom)=(\S+?)(?=[\s,;)]|$)")
 
 
 def _in_option_words(text: str) -> str:
-    """``max_gpus >= 16`` as ``--max-gpus >= 16``: the planner's field names as this command's options."""
-    return _FIELD_RE.sub(lambda m: _OPTION_OF_FIELD[m.group(1)], text)
+    """``headroom=0`` as ``--headroom 0``, ``max_gpus >= 16`` as ``--max-gpus 16 (or more)``: the planner's
+    settings as this command's options (a layout such as ``dp=8 tp=2`` inside a message is left alone)."""
+    def setting(m: re.Match[str]) -> str:
+        more = " (or more)" if m.group(2) == ">=" else ""
+        return f"{_OPTION_OF_FIELD[m.group(1)]} {m.group(3)}{more}"
+
+    return _SETTING_RE.sub(setting, text)
+
+
+def _suggestions_in_option_words(suggestions: list[str]) -> list[str]:
+    return [_in_option_words(s) for s in suggestions]
 
 
 @handle_errors
@@ -93,6 +110,9 @@ def plan(
         typer.Option(help="Dtype recipe (default bf16-mixed; fp16-mixed on GPUs without bf16, such as the V100)."),
     ] = None,
     optimizer: Annotated[Optimizer, typer.Option(help="Optimizer.")] = Optimizer.ADAMW,
+    attention: Annotated[Attention, typer.Option(help=(
+        "Attention kernel (eager keeps the score matrix: what GPUs without FlashAttention, e.g. V100, run)."))
+    ] = Attention.FLASH,
     framework: Annotated[
         Framework | None,
         typer.Option(
@@ -150,6 +170,10 @@ def plan(
     json_out: Annotated[
         bool, typer.Option("--json", help="Print the plan as JSON (nothing else on stdout).")
     ] = False,
+    time_model: Annotated[
+        Path | None,
+        typer.Option("--time-model", help="Calibrated time-model file from 'frenzy calibrate'."),
+    ] = None,
 ) -> None:
     """Choose GPU type, GPU count, nodes and parallel layout for training MODEL, and explain why.
 
@@ -201,6 +225,7 @@ def plan(
         seq_len=seq_len,
         global_batch_size=global_batch,
         optimizer=optimizer,
+        attention=attention,
         **{k: v for k, v in recipe.items() if v is not None},  # left out: the planner's defaults and fallbacks
     )
     constraints = PlanConstraints(
@@ -231,17 +256,22 @@ def plan(
             time_limit_s=time_limit,
             top_k=runners_up,
             launcher=emit,
+            time_model=time_model,
         )
     except InfeasiblePlanError as exc:
-        raise InfeasiblePlanError(
-            _in_option_words(str(exc)),
-            reasons=exc.reasons,
-            suggestions=[_in_option_words(s) for s in exc.suggestions],
-        ) from None
+        text = str(exc)
+        for raw in exc.suggestions:
+            text = text.replace(raw, _in_option_words(raw))
+        text = _CONSTRAINT_SETTING_RE.sub(lambda m: f"{_OPTION_OF_FIELD[m.group(1)]} {m.group(2)}", text)
+        text = re.sub(r"\b(max_price_per_hour_usd|max_gpus|num_gpus|token_budget)\b",
+                      lambda m: _OPTION_OF_FIELD[m.group(1)], text)
+        raise InfeasiblePlanError(text, reasons=exc.reasons,
+                                  suggestions=_suggestions_in_option_words(exc.suggestions)) from None
     except UnknownNameError:
         raise
     except ConfigError as exc:
-        raise ConfigError(_in_option_words(str(exc)), field=exc.field, value=exc.value) from None
+        raise ConfigError(_FIELD_RE.sub(lambda m: _OPTION_OF_FIELD[m.group(1)], str(exc)), field=exc.field,
+                          value=exc.value) from None
     launch = None if emit is None else emit_launcher(result, emit, emit_options)
     if launch is not None and emit_to is not None:
         try:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gzip
+import zlib
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Annotated
@@ -16,6 +18,7 @@ from frenzy_core.cli._common import (
     new_table,
     parse_names,
     print_json,
+    require_matplotlib,
     require_positive,
 )
 from frenzy_core.errors import ConfigError
@@ -30,10 +33,40 @@ def _hours(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds / 3600:,.2f}"
 
 
+_HEADERS: dict[TraceFormat, tuple[str, ...]] = {
+    TraceFormat.PHILLY: ("timestamp", "duration", "num_gpus"),
+    TraceFormat.SIA: ("name", "time", "application", "num_replicas"),
+    TraceFormat.HELIOS: ("job_id", "user", "vc", "gpu_num"),
+    TraceFormat.ALIBABA_SPOT: ("job_name", "organization", "gpu_model"),
+}
+"""The first columns of each trace format's header (docs/traces.md), to tell the format without --format."""
+
+
+def _open_text(path: Path) -> object:
+    return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else path.open(encoding="utf-8")
+
+
+def detect_format(path: Path) -> TraceFormat:
+    """The trace format whose header starts the file; ConfigError naming --format when none does."""
+    try:
+        with _open_text(path) as f:  # type: ignore[attr-defined]
+            header = f.readline().strip().lower()
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read trace file {str(path)!r}: {exc}", field="TRACE", value=str(path),
+                          hint="check the file (a .gz must be complete)") from None
+    columns = tuple(c.strip() for c in header.split(","))
+    for fmt, start in _HEADERS.items():
+        if columns[: len(start)] == start:
+            return fmt
+    raise ConfigError(f"{path.name}: the header {header[:80]!r} is not one of the known trace formats",
+                      field="--format", value=header[:80], hint="pass --format philly, sia, helios or alibaba-spot")
+
+
 @handle_errors
 def simulate(
     trace: Annotated[Path, typer.Argument(metavar="TRACE", help="Trace file (CSV, optionally .gz).")],
-    format: Annotated[TraceFormat, typer.Option("--format", "-f", help="Trace format.")] = TraceFormat.PHILLY,
+    format: Annotated[TraceFormat | None, typer.Option("--format", "-f", help=(
+        "Trace format (default: told from the file's header)."))] = None,
     cluster: Annotated[
         str | None,
         typer.Option(
@@ -82,6 +115,8 @@ def simulate(
     from frenzy_core.scheduling import simulate as run_simulation
 
     require_positive(default_duration, "--default-duration")
+    if plot is not None:
+        require_matplotlib("--plot")
     names = parse_names(policies, "--policies") or list(POLICIES)
     unknown = [n for n in names if n not in POLICIES]
     if unknown:
@@ -101,7 +136,12 @@ def simulate(
     if on_error not in ("skip", "fail"):
         raise ConfigError(f"--on-error must be 'skip' or 'fail', got {on_error!r}", field="--on-error",
                           value=on_error)
-    loaded = read_trace(trace, format, on_error=on_error)
+    format = format or detect_format(trace)
+    try:
+        loaded = read_trace(trace, format, on_error=on_error)
+    except (EOFError, zlib.error, gzip.BadGzipFile, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read trace file {str(trace)!r}: {exc}", field="TRACE", value=str(trace),
+                          hint="the file is truncated or not a trace; a .gz must be complete") from None
     trace_jobs = loaded.jobs[:limit] if limit is not None else loaded.jobs
     if loaded.skipped:
         first = loaded.skipped[0].describe(trace.name)

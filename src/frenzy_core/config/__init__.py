@@ -11,11 +11,23 @@ from frenzy_core.config.layout import (
     num_microbatches,
     validate_layout,
 )
-from frenzy_core.config.model import ArchKind, MLPKind, ModelConfig, MoEConfig, NormKind, PositionEmbedding
+from frenzy_core.config.model import (
+    ArchKind,
+    MLAConfig,
+    MLPKind,
+    ModelConfig,
+    MoEConfig,
+    NormKind,
+    NormPlacement,
+    PositionEmbedding,
+    QKNormScope,
+    RopeScaling,
+)
 from frenzy_core.config.parallel import ParallelConfig, PipelineSchedule
 from frenzy_core.config.params import ParamCounts, count_parameters
 from frenzy_core.config.training import (
     Attention,
+    Fp8Recipe,
     Framework,
     Optimizer,
     OptimizerImpl,
@@ -32,13 +44,16 @@ __all__ = [
     "ArchKind",
     "Attention",
     "DefaultBatch",
+    "Fp8Recipe",
     "Framework",
     "LayoutArrays",
     "LayoutRule",
+    "MLAConfig",
     "MLPKind",
     "MoEConfig",
     "ModelConfig",
     "NormKind",
+    "NormPlacement",
     "Optimizer",
     "OptimizerImpl",
     "ParallelConfig",
@@ -46,8 +61,10 @@ __all__ = [
     "PipelineSchedule",
     "PositionEmbedding",
     "Precision",
+    "QKNormScope",
     "Recompute",
     "RecomputeMethod",
+    "RopeScaling",
     "TrainingConfig",
     "count_parameters",
     "default_batch",

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from frenzy_core._base import FrozenModel
-from frenzy_core.config.model import ArchKind, ModelConfig, NormKind, PositionEmbedding
+from frenzy_core.config.architecture import ArchKind, MLAConfig, NormKind, PositionEmbedding, QKNormScope
+
+if TYPE_CHECKING:  # ModelConfig counts itself through this module
+    from frenzy_core.config.model import ModelConfig
 
 __all__ = [
     "LayerParams",
@@ -14,6 +19,7 @@ __all__ = [
     "layer_parameters",
     "mlp_parameters",
     "norm_parameters",
+    "qk_norm_parameters",
 ]
 
 
@@ -21,7 +27,8 @@ class LayerParams(FrozenModel):
     """Parameters of one transformer layer."""
 
     attention: int
-    """Q, K, V and output projections (with their biases and any per-head q/k norms)."""
+    """Q, K, V and output projections (with their biases and any q/k norms; latent attention's projections and
+    norms)."""
     mlp: int
     """Dense MLP, or the shared experts of an MoE layer."""
     experts: int
@@ -29,7 +36,7 @@ class LayerParams(FrozenModel):
     router: int
     """MoE router (and shared-expert gate)."""
     norms: int
-    """The layer's two norms."""
+    """The layer's norms of the model width (two; one in a shared-norm parallel block; four in a sandwich)."""
 
     @property
     def total(self) -> int:
@@ -41,13 +48,15 @@ class ParamCounts(FrozenModel):
 
     embedding: int
     """Word, position and token-type embeddings, plus an embedding norm."""
+    vision: int
+    """A vision tower and its projector held beside the language model (Gemma 3)."""
     layers: int
     """All transformer layers together."""
     experts: int
     """Routed-expert share of ``layers``."""
     final_norm: int
     head: int
-    """Untied LM head, or BERT's MLM head (transform, norm, output bias) and pooler."""
+    """Untied LM head (and its bias), or BERT's MLM head (transform, norm, output bias) and pooler."""
     total: int
     active: int
     """Parameters one token passes through (routed experts: top-k of them)."""
@@ -69,19 +78,46 @@ def mlp_parameters(model: ModelConfig, ffn_hidden_size: int) -> int:
     return weights + (biases if model.linear_bias else 0)
 
 
+def qk_norm_parameters(model: ModelConfig) -> int:
+    """The query and key norms of one layer (0 without ``qk_norm``)."""
+    if not model.qk_norm:
+        return 0
+    d = model.head_dim
+    if model.qk_norm_scope is QKNormScope.ALL_HEADS:  # OLMo 2: RMSNorm(q_size), RMSNorm(kv_size)
+        return norm_parameters(model, model.q_size) + norm_parameters(model, model.kv_size)
+    if model.qk_norm_scope is QKNormScope.EACH_HEAD:  # StableLM: a bias-free LayerNorm(head_dim) per q and k head
+        return (model.num_attention_heads + model.num_kv_heads) * d
+    return 2 * norm_parameters(model, d)  # Qwen3, Gemma 3: one norm of head_dim each, shared by all heads
+
+
+def _latent_attention_parameters(model: ModelConfig, mla: MLAConfig) -> int:
+    # DeepseekV2Attention: q_proj (or q_a_proj, q_a_layernorm, q_b_proj), kv_a_proj_with_mqa, kv_a_layernorm,
+    # kv_b_proj, o_proj; the latent norms are RMSNorms of their rank. No biases (attention_bias false).
+    h, heads = model.hidden_size, model.num_attention_heads
+    q_out = heads * mla.qk_head_dim
+    if mla.q_lora_rank is None:
+        query = h * q_out
+    else:
+        query = h * mla.q_lora_rank + mla.q_lora_rank + mla.q_lora_rank * q_out
+    kv = h * (mla.kv_lora_rank + mla.qk_rope_head_dim) + mla.kv_lora_rank
+    kv += mla.kv_lora_rank * heads * (mla.qk_nope_head_dim + mla.v_head_dim)
+    out = model.v_size * h + (h if model.linear_bias else 0)
+    return query + kv + out
+
+
 def _attention_parameters(model: ModelConfig) -> int:
+    if model.mla is not None:
+        return _latent_attention_parameters(model, model.mla)
     h, q, kv = model.hidden_size, model.q_size, model.kv_size
     weights = h * (q + 2 * kv) + q * h
     bias = (q + 2 * kv if model.qkv_bias else 0) + (h if model.linear_bias else 0)
-    # Qwen3's q_norm and k_norm: one norm of head_dim width each, shared by all heads.
-    qk_norms = 2 * norm_parameters(model, model.head_dim) if model.qk_norm else 0
-    return weights + bias + qk_norms
+    return weights + bias + qk_norm_parameters(model)
 
 
 def layer_parameters(model: ModelConfig, layer: int) -> LayerParams:
     """Parameters of 0-based ``layer`` (dense or MoE)."""
     attention = _attention_parameters(model)
-    norms = 2 * norm_parameters(model)
+    norms = model.norm_placement.norms_per_layer * norm_parameters(model)
     moe = model.moe
     if moe is None or not model.is_moe_layer(layer):
         return LayerParams(attention=attention, mlp=mlp_parameters(model, model.ffn_hidden_size), experts=0,
@@ -117,6 +153,10 @@ def head_parameters(model: ModelConfig) -> int:
         n += h * h + h + norm_parameters(model) + model.vocab_size
     if not model.tied_embeddings:
         n += model.vocab_size * h
+        if model.arch is ArchKind.ENCODER:
+            n += model.vocab_size  # untied BertLMPredictionHead: decoder.bias is no longer tied to its bias
+    if model.lm_head_bias:
+        n += model.vocab_size
     return n
 
 
@@ -128,10 +168,11 @@ def count_parameters(model: ModelConfig) -> ParamCounts:
     embedding = embedding_parameters(model)
     final_norm = norm_parameters(model) if model.final_norm else 0
     head = head_parameters(model)
-    total = embedding + layers + final_norm + head
-    active = total
+    vision = model.vision_tower_params
+    total = embedding + vision + layers + final_norm + head
+    active = total - vision  # text tokens do not pass through the vision tower
     if model.moe is not None:
         inactive_share = 1 - model.moe.top_k / model.moe.num_experts
-        active = total - round(experts * inactive_share)
-    return ParamCounts(embedding=embedding, layers=layers, experts=experts, final_norm=final_norm, head=head,
+        active -= round(experts * inactive_share)
+    return ParamCounts(embedding=embedding, vision=vision, layers=layers, experts=experts, final_norm=final_norm, head=head,
                        total=total, active=active)

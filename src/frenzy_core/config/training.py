@@ -10,6 +10,7 @@ from frenzy_core._base import CodedEnum, FrozenModel
 
 __all__ = [
     "Attention",
+    "Fp8Recipe",
     "Framework",
     "Optimizer",
     "OptimizerImpl",
@@ -130,6 +131,19 @@ class Framework(str, enum.Enum):
     """Megatron-Core with Transformer Engine (fused kernels, contiguous grad buffers)."""
 
 
+class Fp8Recipe(str, enum.Enum):
+    """How fp8 GEMM inputs are scaled (read only with ``precision="fp8-mixed"``): decides the quantisation kernels."""
+
+    DELAYED = "delayed"
+    """Per-tensor scales from the amax history of earlier steps (Transformer Engine ``DelayedScaling``): one fused
+    cast (+ transpose) pass per tensor."""
+    CURRENT = "current"
+    """Per-tensor scales from the tensor itself (TE ``Float8CurrentScaling``, torchao tensorwise): an amax pass,
+    then the cast."""
+    ROWWISE = "rowwise"
+    """Per-row scales (torchao rowwise): an amax and a cast along each axis, no reuse of one cast for the transpose."""
+
+
 class TrainingConfig(FrozenModel):
     """One training recipe. ``global_batch_size`` None means one micro-batch per data-parallel rank."""
 
@@ -147,6 +161,11 @@ class TrainingConfig(FrozenModel):
     attention: Attention = Field(default=Attention.FLASH, description="Attention kernel.")
     sequence_parallel: bool = Field(default=False, description="Megatron sequence parallelism (needs tp > 1).")
     framework: Framework = Field(default=Framework.TORCH, description="Runtime whose buffers are modelled.")
+    compile: bool = Field(default=False, description=(
+        "torch.compile on the model (framework torch): elementwise chains fuse into few kernels; the time model "
+        "counts their memory traffic as fused."))
+    fp8_recipe: Fp8Recipe = Field(default=Fp8Recipe.DELAYED, description=(
+        "Scaling of fp8 GEMM inputs (precision fp8-mixed only): decides the cost of the quantisation kernels."))
 
     @model_validator(mode="after")
     def _check(self) -> TrainingConfig:

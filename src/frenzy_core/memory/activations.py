@@ -6,15 +6,14 @@ The derivation of each term is in docs/memory-model.md.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
+from frenzy_core.config.hf import ModuleLayout, module_layout
 from frenzy_core.config.model import ArchKind, MLPKind, ModelConfig, NormKind, PositionEmbedding
 from frenzy_core.config.training import Attention, Framework, Precision, TrainingConfig
-from frenzy_core.errors import ConfigError
 
 __all__ = [
     "EdgeActivations",
@@ -63,62 +62,68 @@ def _bytes(training: TrainingConfig) -> tuple[int, int, int]:
     return 2, 2, lin
 
 
-@functools.lru_cache(maxsize=256)
-def _hf_family(model: ModelConfig) -> str:
-    """The Hugging Face ``model_type`` whose modules the eager-torch terms follow: the one
-    :func:`frenzy_core.config.hf.to_hf_config` builds (and the probe measures); a guess where none fits."""
-    from frenzy_core.config.hf import to_hf_config
-
-    try:
-        return str(to_hf_config(model)["model_type"])
-    except ConfigError:  # no Hugging Face family expresses the model: follow the closest module layout
-        if model.arch is ArchKind.ENCODER:
-            return "bert"
-        if model.position_embedding is PositionEmbedding.LEARNED and model.mlp is MLPKind.GELU:
-            return "gpt2"
-        return "llama"
+def _hf_style(model: ModelConfig) -> tuple[ModuleLayout, bool]:
+    """The module lineage the eager-torch terms follow (the family :func:`frenzy_core.config.hf.to_hf_config`
+    builds and the probe measures, or the closest) and whether q/k/v come from one fused projection with rotary
+    positions (GPT-NeoX, Phi-3: the fused output stays saved beside the rotated copies)."""
+    layout = module_layout(model)
+    fused_rope = (model.fused_qkv and model.position_embedding is PositionEmbedding.ROTARY
+                  and layout not in (ModuleLayout.GPT2, ModuleLayout.BERT))
+    return layout, fused_rope
 
 
-def _hf_style(model: ModelConfig) -> str:
-    """Attention/MLP layout: BERT, GPT-2 (fused QKV, native-dtype softmax), fused QKV with RoPE, or Llama-like."""
-    family = _hf_family(model)
-    if family in ("bert", "gpt2"):
-        return family
-    return "fused_rope" if family in ("gpt_neox", "phi3") else "llama"
+def _torch_norm(model: ModelConfig, training: TrainingConfig, consumers: int) -> float:
+    """Bytes per token one HF norm saves, with its output as saved by its ``consumers`` linear(s)."""
+    h = model.hidden_size
+    bs, _, _ = _bytes(training)
+    # HF LlamaRMSNorm: x.to(fp32) [saved by pow], x * rsqrt(var) [saved by weight mul when no downcast],
+    # rsqrt (fp32 per token), the downcast y.to(dtype) [saved by weight mul]; LayerNorm: input + mean + rstd.
+    if model.norm is NormKind.RMSNORM:
+        saved = (FP32 * h + bs * h + FP32) if bs == 4 else (FP32 * h + 2 * h + FP32)
+        if bs == 2 and _hf_style(model)[0].norm_product_fp32:
+            # GemmaRMSNorm (and OLMo 2's) multiplies in fp32 (x * rsqrt * (1 + w)) and then downcasts: the fp32
+            # product is saved instead of a half copy.
+            saved += 2 * h
+    else:
+        saved = bs * h + 2 * FP32
+    # Its output is saved by the next linear(s); autocast casts it once per consuming linear.
+    return saved + (2 * h * consumers if training.precision.is_amp else bs * h)
 
 
-def _torch_layer(model: ModelConfig, training: TrainingConfig, tp: FloatArray, s_keys: FloatArray
-                 ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
-    """Eager PyTorch / HF Transformers: per token (dense mlp, moe mlp, attention core, layer input) bytes."""
-    h, q, kv, f = model.hidden_size, model.q_size, model.kv_size, model.ffn_hidden_size
+def _torch_mlp_body(model: ModelConfig, training: TrainingConfig, width: int, nbytes: int) -> float:
+    """Bytes per token an MLP of intermediate ``width`` saves between its input and output projections."""
+    if model.mlp.gated:
+        return 4.0 * nbytes * width  # gate out (act input), act out, up out (mul), product (down input)
+    if model.mlp is MLPKind.GELU and _hf_style(model)[0] is ModuleLayout.GPT2:
+        # gelu_new is composed of python ops saving x (by pow), tanh(.), 0.5x, 1 + tanh(.) plus the output.
+        # Under autocast pow runs in fp32 (its fp32 input copy is saved) and so do tanh and 1 + tanh; the
+        # fp32 product is cast back for the next linear.
+        return (3 * FP32 + 2 * nbytes if training.precision.is_amp else 5 * nbytes) * width
+    if model.mlp is MLPKind.GELU:
+        return 2.0 * nbytes * width  # nn.functional.gelu saves its input; its output is the next linear's
+    if model.mlp is MLPKind.SQUARED_RELU:
+        return 2.0 * nbytes * width
+    return 1.0 * nbytes * width  # relu saves its output, which the next linear saves too
+
+
+def _torch_attention(model: ModelConfig, training: TrainingConfig, tp: FloatArray, s_keys: FloatArray
+                     ) -> tuple[FloatArray, FloatArray]:
+    """Eager PyTorch / HF Transformers attention block: per token (saved outside the core, attention core) bytes."""
+    h, q, kv = model.hidden_size, model.q_size, model.kv_size
     a = model.num_attention_heads
     bs, bm, _ = _bytes(training)
     amp = training.precision.is_amp
-    style = _hf_style(model)
+    layout, fused_rope = _hf_style(model)
     p_h, p_a = model.hidden_dropout > 0, model.attention_dropout > 0
-
-    def norm(consumers: int) -> float:
-        # HF LlamaRMSNorm: x.to(fp32) [saved by pow], x * rsqrt(var) [saved by weight mul when no downcast],
-        # rsqrt (fp32 per token), the downcast y.to(dtype) [saved by weight mul]; LayerNorm: input + mean + rstd.
-        if model.norm is NormKind.RMSNORM:
-            saved = (FP32 * h + bs * h + FP32) if bs == 4 else (FP32 * h + 2 * h + FP32)
-            if bs == 2 and _hf_family(model) == "gemma":
-                # GemmaRMSNorm multiplies in fp32 (x * rsqrt * (1 + w)) and then downcasts: the fp32 product is
-                # saved instead of a half copy.
-                saved += 2 * h
-        else:
-            saved = bs * h + 2 * FP32
-        # Its output is saved by the next linear(s); autocast casts it once per consuming linear.
-        return saved + (2 * h * consumers if amp else bs * h)
-
-    separate_qkv = style in ("llama", "bert")  # one cast per projection under autocast
-    attn: FloatArray = np.asarray(norm(3 if separate_qkv else 1), dtype=np.float64)
+    gpt2 = layout is ModuleLayout.GPT2
+    separate_qkv = not gpt2 and not fused_rope  # one cast per projection under autocast
+    attn: FloatArray = np.asarray(_torch_norm(model, training, 3 if separate_qkv else 1), dtype=np.float64)
     eager = training.attention is Attention.EAGER
-    if style == "fused_rope" and not eager:
+    if fused_rope and not eager:
         # GPT-NeoX, Phi-3: one fused QKV projection; SDPA saves v, a view of it, so its whole output stays saved,
         # plus the rotated q and k copies (eager attention saves contiguous copies instead).
         attn = attn + bm * (q + 2 * kv) / tp + bm * (q + kv) / tp
-    elif style != "gpt2":
+    elif not gpt2:
         # RoPE returns new q, k tensors (the projections' outputs are freed); v is saved as is.
         k_width = q if (eager and model.num_kv_heads != a) else kv  # eager repeat_kv copies k, v to all heads
         attn = attn + bm * (q + 2 * k_width) / tp
@@ -131,13 +136,13 @@ def _torch_layer(model: ModelConfig, training: TrainingConfig, tp: FloatArray, s
         per_width = (FP32 + bs) if bs == FP32 else (FP32 + 2)
         attn = attn + (per_width * (q + kv) + FP32 * (a + g)) / tp
     if eager:
-        if style in ("llama", "fused_rope"):
+        if layout.eager_softmax_fp32:
             probs = FP32 + (bm if bm != FP32 else 0)  # softmax(dtype=fp32) saved, then .to(dtype) copy
         else:
             # softmax in the input dtype, saved; autocast runs softmax in fp32 and the .type(dtype) copy feeds the
             # dropout (or, without dropout, the matmul with v, which saves it)
             probs = (FP32 + (0 if p_a else bm)) if amp else bm
-        if p_a and style in ("llama", "fused_rope"):
+        if p_a and layout.eager_softmax_fp32:
             probs = FP32 + MASK_BYTES + bm  # the pre-dropout copy is freed: dropout backward needs its mask only
         elif p_a:
             probs += MASK_BYTES + bm  # dropout mask + output (saved by the matmul with v)
@@ -146,40 +151,36 @@ def _torch_layer(model: ModelConfig, training: TrainingConfig, tp: FloatArray, s
     else:
         core = FP32 * a / tp + 0 * s_keys  # log-sum-exp (fp32) per head and query
         attn = attn + bm * q / tp  # kernel output, viewed as the output projection's input
-    attn = attn + (MASK_BYTES * h if p_h else 0)
-    mlp_common = norm(2 if model.mlp.gated else 1) + (MASK_BYTES * h if p_h else 0)
+    return attn + (MASK_BYTES * h if p_h else 0), np.asarray(core)
+
+
+def _torch_layer(model: ModelConfig, training: TrainingConfig, tp: FloatArray, s_keys: FloatArray
+                 ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """Eager PyTorch / HF Transformers: per token (dense mlp, moe mlp, attention core, layer input) bytes."""
+    h, f = model.hidden_size, model.ffn_hidden_size
+    bs, bm, _ = _bytes(training)
+    amp = training.precision.is_amp
+    p_h = model.hidden_dropout > 0
+    attn, core = _torch_attention(model, training, tp, s_keys)
+    mlp_common = _torch_norm(model, training, 2 if model.mlp.gated else 1) + (MASK_BYTES * h if p_h else 0)
     if model.parallel_block and (model.norm is NormKind.LAYERNORM or bs == FP32):
         mlp_common -= bs * h  # both norms read (and save) the same layer input
-
-    def mlp_body(width: int, nbytes: int = bm) -> float:
-        if model.mlp.gated:
-            return 4.0 * nbytes * width  # gate out (act input), act out, up out (mul), product (down input)
-        if model.mlp is MLPKind.GELU and style == "gpt2":
-            # gelu_new is composed of python ops saving x (by pow), tanh(.), 0.5x, 1 + tanh(.) plus the output.
-            # Under autocast pow runs in fp32 (its fp32 input copy is saved) and so do tanh and 1 + tanh; the
-            # fp32 product is cast back for the next linear.
-            return (3 * FP32 + 2 * nbytes if amp else 5 * nbytes) * width
-        if model.mlp is MLPKind.GELU:
-            return 2.0 * nbytes * width  # nn.functional.gelu saves its input; its output is the next linear's
-        if model.mlp is MLPKind.SQUARED_RELU:
-            return 2.0 * nbytes * width
-        return 1.0 * nbytes * width  # relu saves its output, which the next linear saves too
-
-    dense = mlp_common + mlp_body(f) / tp
+    dense = mlp_common + _torch_mlp_body(model, training, f, bm) / tp
     moe_mlp = np.asarray(0.0)
     if model.moe is not None:
         m = model.moe
         routed = m.top_k * (m.capacity_factor or 1.0)
-        shared = mlp_body(m.shared_expert_ffn_hidden_size) / tp if m.shared_expert_ffn_hidden_size else 0.0
+        shared_width = m.shared_expert_ffn_hidden_size
+        shared = _torch_mlp_body(model, training, shared_width, bm) / tp if shared_width else 0.0
         # Transformers' grouped experts are no autocast op: under amp they run in fp32 on the gathered fp32
         # tokens (and their weights are not cast).
         be = bs if amp else bm
-        router_norm = norm(1) + (MASK_BYTES * h if p_h else 0)  # the router's linear is the one consumer
+        router_norm = _torch_norm(model, training, 1) + (MASK_BYTES * h if p_h else 0)  # the router's linear
         # router logits + softmax (fp32), per routed token: gathered input, expert body, weighted output
         moe_mlp = router_norm + shared + 2 * FP32 * m.num_experts + routed * (
-            2 * be * h + mlp_body(m.expert_ffn_hidden_size, be) / tp)
+            2 * be * h + _torch_mlp_body(model, training, m.expert_ffn_hidden_size, be) / tp)
     layer_in = bs * h + 0 * tp
-    return attn + core + dense, attn + core + moe_mlp, np.asarray(core), np.asarray(layer_in)
+    return attn + core + dense, attn + core + moe_mlp, core, np.asarray(layer_in)
 
 
 def _megatron_layer(model: ModelConfig, training: TrainingConfig, tp: FloatArray, rep: FloatArray,
@@ -243,7 +244,7 @@ def layer_activations(model: ModelConfig, training: TrainingConfig, *, tp: npt.A
         dispatch = 2.0 * _bytes(training)[1] * model.hidden_size * routed * tokens
     score_grad = np.zeros_like(tokens)
     if training.attention is Attention.EAGER:
-        torch_fp32_softmax = training.framework is Framework.TORCH and _hf_style(model) in ("llama", "fused_rope")
+        torch_fp32_softmax = training.framework is Framework.TORCH and _hf_style(model)[0].eager_softmax_fp32
         softmax_bytes = FP32 if (training.precision.is_amp or torch_fp32_softmax) else _bytes(training)[1]
         score_grad = model.num_attention_heads / tp_a * s_loc * softmax_bytes * tokens
     return LayerActivations(dense=tokens * dense, moe=tokens * moe, core_dense=tokens * core, dispatch=dispatch,
@@ -315,7 +316,7 @@ def logit_bytes(model: ModelConfig, training: TrainingConfig, *, tp: npt.ArrayLi
     # training loop keeps only the loss (HF Trainer.compute_loss drops the model output), so the logits are freed
     # once the loss is computed; a loop that keeps the output through backward holds B x V more per token.
     # Backward: the nll gradient (dense) and the log_softmax input gradient, both fp32, beside the saved output.
-    if _hf_style(model) == "bert" and not training.precision.is_amp:
+    if not _hf_style(model)[0].loss_upcasts_logits and not training.precision.is_amp:
         # BertForMaskedLM applies CrossEntropyLoss to the logits as they are (no fp32 upcast; autocast would
         # run it in fp32).
         return LogitBytes(saved=bm * v, forward_peak=2 * bm * v, backward_peak=3 * bm * v)

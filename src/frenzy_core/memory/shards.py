@@ -8,7 +8,7 @@ import numpy as np
 import numpy.typing as npt
 
 from frenzy_core.config.model import ArchKind, ModelConfig, PositionEmbedding
-from frenzy_core.config.params import layer_parameters, mlp_parameters, norm_parameters
+from frenzy_core.config.params import layer_parameters, mlp_parameters, norm_parameters, qk_norm_parameters
 
 __all__ = ["LayerConstants", "StageParams", "StageShape", "layer_constants", "stage_params", "stage_shape"]
 
@@ -49,7 +49,7 @@ def layer_constants(model: ModelConfig) -> LayerConstants:
     """Per-layer constants of ``model``, from :func:`frenzy_core.config.params.layer_parameters`."""
     h, q, kv = model.hidden_size, model.q_size, model.kv_size
     dense = layer_parameters(model, 0)  # attention and norms are alike in every layer
-    qk_norms = 2 * norm_parameters(model, model.head_dim) if model.qk_norm else 0
+    qk_norms = qk_norm_parameters(model)
     row_bias = h if model.linear_bias else 0
     attn_split = dense.attention - row_bias - qk_norms
     attn_repl = row_bias + qk_norms + dense.norms
@@ -144,6 +144,7 @@ def stage_params(model: ModelConfig, shape: StageShape, tp: npt.ArrayLike) -> St
     # First stage: word embeddings (vocabulary-parallel), position/token-type tables and embedding norm.
     emb_repl = (model.max_position_embeddings * h if model.position_embedding is PositionEmbedding.LEARNED else 0)
     emb_repl += model.type_vocab_size * h + (norm_parameters(model) if model.embedding_norm else 0)
+    emb_repl += model.vision_tower_params  # a vision tower (Gemma 3) sits before the text stack, unsharded
     first = shape.is_first.astype(np.float64)
     last = shape.is_last.astype(np.float64)
     split = split + first * (v * h)
@@ -156,7 +157,9 @@ def stage_params(model: ModelConfig, shape: StageShape, tp: npt.ArrayLike) -> St
         head_repl += h * h + h + norm_parameters(model)
         head_split += v
     if model.lm_head and not model.tied_embeddings:
-        head_split += v * h
+        head_split += v * h + (v if model.arch is ArchKind.ENCODER else 0)  # see params.head_parameters
+    if model.lm_head_bias:
+        head_split += v  # one bias per vocabulary row, split with the head's rows
     tied = last * (1.0 - first) * (v * h if model.tied_embeddings and model.lm_head else 0)
     split = split + last * head_split + tied
     repl = repl + last * head_repl

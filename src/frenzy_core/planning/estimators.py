@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
@@ -12,7 +13,14 @@ from frenzy_core.config.parallel import ParallelConfig
 from frenzy_core.config.training import TrainingConfig
 from frenzy_core.hardware.gpu import GPUSpec, Links
 from frenzy_core.memory import MemoryEstimate, estimate_memory, estimate_memory_batch
-from frenzy_core.timing import TimeEstimate, estimate_iteration_time, estimate_iteration_time_batch
+from frenzy_core.timing import (
+    TimeEstimate,
+    TimeModelParams,
+    default_time_model_params,
+    estimate_iteration_time,
+    estimate_iteration_time_batch,
+)
+from frenzy_core.timing.calibration_file import read_calibration_file
 
 __all__ = ["AnalyticEstimator", "LayoutEstimator"]
 
@@ -37,14 +45,24 @@ class LayoutEstimator(Protocol):
 
 
 class AnalyticEstimator:
-    """``frenzy_core.memory`` and ``frenzy_core.timing``: the library's own analytic models."""
+    """``frenzy_core.memory`` and ``frenzy_core.timing``: the library's own analytic models.
+
+    ``time_model``: a calibrated-parameter file (``frenzy calibrate``); GPU types it names use its parameters.
+    """
+
+    def __init__(self, time_model: str | Path | None = None) -> None:
+        self._fitted = read_calibration_file(time_model) if time_model is not None else {}
+
+    def _params(self, gpu: GPUSpec) -> TimeModelParams | None:
+        fitted = self._fitted.get(gpu.id)
+        return default_time_model_params(gpu).replace(**fitted) if fitted else None
 
     def device_bytes(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutArrays) -> np.ndarray:
         return np.asarray(estimate_memory_batch(model, layouts, training).device_bytes, dtype=np.int64)
 
     def iteration_s(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutArrays, gpu: GPUSpec,
                     links: Links | None) -> np.ndarray:
-        result = estimate_iteration_time_batch(model, training, gpu, layouts, cluster=links)
+        result = estimate_iteration_time_batch(model, training, gpu, layouts, cluster=links, params=self._params(gpu))
         return np.asarray(result.iteration_s, dtype=np.float64)
 
     def memory(self, model: ModelConfig, training: TrainingConfig, parallel: ParallelConfig) -> MemoryEstimate:
@@ -52,4 +70,4 @@ class AnalyticEstimator:
 
     def time(self, model: ModelConfig, training: TrainingConfig, parallel: ParallelConfig, gpu: GPUSpec,
              links: Links | None) -> TimeEstimate:
-        return estimate_iteration_time(model, training, parallel, gpu, cluster=links)
+        return estimate_iteration_time(model, training, parallel, gpu, cluster=links, params=self._params(gpu))

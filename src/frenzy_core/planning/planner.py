@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -13,7 +14,7 @@ from frenzy_core.config.training import Recompute, TrainingConfig
 from frenzy_core.errors import ConfigError
 from frenzy_core.planning.candidates import CandidateTable
 from frenzy_core.planning.diagnosis import type_rejections
-from frenzy_core.planning.estimators import LayoutEstimator
+from frenzy_core.planning.estimators import AnalyticEstimator, LayoutEstimator
 from frenzy_core.planning.infeasible import infeasible_error
 from frenzy_core.planning.launchers import LaunchScope
 from frenzy_core.planning.nodes import Locality
@@ -101,16 +102,19 @@ def build_plan(search: Search, table: CandidateTable, solution: Solution, top_k:
     base = search.training.replace(precision=search.precisions[gpu_type]) if gpu_type in search.precisions \
         else search.training
     training = table.layouts.training(i, base)
+    placement = search.pool.assign(gpu_type, parallel.tp, list(solution.nodes_used), list(solution.groups),
+                                   Locality(solution.level))
     links = shape_links(search.pool, gpu_type, search.links[gpu_type], int(table.level[row]),
-                        int(table.per_node[row]), int(table.world[row]))
+                        int(table.per_node[row]))
+    if solution.level == Locality.DOMAIN:  # the domain it sits in (the candidate was timed with the largest)
+        links = links._replace(gpus_per_node=search.pool.domain_gpus(list(placement)))
     memory = search.estimator.memory(search.model, training, parallel)
     time_estimate = search.estimator.time(search.model, training, parallel, spec, links)
     rows, feasible = placement_options(table, search.pool)
     pph = float(table.price_per_hour_usd[row])
     return Plan(
         model=search.model, gpu_type=gpu_type, gpu_spec=spec, num_gpus=int(table.world[row]),
-        placement=search.pool.assign(gpu_type, parallel.tp, list(solution.nodes_used), list(solution.groups),
-                                     Locality(solution.level)),
+        placement=placement,
         parallel=parallel, training=training, memory=memory, time=time_estimate, links=links,
         default_batch=search.default_batch, placement_mode=table.placement,
         launcher=None if search.scope is None else search.scope.name, notes=_notes(search, gpu_type, solution.level),
@@ -143,7 +147,7 @@ def plan_job(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig 
              objective: Objective | str = "throughput",
              constraints: PlanConstraints | Mapping[str, Any] | None = None, time_limit_s: float = 10,
              top_k: int = 5, solver: str = "cp-sat", estimator: LayoutEstimator | None = None,
-             launcher: str | LaunchScope | None = None) -> Plan:
+             launcher: str | LaunchScope | None = None, time_model: str | Path | None = None) -> Plan:
     """The best plan for training ``model`` on the free GPUs of ``cluster``.
 
     Fixed: what ``training`` sets (sequence length, global batch, precision, optimizer, framework, ...); without
@@ -154,9 +158,15 @@ def plan_job(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig 
     searched). ``launcher`` (a name of :data:`frenzy_core.planning.launchers.LAUNCH_SCOPES`) keeps the plan
     within what that launcher can start. ``time_limit_s`` bounds the whole call. Raises ConfigError on bad
     input and InfeasiblePlanError (with what blocked every option and the smallest change that would help)
-    when nothing fits. ``estimator`` replaces the analytic memory and time models.
+    when nothing fits. ``estimator`` replaces the analytic memory and time models; ``time_model`` (a file from
+    ``frenzy calibrate``) gives the analytic time model calibrated parameters.
     """
     _check_options(solver, time_limit_s, top_k)
+    if time_model is not None:
+        if estimator is not None:
+            raise ConfigError("give estimator or time_model, not both", field="time_model",
+                              hint="pass AnalyticEstimator(time_model=...) as the estimator")
+        estimator = AnalyticEstimator(time_model=time_model)
     deadline = time.perf_counter() + time_limit_s
     search = make_search(model, cluster, training, objective, constraints, estimator, launcher)
     table = search.table()

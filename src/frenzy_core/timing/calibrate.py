@@ -7,7 +7,8 @@ starting values so that parameters the measurements cannot separate stay where t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,10 +24,11 @@ from frenzy_core.timing.estimator import estimate_iteration_time, resolve_gpu
 from frenzy_core.timing.flops import training_flops
 from frenzy_core.timing.params import TimeModelParams, default_time_model_params
 
-__all__ = ["DEFAULT_FIT", "DEFAULT_PRIOR_WEIGHT", "CalibrationResult", "Measurement", "calibrate", "prediction_errors"]
+__all__ = ["DEFAULT_FIT", "DEFAULT_PRIOR_WEIGHT", "CalibrationResult", "Measurement", "calibrate", "calibrate_by_gpu",
+           "prediction_errors"]
 
-DEFAULT_FIT: tuple[str, ...] = ("matmul_efficiency", "attention_efficiency", "memory_efficiency",
-                                "collective_efficiency")
+DEFAULT_FIT: tuple[str, ...] = ("matmul_efficiency", "fp8_matmul_efficiency", "attention_efficiency",
+                                "memory_efficiency", "collective_efficiency")
 """Parameters :func:`calibrate` fits unless told otherwise (the overlaps describe the run, not the GPU)."""
 
 DEFAULT_PRIOR_WEIGHT = 0.1
@@ -102,19 +104,39 @@ def prediction_errors(measurements: Sequence[Measurement], params: TimeModelPara
     return [m.predict_s(params) / m.measured_iteration_s() - 1.0 for m in measurements]
 
 
-def calibrate(measurements: Sequence[Measurement], params: TimeModelParams | None = None,
-              fit: Sequence[str] = DEFAULT_FIT, prior_weight: float = DEFAULT_PRIOR_WEIGHT) -> CalibrationResult:
+Source = Measurement | Mapping[str, Any] | str | Path
+
+
+def _measurements(sources: Sequence[Source] | str | Path, run: Mapping[str, Any] | None) -> list[Measurement]:
+    """Measurement objects, dicts of their fields, and files (run tables, training logs: timing/runs.py)."""
+    if isinstance(sources, (str, Path)):
+        sources = [sources]
+    out: list[Measurement] = []
+    for item in sources:
+        if isinstance(item, (str, Path)):
+            from frenzy_core.timing.runs import load_measurements
+
+            out += load_measurements([item], run)
+        else:
+            out.append(item if isinstance(item, Measurement) else Measurement.model_validate(item))
+    return out
+
+
+def calibrate(measurements: Sequence[Source] | str | Path, params: TimeModelParams | None = None,
+              fit: Sequence[str] = DEFAULT_FIT, prior_weight: float = DEFAULT_PRIOR_WEIGHT,
+              run: Mapping[str, Any] | None = None) -> CalibrationResult:
     """Fit ``fit`` (efficiency names of :class:`TimeModelParams`) to measurements of one GPU type.
 
-    Starts from ``params`` (default: the GPU's documented defaults) and returns the fitted parameters with the
-    relative error of every measurement before and after. ``prior_weight`` pulls towards the start (0: plain
-    least squares).
+    ``measurements``: :class:`Measurement` objects, or files: run tables (``.csv``/``.json``, timing/runs.py) and
+    training logs (torchtitan, Megatron-LM, HF Trainer), whose layout is ``run``. Starts from ``params``
+    (default: the GPU's documented defaults) and returns the fitted parameters with the relative error of every
+    measurement before and after. ``prior_weight`` pulls towards the start (0: plain least squares).
     """
     if prior_weight < 0:
         raise ConfigError(f"prior_weight must be >= 0, got {prior_weight}", field="prior_weight", value=prior_weight)
+    measurements = _measurements(measurements, run)
     if not measurements:
         raise ConfigError("calibrate needs at least one measurement", field="measurements", value=0)
-    measurements = [m if isinstance(m, Measurement) else Measurement.model_validate(m) for m in measurements]
     ids = sorted({m.gpu.id for m in measurements})
     if len(ids) > 1:
         raise ConfigError(f"measurements span GPU types {ids}; calibrate one GPU type at a time",
@@ -163,3 +185,15 @@ def calibrate(measurements: Sequence[Measurement], params: TimeModelParams | Non
         median_abs_error_before=float(np.median(np.abs(before))),
         median_abs_error_after=float(np.median(np.abs(after))), iterations=steps,
     )
+
+
+def calibrate_by_gpu(measurements: Sequence[Source] | str | Path, run: Mapping[str, Any] | None = None,
+                     fit: Sequence[str] = DEFAULT_FIT, prior_weight: float = DEFAULT_PRIOR_WEIGHT
+                     ) -> dict[str, CalibrationResult]:
+    """:func:`calibrate` each GPU type of ``measurements`` on its own runs: GPU id -> result."""
+    loaded = _measurements(measurements, run)
+    if not loaded:
+        raise ConfigError("calibrate needs at least one measurement", field="measurements", value=0)
+    ids = sorted({m.gpu.id for m in loaded})
+    return {gpu: calibrate([m for m in loaded if m.gpu.id == gpu], fit=fit, prior_weight=prior_weight)
+            for gpu in ids}

@@ -14,7 +14,7 @@ from frenzy_core.errors import ConfigError
 from frenzy_core.hardware.cluster import Cluster
 from frenzy_core.hardware.gpu import GPUSpec, Links
 
-__all__ = ["group_bandwidth", "links_for", "ring_all_reduce_s", "ring_one_way_s", "send_s"]
+__all__ = ["group_bandwidth", "links_for", "ring_all_reduce_s", "ring_latency_s", "ring_one_way_s", "send_s"]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -46,16 +46,27 @@ def group_bandwidth(span: FloatArray, stride: FloatArray, links: Links, efficien
     return np.asarray(raw * efficiency, dtype=np.float64)
 
 
-def ring_all_reduce_s(nbytes: FloatArray, n: FloatArray, bandwidth: FloatArray, latency_s: float) -> FloatArray:
+def ring_latency_s(n: FloatArray, span: FloatArray, links: Links, base_s: float, step_s: float, net_step_s: float,
+                   steps_per_rank: float = 1.0) -> FloatArray:
+    """Latency of one ring collective over ``n`` ranks within ``span`` consecutive GPUs, as NCCL's own tuning
+    model has it (src/graph/tuning.cc): a base plus one hop per ring step, n - 1 steps for a reduce-scatter or
+    all-gather (``steps_per_rank`` 2 for an all-reduce), each a network hop when the ring spans nodes."""
+    hop = np.where(span > links.gpus_per_node, net_step_s, step_s)
+    return np.asarray(base_s + steps_per_rank * np.maximum(n - 1.0, 0.0) * hop, dtype=np.float64)
+
+
+def ring_all_reduce_s(nbytes: FloatArray, n: FloatArray, bandwidth: FloatArray,
+                      latency_s: FloatArray | float) -> FloatArray:
     """One ring all-reduce: 2 (n-1)/n x bytes / bandwidth + latency (0 when n = 1)."""
     return np.where(n > 1, 2.0 * (n - 1) / n * nbytes / bandwidth + latency_s, 0.0)
 
 
-def ring_one_way_s(nbytes: FloatArray, n: FloatArray, bandwidth: FloatArray, latency_s: float) -> FloatArray:
+def ring_one_way_s(nbytes: FloatArray, n: FloatArray, bandwidth: FloatArray,
+                   latency_s: FloatArray | float) -> FloatArray:
     """One reduce-scatter, all-gather or all-to-all of ``nbytes`` per rank: (n-1)/n x bytes / bw + latency."""
     return np.where(n > 1, (n - 1) / n * nbytes / bandwidth + latency_s, 0.0)
 
 
-def send_s(nbytes: FloatArray, bandwidth: FloatArray, latency_s: float) -> FloatArray:
+def send_s(nbytes: FloatArray, bandwidth: FloatArray, latency_s: FloatArray | float) -> FloatArray:
     """One point-to-point send of ``nbytes``."""
     return np.asarray(nbytes / bandwidth + latency_s, dtype=np.float64)

@@ -1,10 +1,13 @@
 """Seconds per training iteration of a layout on one GPU type: compute, communication, bubble, optimizer.
 
-The busiest GPU (last pipeline stage: ceil(layers / pp) layers plus the head) sets the pace. Per micro-batch it
-spends GEMM and attention FLOPs at ``peak x efficiency``, memory-bound kernels at ``HBM bandwidth x efficiency``
-and tensor-, context- and expert-parallel collectives on the links its groups span; the pipeline adds
-(pp - 1) / vpp idle micro-batch slots (Narayanan et al. SC21) and stage-boundary sends; data-parallel gradient
-reduction and the optimizer step close the iteration. Formulas and sources: docs/time-model.md.
+The busiest GPU (last pipeline stage: ceil(layers / pp) layers plus the head) sets the pace. One micro-batch on
+it (timing/stage.py, per layer timing/layer.py) runs its GEMMs at the GPU's sustained matmul rate times their
+shape factor and its attention at the measured speed of the framework's kernel (timing/efficiency.py),
+memory-bound kernels counted per framework at a share of HBM bandwidth, and tensor-, context- and
+expert-parallel traffic on the links its groups span, partly hidden behind the GEMMs and attention steps next to
+it (timing/overlap.py); the pipeline adds (pp - 1) / vpp idle micro-batch slots (Narayanan et al. SC21) and
+stage-boundary sends; data-parallel traffic (DDP buckets, ZeRO, FSDP layer by layer) hides behind what compute
+it can, and the optimizer step closes the iteration. Formulas and sources: docs/time-model.md.
 The vectorised function is the implementation; the scalar one validates its configs and calls it.
 """
 
@@ -20,32 +23,33 @@ from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.config.layout import BOUND_RULES, layout_rule, require_rows, validate_layout
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.parallel import ParallelConfig, PipelineSchedule
-from frenzy_core.config.params import count_parameters, embedding_parameters, head_parameters, norm_parameters
-from frenzy_core.config.training import Attention, Precision, Recompute, RecomputeMethod, TrainingConfig
+from frenzy_core.config.params import (
+    ParamCounts,
+    count_parameters,
+    embedding_parameters,
+    head_parameters,
+    norm_parameters,
+)
+from frenzy_core.config.training import Framework, Precision, Recompute, RecomputeMethod, TrainingConfig
 from frenzy_core.errors import ConfigError, require_instance
 from frenzy_core.hardware.cluster import Cluster
 from frenzy_core.hardware.gpu import GPUSpec, Links
 from frenzy_core.hardware.gpus import get_gpu_spec
-from frenzy_core.timing.comm import group_bandwidth, links_for, ring_all_reduce_s, ring_one_way_s, send_s
-from frenzy_core.timing.flops import (
-    BACKWARD_TO_FORWARD,
-    FUSED_ATTENTION_BACKWARD_TO_FORWARD,
-    attention_flops_per_token,
-    causal_fraction,
-    head_flops_per_token,
-    linear_flops_per_token,
-    training_flops,
+from frenzy_core.timing.comm import (
+    group_bandwidth,
+    links_for,
+    ring_all_reduce_s,
+    ring_latency_s,
+    ring_one_way_s,
 )
+from frenzy_core.timing.efficiency import gemm_hardware
+from frenzy_core.timing.flops import training_flops
+from frenzy_core.timing.layer import Rates
+from frenzy_core.timing.overlap import data_parallel_exposure, fsdp_exposure, pipelined_hidden
 from frenzy_core.timing.params import TimeModelParams, default_time_model_params
 from frenzy_core.timing.result import TIME_CATEGORIES, TimeEstimate, TimeEstimateBatch
-from frenzy_core.timing.traffic import (
-    BACKWARD_TRAFFIC_TO_FORWARD,
-    EAGER_SCORE_BYTES,
-    LOGIT_BYTES,
-    elementwise_elements_per_token,
-    grad_reduce_bytes,
-    optimizer_bytes_per_param,
-)
+from frenzy_core.timing.stage import distinct, stage_terms
+from frenzy_core.timing.traffic import FP8_CAST_BYTES, grad_reduce_bytes, optimizer_bytes_per_param
 
 __all__ = [
     "estimate_iteration_time",
@@ -58,10 +62,6 @@ _PEAK_DTYPE = {
     Precision.FP32: "fp32", Precision.BF16: "bf16", Precision.AMP_BF16: "bf16", Precision.BF16_MIXED: "bf16",
     Precision.FP16: "fp16", Precision.AMP_FP16: "fp16", Precision.FP16_MIXED: "fp16", Precision.FP8_MIXED: "fp8",
 }
-# Tensor-parallel collectives per layer and micro-batch (Megatron, Shoeybi et al. 2019): two in the forward
-# pass (after attention and after the MLP), two in the backward pass; full recompute repeats the forward two.
-_TP_COLLECTIVES_FWD = 2
-_TP_COLLECTIVES_BWD = 2
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -89,10 +89,9 @@ def _peak_flops(gpu: GPUSpec, precision: Precision) -> float:
     return gpu.peak_tflops[key] * 1e12
 
 
-def _stage_params(model: ModelConfig, pp: IntArray, layers_stage: IntArray, tp: FloatArray,
+def _stage_params(model: ModelConfig, counts: ParamCounts, pp: IntArray, layers_stage: IntArray, tp: FloatArray,
                   ep: IntArray) -> tuple[FloatArray, FloatArray]:
     """Dense and expert parameters held by one GPU of the busiest stage (after tp and ep sharding)."""
-    counts = count_parameters(model)
     dense_per_layer = (counts.layers - counts.experts) / model.num_layers
     expert_per_layer = counts.experts / model.num_layers
     embed = embedding_parameters(model)
@@ -132,7 +131,6 @@ def estimate_iteration_time_batch(
     links = links_for(gpu, cluster)
     peak = _peak_flops(gpu, training.precision)
     mem_bw = gpu.memory_bandwidth_bytes_per_s * p.memory_efficiency
-    act = float(training.precision.activation_bytes)
 
     lay = layouts if isinstance(layouts, LayoutArrays) else LayoutArrays.from_columns(layouts, training)
     require_rows(model, lay, _CHECKED_RULES)
@@ -148,112 +146,56 @@ def estimate_iteration_time_batch(
     selective = rc == Recompute.SELECTIVE.code
 
     s = training.seq_len
-    h = model.hidden_size
     layers_stage = -(-model.num_layers // pp_)  # ceil: the busiest stage
     tokens = mb * s / cp_  # tokens one GPU processes per micro-batch (before tensor-parallel sharding)
     tpf = tp_.astype(np.float64)
+    cpf = cp_.astype(np.float64)
+    mf = m.astype(np.float64)
+    hw = gemm_hardware(gpu)
+    share = min(p.comm_sms / hw.sms, 1.0)  # compute lost while a collective overlaps it
+    rates = _rates(gpu, training, p, peak, mem_bw)
 
-    # ---- compute: GEMMs and attention core, forward + backward (docs/time-model.md, "Compute")
-    mm_rate = peak * p.matmul_efficiency
-    attn_rate = peak * p.attention_efficiency
-    layer_gemm_s = tokens * linear_flops_per_token(model) / tpf / mm_rate
-    layer_attn_s = tokens * attention_flops_per_token(model, s, causal_fraction(model, training.attention)) / tpf \
-        / attn_rate
-    head_s = tokens * head_flops_per_token(model) / tpf / mm_rate
-    passes = 1.0 + BACKWARD_TO_FORWARD
-    eager = training.attention is Attention.EAGER
-    attn_passes = 1.0 + (BACKWARD_TO_FORWARD if eager else FUSED_ATTENTION_BACKWARD_TO_FORWARD)
-    compute_mb = layers_stage * (passes * layer_gemm_s + attn_passes * layer_attn_s) + passes * head_s
-
-    # ---- memory-bound kernels ("Elementwise")
-    elems = elementwise_elements_per_token(model)
-    layer_bytes = tokens * act * (elems.replicated / np.where(sp, tpf, 1.0) + elems.sharded / tpf)
-    score_bytes = tokens * EAGER_SCORE_BYTES * model.num_attention_heads * s / tpf if eager else tokens * 0.0
-    layer_elem_s = (layer_bytes + score_bytes) / mem_bw
-    logits_s = tokens * LOGIT_BYTES * model.vocab_size / tpf / mem_bw
-    elementwise_mb = (1.0 + BACKWARD_TRAFFIC_TO_FORWARD) * layers_stage * layer_elem_s + logits_s
-
-    # ---- recompute: one more forward of the recomputed layers, or of the attention core only
+    # ---- one micro-batch on the busiest stage, once per distinct stage shape (timing/stage.py, timing/layer.py)
     if training.recompute_method is RecomputeMethod.BLOCK and training.recompute_num_layers is not None:
         recomputed_layers = np.minimum(layers_stage, training.recompute_num_layers)
     else:
         recomputed_layers = layers_stage
-    recompute_mb = np.where(full, recomputed_layers * (layer_gemm_s + layer_attn_s + layer_elem_s),
-                            np.where(selective, layers_stage * (layer_attn_s + score_bytes / mem_bw), 0.0))
-
-    # ---- tensor parallel: all-reduce, or reduce-scatter + all-gather with sequence parallelism
-    lat = p.collective_latency_s
-    eff = p.collective_efficiency
-    tp_bw = group_bandwidth(tpf, np.ones_like(tpf), links, eff)
-    tp_bytes = tokens * h * act
-    tp_one = np.where(sp, 2.0 * ring_one_way_s(tp_bytes, tpf, tp_bw, lat), ring_all_reduce_s(tp_bytes, tpf, tp_bw, lat))
-    n_tp = _TP_COLLECTIVES_FWD + _TP_COLLECTIVES_BWD + np.where(full, _TP_COLLECTIVES_FWD, 0) * recomputed_layers \
-        / layers_stage
-    tp_mb = layers_stage * n_tp * tp_one
-
-    # ---- context parallel: ring attention passes K and V around cp ranks (backward also dK, dV)
-    cpf = cp_.astype(np.float64)
-    cp_bw = group_bandwidth(tpf * cpf, tpf, links, eff)
-    kv_bytes = 2.0 * tokens * model.kv_size / tpf * act
-    cp_passes = 1.0 + 2.0 + np.where(full, recomputed_layers / layers_stage, 0.0)
-    cp_mb = np.where(cp_ > 1, layers_stage * cp_passes * (cpf - 1) * send_s(kv_bytes, cp_bw, lat), 0.0)
-
-    # ---- expert parallel: dispatch and combine all-to-alls per MoE layer and pass
-    if model.moe is not None:
-        epf = ep_.astype(np.float64)
-        ep_bw = group_bandwidth(tpf * epf, tpf, links, eff)
-        moe_layers = layers_stage * model.num_moe_layers / model.num_layers
-        a2a_bytes = tokens * model.moe.top_k * h * act / np.where(sp, tpf, 1.0)
-        ep_passes = 2.0 + np.where(full, recomputed_layers / layers_stage, 0.0)
-        ep_mb = moe_layers * ep_passes * 2.0 * ring_one_way_s(a2a_bytes, epf, ep_bw, lat)
-    else:
-        ep_mb = tokens * 0.0
-
-    # ---- pipeline: activations forward and gradients backward across each chunk boundary
     interleaved = sched == PipelineSchedule.INTERLEAVED.code
-    chunks = np.where(interleaved, vpp_, 1).astype(np.float64)
-    pp_bw = group_bandwidth(world.astype(np.float64), world.astype(np.float64), links, eff)
-    p2p_bytes = tokens * h * act / tpf  # scatter-gather (Narayanan et al. SC21) or sequence-parallel shards
-    p2p_mb = np.where(pp_ > 1, 2.0 * chunks * send_s(p2p_bytes, pp_bw, lat), 0.0)
+    chunks_i = np.where(interleaved, vpp_, 1)
+    inter = world > links.gpus_per_node  # stage boundaries cross nodes
+    first, inverse = distinct(mb, cp_, tp_, ep_, sp, pp_, rc, chunks_i, inter)
+    st = stage_terms(
+        model, training, gpu, p, rates, links, hw, tokens=tokens[first], tp=tpf[first], cp=cpf[first],
+        ep=ep_[first].astype(np.float64), sp=sp[first], layers=layers_stage[first],
+        redo=np.where(full, recomputed_layers, 0)[first].astype(np.float64), selective=selective[first],
+        chunks=chunks_i[first].astype(np.float64), pp=pp_[first], p2p_span=world[first].astype(np.float64),
+    ).take(inverse)
+    chunks = chunks_i.astype(np.float64)
+    counts = count_parameters(model)
+    elementwise_mb = st.elementwise + _fp8_weight_cast_s(model, counts, training, layers_stage, tpf, mf, mem_bw)
+    bubble = (pp_ - 1) / chunks * (st.stage + elementwise_mb - st.elementwise)
 
-    busy_mb = compute_mb + recompute_mb + elementwise_mb
-    comm_mb = tp_mb + cp_mb + ep_mb + p2p_mb
-    hidden_mb = np.minimum(p.tensor_parallel_overlap * tp_mb + p.context_parallel_overlap * cp_mb
-                           + p.expert_parallel_overlap * ep_mb + p.pipeline_p2p_overlap * p2p_mb, busy_mb)
-    stage_mb = busy_mb + comm_mb - hidden_mb
-    bubble = (pp_ - 1) / chunks * stage_mb
-
-    # ---- data parallel: gradient reduction (and ZeRO gathers) over dp x cp replicas
-    dense, experts = _stage_params(model, pp_, layers_stage, tpf, ep_)
-    gb = float(grad_reduce_bytes(training.precision))
-    pb = float(training.precision.param_bytes)
-    replicas = (dp_ * cp_).astype(np.float64)
-    dp_bw = group_bandwidth(tpf * replicas, tpf * cpf, links, eff)
-    mf = m.astype(np.float64)
-
-    def _dp_comm(n_params: FloatArray, n: FloatArray) -> FloatArray:
-        rs = ring_one_way_s(n_params * gb, n, dp_bw, lat)
-        ag = ring_one_way_s(n_params * pb, n, dp_bw, lat)
-        return np.select([zero == 0, zero == 1, zero == 2],
-                         [ring_all_reduce_s(n_params * gb, n, dp_bw, lat), rs + ag, mf * rs + ag],
-                         mf * (rs + 2.0 * ag))
-
-    dp_s = _dp_comm(dense, replicas) + _dp_comm(experts, replicas / ep_)
-    window = busy_mb * np.where(zero >= 2, mf, 1.0)
-    hidden_dp = np.minimum(p.data_parallel_overlap * dp_s, window)
+    # ---- data parallel: gradient reduction and ZeRO gathers over dp x cp replicas (timing/overlap.py)
+    dense, experts = _stage_params(model, counts, pp_, layers_stage, tpf, ep_)
+    dp_s, hidden_dp = _data_parallel(model, counts, training, p, links, dense, experts, layers_stage, tp_, cp_, dp_,
+                                     ep_, pp_, zero, mf, st.fwd_window, st.bwd_window, bubble / 2.0)
+    hidden_dp = (1.0 - share) * p.data_parallel_overlap * hidden_dp
 
     # ---- optimizer step: memory-bound over the (ZeRO-sharded) parameters of this GPU
+    replicas = (dp_ * cp_).astype(np.float64)
     local = dense / np.where(zero >= 1, replicas, 1.0) + experts / np.where(zero >= 1, replicas / ep_, 1.0)
     optimizer_s = local * optimizer_bytes_per_param(training.precision, training.optimizer) / mem_bw
 
     breakdown = {
-        "compute": mf * compute_mb, "recompute": mf * recompute_mb, "elementwise": mf * elementwise_mb,
-        "tensor_parallel": mf * tp_mb, "context_parallel": mf * cp_mb, "expert_parallel": mf * ep_mb,
-        "pipeline_p2p": mf * p2p_mb, "pipeline_bubble": bubble, "data_parallel": dp_s, "optimizer": optimizer_s,
+        "compute": mf * st.compute, "recompute": mf * st.recompute, "elementwise": mf * elementwise_mb,
+        "kernel_launch": mf * st.launch, "tensor_parallel": mf * st.tensor_parallel,
+        "context_parallel": mf * st.context_parallel, "expert_parallel": mf * st.expert_parallel,
+        "pipeline_p2p": mf * st.pipeline_p2p, "pipeline_bubble": bubble, "data_parallel": dp_s,
+        "optimizer": optimizer_s,
     }
     assert tuple(breakdown) == TIME_CATEGORIES
     breakdown = {k: np.asarray(v, dtype=np.float64) * np.ones_like(mf) for k, v in breakdown.items()}
-    overlapped = mf * hidden_mb + hidden_dp
+    overlapped = mf * st.hidden + hidden_dp
     iteration_s = sum(breakdown.values()) - overlapped
     model_flops = training_flops(model, s, 1) * gbs
     gbs_f = gbs.astype(np.float64)
@@ -263,6 +205,87 @@ def estimate_iteration_time_batch(
         mfu=model_flops / (iteration_s * world * peak), model_tflops_per_gpu=model_flops / (iteration_s * world) / 1e12,
         num_microbatches=m, global_batch_size=gbs, world_size=world,
     )
+
+
+def _rates(gpu: GPUSpec, training: TrainingConfig, p: TimeModelParams, peak: float, mem_bw: float) -> Rates:
+    """Sustained matmul rates (the precision's dtype, fp8 for fp8 recipes' projections) and the attention peak."""
+    fp8 = training.precision is Precision.FP8_MIXED
+    half = _peak_flops(gpu, Precision.BF16_MIXED) if fp8 else peak  # fp8 recipes keep the head and attention bf16
+    return Rates(matmul=half * p.matmul_efficiency, fp8_matmul=peak * p.fp8_matmul_efficiency if fp8 else 0.0,
+                 attention_peak=half, memory=mem_bw)
+
+
+def _fp8_weight_cast_s(model: ModelConfig, counts: ParamCounts, training: TrainingConfig, layers_stage: IntArray,
+                       tp: FloatArray, m: FloatArray, mem_bw: float) -> FloatArray:
+    """Per micro-batch: quantising the layers' weights to fp8 (fp8 recipes). Transformer Engine under Megatron
+    casts them once per step (is_first_microbatch caching); torch casts them every micro-batch."""
+    if training.precision is not Precision.FP8_MIXED:
+        return tp * 0.0
+    weights = counts.layers / model.num_layers * layers_stage / tp
+    per_step = 1.0 if training.framework is Framework.MEGATRON else 0.0
+    per_mb = weights * FP8_CAST_BYTES[training.fp8_recipe] / mem_bw
+    return np.asarray(np.where(per_step > 0, per_mb / m, per_mb), dtype=np.float64)
+
+
+def _data_parallel(model: ModelConfig, counts: ParamCounts, training: TrainingConfig, p: TimeModelParams,
+                   links: Links,
+                   dense: FloatArray, experts: FloatArray, layers_stage: IntArray, tp: IntArray, cp: IntArray,
+                   dp: IntArray, ep: IntArray, pp: IntArray, zero: IntArray, m: FloatArray, fwd_window: FloatArray,
+                   bwd_window: FloatArray, cooldown: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Data-parallel seconds per step before overlap, and those compute can hide (before the overlap share).
+
+    Per-micro-batch traffic hides behind that micro-batch's forward (``fwd_window``) and backward
+    (``bwd_window``); the once-per-step gradient reduction also behind the pipeline's cooldown (``cooldown``,
+    the stage's idle half of the bubble).
+
+    Gradients are reduced over the dp x cp replicas (routed experts over dp x cp / ep), layer by layer: ZeRO 0
+    all-reduces once per step, ZeRO 1 reduce-scatters and all-gathers once, ZeRO 2 reduce-scatters every
+    micro-batch and gathers once, ZeRO 3 (FSDP) gathers each layer before its forward and backward and
+    reduce-scatters after it, every micro-batch.
+    """
+    first, inverse = distinct(dp, cp, tp, pp, ep)
+    costs = _dp_collectives(model, counts, training, p, links, dense[first], experts[first], layers_stage[first],
+                            tp[first].astype(np.float64), (dp * cp)[first].astype(np.float64),
+                            ep[first].astype(np.float64))
+    ag_l, rs_l, ar_l, ag_e, rs_e, ar_e = (c[inverse] for c in costs)
+    n_layers = layers_stage.astype(np.float64)
+    ag, rs, ar = n_layers * ag_l + ag_e, n_layers * rs_l + rs_e, n_layers * ar_l + ar_e
+    z3 = fsdp_exposure(ag_l, rs_l, ag_e, rs_e, n_layers, fwd_window, bwd_window, p.fsdp_prefetch_layers)
+    z2_hidden = m * pipelined_hidden(rs, rs_l, bwd_window, 1.0) + pipelined_hidden(ag, ag_l, fwd_window, 1.0)
+    z1 = data_parallel_exposure(rs, ag, rs_l, ag_l, fwd_window, bwd_window + cooldown)
+    z0 = data_parallel_exposure(ar, 0.0 * ar, ar_l, 0.0 * ar, fwd_window, bwd_window + cooldown)
+    comm = np.select([zero == 0, zero == 1, zero == 2], [z0.comm, z1.comm, m * rs + ag], m * z3.comm)
+    hidden = np.select([zero == 0, zero == 1, zero == 2], [z0.hidden, z1.hidden, z2_hidden], m * z3.hidden)
+    return np.asarray(comm, dtype=np.float64), np.asarray(hidden, dtype=np.float64)
+
+
+def _dp_collectives(model: ModelConfig, counts: ParamCounts, training: TrainingConfig, p: TimeModelParams,
+                    links: Links,
+                    dense: FloatArray, experts: FloatArray, layers_stage: IntArray, tp: FloatArray,
+                    replicas: FloatArray, ep: FloatArray) -> tuple[FloatArray, ...]:
+    """Seconds of one layer's gather, reduce-scatter and all-reduce over the replicas, and the same for the
+    embedding and head on the stage: (ag_layer, rs_layer, ar_layer, ag_ends, rs_ends, ar_ends)."""
+    gb, pb = float(grad_reduce_bytes(training.precision)), float(training.precision.param_bytes)
+    span = tp * replicas
+    bw = group_bandwidth(span, span / replicas, links, p.collective_efficiency)
+    n_layers = layers_stage.astype(np.float64)
+    dense_layer = (counts.layers - counts.experts) / model.num_layers / tp
+    expert_layer = experts / n_layers
+    ends = dense - n_layers * dense_layer  # embedding and head on this stage
+
+    def one(n_params: FloatArray, group: FloatArray, nbytes: float, one_way: bool) -> FloatArray:
+        ring, steps = (ring_one_way_s, 1.0) if one_way else (ring_all_reduce_s, 2.0)
+        lat = ring_latency_s(group, span, links, p.collective_latency_s, p.ring_step_latency_s,
+                             p.network_step_latency_s, steps)
+        return np.where(n_params > 0, ring(n_params * nbytes, group, bw, lat), 0.0)
+
+    def both(nbytes: float, one_way: bool) -> tuple[FloatArray, FloatArray]:
+        layer = one(dense_layer + 0.0 * tp, replicas, nbytes, one_way) + one(expert_layer, replicas / ep, nbytes,
+                                                                              one_way)
+        return layer, one(ends, replicas, nbytes, one_way)
+
+    (ag_l, ag_e), (rs_l, rs_e), (ar_l, ar_e) = both(pb, True), both(gb, True), both(gb, False)
+    return ag_l, rs_l, ar_l, ag_e, rs_e, ar_e
 
 
 def _check_cluster_holds(parallel: ParallelConfig, gpu: GPUSpec, cluster: Cluster | Links | None) -> None:

@@ -29,6 +29,7 @@ ASSUMPTIONS: tuple[str, ...] = (
     ("interleaved schedule where pp > 1 with vpp = the smallest divisor > 1 of layers / pp (SC21 notes say "
      "interleaved; vpp is not listed); 1F1B when layers / pp is 1"),
     "embeddings tied or untied, whichever parameter count is closer to the published params_b",
+    "hidden and attention dropout 0.1 (Megatron-LM's --hidden-dropout / --attention-dropout defaults)",
     ("SC21 rows: fp16 mixed precision, full recompute, unfused (eager) attention, no sequence parallelism, "
      "Megatron DDP (no ZeRO), TFLOPS counted with recompute (96 B s l h^2 (1 + s/6h + V/16lh)), as its notes say"),
     ("Megatron README rows: bf16 mixed precision, no recompute, flash attention, sequence parallelism, "
@@ -36,6 +37,9 @@ ASSUMPTIONS: tuple[str, ...] = (
      "(the README lists --tp-comm-overlap, --overlap-grad-reduce, --overlap-param-gather and p2p overlap), "
      "TFLOPS = model FLOPs (72 B s l h^2 (1 + s/6h + V/12lh), Megatron's num_floating_point_operations)"),
 )
+
+
+_MEGATRON_DROPOUT = 0.1  # megatron/training/arguments.py: --hidden-dropout and --attention-dropout defaults
 
 
 class ThroughputRow(FrozenModel):
@@ -71,7 +75,8 @@ def read_throughput_csv(path: str | Path) -> list[ThroughputRow]:
 
 def _model(row: ThroughputRow) -> ModelConfig:
     base = ModelConfig(name=f"gpt-{row.params_b}b", num_layers=row.layers, hidden_size=row.hidden,
-                       num_attention_heads=row.heads, vocab_size=row.vocab, max_position_embeddings=row.seq_len)
+                       num_attention_heads=row.heads, vocab_size=row.vocab, max_position_embeddings=row.seq_len,
+                       hidden_dropout=_MEGATRON_DROPOUT, attention_dropout=_MEGATRON_DROPOUT)
     untied = base.replace(tied_embeddings=False)
     target = row.params_b * 1e9
     return min((base, untied), key=lambda m: abs(m.num_params() - target))

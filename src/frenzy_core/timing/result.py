@@ -17,6 +17,7 @@ TIME_CATEGORIES: tuple[str, ...] = (
     "compute",
     "recompute",
     "elementwise",
+    "kernel_launch",
     "tensor_parallel",
     "context_parallel",
     "expert_parallel",

@@ -1,0 +1,301 @@
+"""Read a Megatron-LM command line into the three configs (``writer`` writes one back).
+
+Defaults follow Megatron-LM's argument parser (``megatron/training/arguments.py``: ``_add_*_args`` and
+``validate_args``). Flags whose memory effect the configs cannot express raise :class:`ConfigError`
+(or, with ``strict=False``, are listed in :attr:`MegatronJob.ignored` and warned about); flags that do not
+change memory (learning rate, data, logging, checkpointing, kernel-fusion switches) are ignored silently.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Literal
+
+from frenzy_core._base import FrozenModel
+from frenzy_core.config.layout import validate_layout
+from frenzy_core.config.megatron.args import OFF_VALUES, FlagReader, MegatronArgs, flag_table
+from frenzy_core.config.megatron.model_flags import read_model
+from frenzy_core.config.megatron.tables import FIELD_FLAGS
+from frenzy_core.config.model import ModelConfig
+from frenzy_core.config.parallel import ParallelConfig
+from frenzy_core.config.training import (
+    Attention,
+    Framework,
+    Optimizer,
+    OptimizerImpl,
+    Precision,
+    Recompute,
+    RecomputeMethod,
+    TrainingConfig,
+)
+from frenzy_core.errors import ConfigError
+
+__all__ = ["MegatronJob", "from_megatron_args", "parse_megatron_args"]
+
+_SGD_MOMENTUM = 0.9  # arguments.py: --sgd-momentum default
+
+class MegatronJob(FrozenModel):
+    """What a Megatron-LM command line describes, plus the memory-relevant flags that were not modelled."""
+
+    model: ModelConfig
+    training: TrainingConfig
+    parallel: ParallelConfig
+    ignored: tuple[str, ...] = ()
+    """Unsupported or unknown flags skipped because ``strict=False`` (each: ``"--flag: reason"``)."""
+
+
+def parse_megatron_args(
+    args: MegatronArgs, world_size: int, *, model_type: Literal["gpt", "bert"] = "gpt", strict: bool = True
+) -> MegatronJob:
+    """Read a Megatron-LM command line (``pretrain_gpt.py`` or ``pretrain_bert.py``) on ``world_size`` GPUs.
+
+    ``strict=False`` skips unsupported or unknown flags and lists them in :attr:`MegatronJob.ignored`.
+    """
+    if model_type not in ("gpt", "bert"):
+        raise ConfigError(
+            f"model_type must be 'gpt' or 'bert', got {model_type!r}", field="model_type", value=model_type
+        )
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size <= 0:
+        raise ConfigError(
+            f"world_size must be a positive integer, got {world_size!r}", field="world_size", value=world_size
+        )
+    r = FlagReader(args)
+    problems: list[tuple[str, str]] = []  # (flag, reason) not modelled
+
+    parallel = _parallel(r, world_size)
+    model = read_model(r, model_type, parallel.tp, problems)
+    training = _training(r, parallel, problems)
+    _check_megatron_layout(r, model, training, parallel)
+
+    table = flag_table()
+    for flag in sorted(set(r.raw) - r.used):
+        if flag in table.unsupported:
+            if r.raw[flag] not in OFF_VALUES:
+                problems.append((flag, table.unsupported[flag]))
+        elif flag in table.ignored or flag.startswith(table.ignored_prefixes):
+            continue
+        else:
+            problems.append((flag, "unknown flag; its effect on memory is not known"))
+    if problems and strict:
+        flag, reason = problems[0]
+        others = ", ".join(f for f, _ in problems[1:])
+        more = f" (and {len(problems) - 1} more: {others})" if others else ""
+        raise ConfigError(
+            f"{flag} is not supported: {reason}{more}",
+            field=flag,
+            value=r.raw.get(flag),
+            hint="remove the flag, or pass strict=False to estimate without it",
+        )
+    try:
+        validate_layout(model, training, parallel, names=FIELD_FLAGS)
+    except ConfigError as exc:
+        raise ConfigError(f"the Megatron-LM command line gives an invalid layout: {exc}", field=exc.field,
+                          value=exc.value) from None
+    return MegatronJob(
+        model=model,
+        training=training,
+        parallel=parallel,
+        ignored=tuple(f"{flag}: {reason}" for flag, reason in problems),
+    )
+
+
+def from_megatron_args(
+    args: MegatronArgs, world_size: int, *, model_type: Literal["gpt", "bert"] = "gpt", strict: bool = True
+) -> tuple[ModelConfig, TrainingConfig, ParallelConfig]:
+    """The model, recipe and layout of a Megatron-LM command line; see :func:`parse_megatron_args`.
+
+    With ``strict=False`` each skipped flag is reported with :func:`warnings.warn`.
+    """
+    job = parse_megatron_args(args, world_size, model_type=model_type, strict=strict)
+    for item in job.ignored:
+        warnings.warn(f"from_megatron_args ignored {item}", UserWarning, stacklevel=2)
+    return job.model, job.training, job.parallel
+
+
+def _parallel(r: FlagReader, world_size: int) -> ParallelConfig:
+    tp = r.positive("--tensor-model-parallel-size", 1)
+    pp = r.positive("--pipeline-model-parallel-size", 1)
+    cp = r.positive("--context-parallel-size", 1)
+    ep = r.positive("--expert-model-parallel-size", 1)
+    assert tp is not None and pp is not None and cp is not None and ep is not None
+    if world_size % (tp * pp * cp) != 0:
+        raise ConfigError(
+            f"world_size={world_size} is not divisible by --tensor-model-parallel-size x "
+            f"--pipeline-model-parallel-size x --context-parallel-size = {tp} x {pp} x {cp} = {tp * pp * cp}",
+            field="--tensor-model-parallel-size",
+            value=tp,
+            hint=f"use a world size that is a multiple of {tp * pp * cp}",
+        )
+    dp = world_size // (tp * pp * cp)
+    vpp = _virtual_stages(r, pp)
+    if ep > 1 and (dp * cp) % ep != 0:
+        etp = r.positive("--expert-tensor-parallel-size")
+        if etp is not None and etp != tp and (tp * dp * cp) % (etp * ep) == 0:
+            # Megatron-Core lays experts out as etp x ep x expert-dp = tp x cp x dp;
+            # ParallelConfig keeps etp = tp.
+            raise ConfigError(
+                f"--expert-tensor-parallel-size={etp} with --expert-model-parallel-size={ep} is not "
+                f"supported: the configs take expert-parallel ranks from data x context parallel = {dp * cp} "
+                f"(expert tensor parallelism = --tensor-model-parallel-size={tp})",
+                field="--expert-tensor-parallel-size",
+                value=etp,
+            )
+        raise ConfigError(
+            f"--expert-model-parallel-size={ep} must divide data x context parallel = {dp * cp}",
+            field="--expert-model-parallel-size",
+            value=ep,
+        )
+    return ParallelConfig(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep)
+
+
+def _virtual_stages(r: FlagReader, pp: int) -> int:
+    per_stage = r.positive("--num-layers-per-virtual-pipeline-stage")
+    stages = r.positive("--num-virtual-stages-per-pipeline-rank")
+    if per_stage is not None and stages is not None:
+        raise ConfigError(
+            "--num-layers-per-virtual-pipeline-stage and --num-virtual-stages-per-pipeline-rank "
+            "cannot both be set",
+            field="--num-virtual-stages-per-pipeline-rank",
+            value=stages,
+        )
+    if stages is not None:
+        vpp = stages
+    elif per_stage is not None:
+        num_layers = r.required("--num-layers")
+        # validate_args counts the embedding and the loss as layers with --account-for-*-in-pipeline-split
+        # (peeked, not read: the flags themselves stay unsupported).
+        for flag in ("--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"):
+            num_layers += r.raw.get(flag, False) not in OFF_VALUES
+        if num_layers % pp != 0 or (num_layers // pp) % per_stage != 0:
+            raise ConfigError(
+                f"--num-layers={num_layers} / --pipeline-model-parallel-size={pp} is not a multiple of "
+                f"--num-layers-per-virtual-pipeline-stage={per_stage}",
+                field="--num-layers-per-virtual-pipeline-stage",
+                value=per_stage,
+            )
+        vpp = num_layers // pp // per_stage
+    else:
+        return 1
+    if vpp > 1 and pp == 1:
+        raise ConfigError(
+            "a virtual pipeline needs --pipeline-model-parallel-size > 1",
+            field="--pipeline-model-parallel-size",
+            value=pp,
+        )
+    return vpp
+
+
+def _training(r: FlagReader, parallel: ParallelConfig, problems: list[tuple[str, str]]) -> TrainingConfig:
+    seq = r.positive("--seq-length") or r.positive("--encoder-seq-length")
+    if seq is None:
+        raise ConfigError("--seq-length is required", field="--seq-length")
+    mbs = r.required("--micro-batch-size")
+    gbs = r.positive("--global-batch-size")
+    recompute, recompute_method, recompute_layers = _recompute(r, problems)
+    return TrainingConfig(
+        seq_len=seq,
+        micro_batch_size=mbs,
+        global_batch_size=gbs,
+        precision=_precision(r),
+        optimizer=_optimizer(r, problems),
+        optimizer_impl=OptimizerImpl.FUSED,
+        distributed_optimizer=r.switch("--use-distributed-optimizer"),
+        zero_stage=3 if r.switch("--use-torch-fsdp2") else 0,
+        recompute=recompute,
+        recompute_method=recompute_method,
+        recompute_num_layers=recompute_layers,
+        attention=_attention(r),
+        # validate_args switches sequence parallelism off when tp == 1.
+        sequence_parallel=r.switch("--sequence-parallel") and parallel.tp > 1,
+        framework=Framework.MEGATRON,
+    )
+
+
+def _precision(r: FlagReader) -> Precision:
+    bf16, fp16 = r.switch("--bf16"), r.switch("--fp16")
+    if bf16 and fp16:
+        raise ConfigError("--bf16 and --fp16 exclude each other", field="--fp16")
+    fp8 = r.choice("--fp8-format", None, ("e4m3", "hybrid"))
+    if fp8 is not None:
+        if not (bf16 or fp16):
+            raise ConfigError("--fp8-format needs --bf16 or --fp16 weights", field="--fp8-format", value=fp8)
+        return Precision.FP8_MIXED
+    if bf16:
+        return Precision.BF16_MIXED
+    return Precision.FP16_MIXED if fp16 else Precision.FP32
+
+
+def _optimizer(r: FlagReader, problems: list[tuple[str, str]]) -> Optimizer:
+    # Megatron's "adam" is Adam with decoupled weight decay (TE/Apex FusedAdam with adam_w_mode=True,
+    # torch.optim.AdamW as fallback): AdamW, two fp32 moments per parameter.
+    name = r.choice("--optimizer", "adam")
+    momentum = r.number("--sgd-momentum", _SGD_MOMENTUM)  # read (and so accepted) with any optimizer
+    if name == "adam":
+        return Optimizer.ADAMW
+    if name == "sgd":
+        return Optimizer.SGD_MOMENTUM if momentum != 0 else Optimizer.SGD
+    problems.append(("--optimizer", f"optimizer {name!r} is not modelled"))
+    return Optimizer.ADAMW
+
+
+def _recompute(r: FlagReader, problems: list[tuple[str, str]]) -> tuple[Recompute, RecomputeMethod, int | None]:
+    """(mode, method, layers) from --recompute-granularity/-method/-num-layers/-modules."""
+    granularity = r.choice("--recompute-granularity", None, ("full", "selective"))
+    if r.switch("--recompute-activations"):  # validate_args: --recompute-activations means selective
+        granularity = "selective"
+    method = r.choice("--recompute-method", None, ("uniform", "block"))
+    num_layers = r.positive("--recompute-num-layers")
+    modules = r.words("--recompute-modules")
+    if granularity == "selective":
+        if modules is not None and modules != ["core_attn"]:
+            problems.append(
+                (
+                    "--recompute-modules",
+                    f"selective recompute of {modules} (only core_attn, the default, is modelled)",
+                )
+            )
+        return Recompute.SELECTIVE, RecomputeMethod.UNIFORM, None
+    if granularity == "full":
+        if method is None:
+            raise ConfigError(
+                "--recompute-granularity full needs --recompute-method uniform or block",
+                field="--recompute-method",
+            )
+        if num_layers is None:
+            raise ConfigError(
+                "--recompute-granularity full needs --recompute-num-layers", field="--recompute-num-layers"
+            )
+        return Recompute.FULL, RecomputeMethod(method), num_layers
+    return Recompute.NONE, RecomputeMethod.UNIFORM, None
+
+
+def _attention(r: FlagReader) -> Attention:
+    """unfused/local attention materialises the score matrix; flash, fused (cuDNN) and TE's auto do not."""
+    impl = r.choice("--transformer-impl", "transformer_engine", ("local", "transformer_engine"))
+    spec = r.words("--spec")
+    backend = r.choice("--attention-backend", "auto", ("flash", "fused", "unfused", "local", "auto"))
+    if r.switch("--use-flash-attn"):
+        backend = "flash"
+    if backend in ("unfused", "local"):
+        return Attention.EAGER
+    if backend == "auto" and (impl == "local" or spec == ["local"]):
+        return Attention.EAGER  # the local spec's DotProductAttention is unfused
+    return Attention.FLASH
+
+
+_UNEVEN_STAGE_FLAGS = ("--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
+                       "--pipeline-model-parallel-layout", "--account-for-embedding-in-pipeline-split",
+                       "--account-for-loss-in-pipeline-split")
+def _check_megatron_layout(r: FlagReader, model: ModelConfig, training: TrainingConfig,
+                           parallel: ParallelConfig) -> None:
+    """The rules Megatron-LM adds to the shared ones (:func:`validate_layout`): even pipeline stages unless a
+    flag splits them otherwise, and a position table at least as long as the sequence, whatever the scheme."""
+    chunks = parallel.pp * parallel.vpp
+    if not any(r.has(f) for f in _UNEVEN_STAGE_FLAGS) and model.num_layers % chunks != 0:
+        raise ConfigError(
+            f"--num-layers={model.num_layers} is not divisible by --pipeline-model-parallel-size x virtual stages "
+            f"= {parallel.pp} x {parallel.vpp}", field="--num-layers", value=model.num_layers)
+    if training.seq_len > model.max_position_embeddings:
+        raise ConfigError(
+            f"--max-position-embeddings={model.max_position_embeddings} is less than --seq-length={training.seq_len}",
+            field="--max-position-embeddings", value=model.max_position_embeddings)

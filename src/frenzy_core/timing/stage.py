@@ -1,0 +1,123 @@
+"""One micro-batch on the busiest pipeline stage: its layers' terms (timing/layer.py) times the layer count, with
+recompute, the head, pipeline sends and what overlaps, for each distinct stage shape of a batch of candidates.
+
+Layouts that differ only in dp, ZeRO stage or global batch share their stage shape, so the estimator evaluates the
+physics once per distinct shape (:func:`distinct`) and gathers the results.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+from frenzy_core.config.model import ModelConfig
+from frenzy_core.config.training import TrainingConfig
+from frenzy_core.hardware.gpu import GPUSpec, Links
+from frenzy_core.timing.comm import group_bandwidth, ring_latency_s, send_s
+from frenzy_core.timing.efficiency import GemmHardware
+from frenzy_core.timing.layer import Rates, layer_terms
+from frenzy_core.timing.params import TimeModelParams
+
+__all__ = ["StageTerms", "distinct", "stage_terms"]
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+
+def distinct(*columns: npt.NDArray[np.int64] | BoolArray) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+    """Index of one row of each distinct combination of the (non-negative integer) columns, and each row's
+    combination number: ``x[first][inverse] == x`` for every column ``x``. Linear time: columns are ranked
+    through small lookup tables (layout degrees take few values), not sorted."""
+    n = columns[0].size
+    key = np.zeros(columns[0].shape, dtype=np.int64)
+    size = 1
+    for col in columns:
+        c = col.astype(np.int64)
+        low, high = int(c.min()), int(c.max())
+        if low == high:
+            continue
+        present = np.zeros(high - low + 1, dtype=bool)
+        present[c - low] = True
+        rank = np.cumsum(present) - 1
+        key = key * int(rank[-1] + 1) + rank[c - low]
+        size *= int(rank[-1] + 1)
+    if size > 4 * n + 1_000_000:  # too many combinations for a table: sort instead
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        return first, inverse.reshape(key.shape)
+    present = np.zeros(size, dtype=bool)
+    present[key] = True
+    ids = np.cumsum(present) - 1
+    inverse = ids[key]
+    first = np.empty(int(ids[-1] + 1), dtype=np.intp)
+    first[inverse] = np.arange(n, dtype=np.intp).reshape(key.shape)
+    return first, inverse
+
+
+class StageTerms(NamedTuple):
+    """Seconds of one micro-batch on the busiest stage, by category (before overlap), the seconds hidden, and
+    the forward and backward compute that data-parallel traffic can hide behind."""
+
+    compute: FloatArray
+    recompute: FloatArray
+    elementwise: FloatArray
+    launch: FloatArray
+    tensor_parallel: FloatArray
+    context_parallel: FloatArray
+    expert_parallel: FloatArray
+    pipeline_p2p: FloatArray
+    hidden: FloatArray
+    fwd_window: FloatArray
+    bwd_window: FloatArray
+
+    def take(self, index: npt.NDArray[np.intp]) -> StageTerms:
+        """The terms of candidates ``index``."""
+        return StageTerms(*(a[index] for a in self))
+
+    @property
+    def busy(self) -> FloatArray:
+        """Compute, recompute, memory-bound kernels and launch gaps: what overlapped traffic hides behind."""
+        return np.asarray(self.compute + self.recompute + self.elementwise + self.launch, dtype=np.float64)
+
+    @property
+    def stage(self) -> FloatArray:
+        """The micro-batch's length on the stage, exposed traffic included (sets the pipeline bubble)."""
+        return np.asarray(self.busy + self.tensor_parallel + self.context_parallel + self.expert_parallel
+                          + self.pipeline_p2p - self.hidden, dtype=np.float64)
+
+
+def stage_terms(model: ModelConfig, training: TrainingConfig, gpu: GPUSpec, p: TimeModelParams, rates: Rates,
+                links: Links, hw: GemmHardware, *, tokens: FloatArray, tp: FloatArray, cp: FloatArray, ep: FloatArray,
+                sp: BoolArray, layers: IntArray, redo: FloatArray, selective: BoolArray, chunks: FloatArray,
+                pp: IntArray, p2p_span: FloatArray) -> StageTerms:
+    """One micro-batch over ``layers`` layers (``redo`` of them recomputed in full, or the attention core of all
+    of them when ``selective``) and the head, with ``chunks`` model chunks crossing stage boundaries."""
+    lt = layer_terms(model, training, gpu, p, rates, links, hw, tokens, tp, cp, ep, sp)
+    share = min(p.comm_sms / hw.sms, 1.0)
+    n = layers.astype(np.float64)
+    fwd_layer = lt.gemm_fwd + lt.attn_fwd + lt.elem_fwd
+    compute = n * (lt.gemm_fwd + lt.gemm_bwd + lt.attn_fwd + lt.attn_bwd) + lt.head_fwd + lt.head_bwd
+    recompute = redo * fwd_layer + np.where(selective, n * (lt.attn_fwd + lt.score_fwd), 0.0)
+    elementwise = n * (lt.elem_fwd + lt.elem_bwd) + lt.logits
+    launch = n * (lt.launch_fwd + lt.launch_bwd) + redo * lt.launch_fwd
+    tensor_parallel = n * (lt.tp_fwd + lt.tp_bwd) + redo * lt.tp_fwd
+    context_parallel = n * (lt.cp_fwd + lt.cp_bwd) + redo * lt.cp_fwd
+    expert_parallel = n * (lt.ep_fwd + lt.ep_bwd) + redo * lt.ep_fwd
+    hidden = (n * (lt.tp_hidden_fwd + lt.tp_hidden_bwd + lt.cp_hidden_fwd + lt.cp_hidden_bwd + lt.ep_hidden_fwd
+                   + lt.ep_hidden_bwd) + redo * (lt.tp_hidden_fwd + lt.cp_hidden_fwd + lt.ep_hidden_fwd))
+
+    # Pipeline: the activation forward and its gradient backward across each chunk boundary, t h / tp elements
+    # (Megatron's scatter-gather, Narayanan et al. SC21, or sequence-parallel shards), one send each.
+    act = float(training.precision.activation_bytes)
+    lat = ring_latency_s(2.0 + 0.0 * p2p_span, p2p_span, links, p.collective_latency_s, p.ring_step_latency_s,
+                         p.network_step_latency_s)
+    bw = group_bandwidth(p2p_span, p2p_span, links, p.collective_efficiency)
+    p2p = np.where(pp > 1, 2.0 * chunks * send_s(tokens * model.hidden_size * act / tp, bw, lat), 0.0)
+    busy = compute + recompute + elementwise + launch
+    hidden = hidden + (1.0 - share) * p.pipeline_p2p_overlap * np.minimum(p2p, busy)
+    fwd_window = n * fwd_layer + lt.head_fwd
+    bwd_window = n * (lt.gemm_bwd + lt.attn_bwd + lt.elem_bwd) + lt.head_bwd + recompute
+    return StageTerms(compute, recompute, elementwise, launch, tensor_parallel, context_parallel, expert_parallel,
+                      p2p, hidden, fwd_window, bwd_window)

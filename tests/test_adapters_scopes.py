@@ -89,12 +89,37 @@ def test_even_launchers_refuse_uneven_plans_and_plan_even_ones(launcher: str) ->
     ADAPTERS[launcher](even)
 
 
-def test_data_parallel_launchers_get_data_parallel_plans() -> None:
+@pytest.mark.parametrize("launcher", [n for n, s in LAUNCH_SCOPES.items() if s.layouts is not None])
+def test_a_launcher_gets_only_layouts_it_can_write(launcher: str) -> None:
+    """Without the scope the planner picks a layout the adapter refuses (a virtual pipeline, ZeRO-3 with a
+    pipeline, context parallelism); within it, one the adapter writes."""
     model = ModelConfig.preset("llama-2-7b")
     cluster = Cluster.from_dict({"nodes": [{"gpu": "a100-40gb", "gpus_per_node": 8, "count": 2}]})
-    plan = plan_job(model, cluster, TrainingConfig(seq_len=2048), top_k=0, launcher="accelerate")
-    assert (plan.parallel.tp, plan.parallel.pp, plan.parallel.cp, plan.parallel.ep) == (1, 1, 1, 1)
-    ADAPTERS["accelerate"](plan)
+    framework = "megatron" if launcher == "megatron" else "torch"
+    refused = {"megatron": {"zero_stages": [3], "pp": 2},
+               "deepspeed": {"zero_stages": [3], "pp": 2},
+               "accelerate": {"zero_stages": [3], "tp": 2}}[launcher]
+    training = TrainingConfig(seq_len=2048, framework=framework)
+    outside = plan_job(model, cluster, training, constraints=refused, top_k=0)
+    with pytest.raises(ConfigError):
+        ADAPTERS[launcher](outside)
+    with pytest.raises(ConfigError, match=f"launcher {launcher} can write none"):
+        plan_job(model, cluster, training, constraints=refused, top_k=0, launcher=launcher)
+    within = plan_job(model, cluster, training, top_k=0, launcher=launcher)
+    ADAPTERS[launcher](within)
+
+
+def test_megatron_plans_skip_gpu_types_it_cannot_run_flash_attention_on() -> None:
+    model = ModelConfig.preset("gpt2")
+    cluster = Cluster.preset("frenzy-paper")
+    plan = plan_job(model, cluster, TrainingConfig(seq_len=1024), constraints={"gpu_types": ["v100", "a100"]},
+                    top_k=0, launcher="megatron")
+    assert plan.gpu_type == "a100-80gb"
+    (v100,) = [r for r in plan.rejected if r.gpu_type == "v100-32gb"]
+    assert "the launcher cannot run it" in v100.message and "compute capability" in v100.message
+    eager = plan_job(model, cluster, TrainingConfig(seq_len=1024, attention="eager"),
+                     constraints={"gpu_types": ["v100"]}, top_k=0, launcher="megatron")
+    ADAPTERS["megatron"](eager)
 
 
 def test_a_launcher_moves_a_defaulted_framework_and_refuses_a_pinned_one() -> None:

@@ -21,6 +21,7 @@ from frenzy_core.config.training import Framework, Precision, Recompute, Trainin
 from frenzy_core.errors import ConfigError
 from frenzy_core.hardware.gpu import GPUSpec, Links
 from frenzy_core.planning.estimators import LayoutEstimator
+from frenzy_core.planning.launchers import LaunchScope
 from frenzy_core.planning.nodes import Locality, NodePool
 from frenzy_core.planning.request import DEFAULT_MICRO_BATCH_SIZES, Objective, PlacementMode, PlanConstraints
 from frenzy_core.planning.shapes import placement_shapes, shape_links
@@ -81,16 +82,14 @@ def _product(axes: list[list[int]]) -> np.ndarray:
 
 
 def enumerate_layouts(model: ModelConfig, training: TrainingConfig, constraints: PlanConstraints, *,
-                      max_world: int, max_tp: int, adjustable_batch: bool = False,
-                      model_parallel: bool = True) -> LayoutArrays:
+                      max_world: int, max_tp: int, adjustable_batch: bool = False) -> LayoutArrays:
     """Every layout of at most ``max_world`` GPUs the model and recipe allow (:func:`layout_mask`) and the search
     covers, in canonical order.
 
     The data-parallel degree is any integer that splits the global batch into whole, equal micro-batches per
     rank: a divisor of it when it is pinned; when ``adjustable_batch`` (the request's default batch) any degree
     up to the batch, the batch moved to the nearest multiple of micro-batch x dp within
-    :data:`BATCH_ADJUST_TOLERANCE`. ``model_parallel=False``: data parallelism only (a launcher that cannot
-    split the model). Canonical order (the last tie-break everywhere): fewer GPUs, smaller tp, pp, vpp, cp, ep,
+    :data:`BATCH_ADJUST_TOLERANCE`. Canonical order (the last tie-break everywhere): fewer GPUs, smaller tp, pp, vpp, cp, ep,
     lighter recompute, lower ZeRO stage, no distributed optimizer, no sequence parallelism, larger micro-batch.
     """
     c = constraints
@@ -103,8 +102,6 @@ def enumerate_layouts(model: ModelConfig, training: TrainingConfig, constraints:
     if megatron and training.seq_len >= LONG_CONTEXT_TOKENS:
         cps += [k for k in (2, 4, 8) if training.seq_len % (2 * k) == 0]
     eps = _divisors(model.moe.num_experts) if model.moe is not None else [1]
-    if not model_parallel:
-        tps, pps, cps, eps = [t for t in tps if t == 1], [p for p in pps if p == 1], [1], [1]
     gbs = training.global_batch_size
     assert gbs is not None, "the search sets a global batch (the request's or the default)"
     dps = list(range(1, min(gbs, max_world) + 1)) if adjustable_batch else divisors_up_to(gbs, max_world)
@@ -267,6 +264,16 @@ def _objective_keys(objective: Objective, world: np.ndarray, tokens_per_s: np.nd
     return np.stack([cents, -tok, world]), per_token_usd * float(token_budget or 1)
 
 
+def _within_launcher(scope: LaunchScope, layouts: LayoutArrays) -> LayoutArrays:
+    """The layouts ``scope``'s launcher can write; ConfigError when the request leaves none."""
+    kept = layouts.take(scope.allows(layouts))
+    if len(layouts) and not len(kept):
+        raise ConfigError(f"launcher {scope.name} can write none of the layouts the request allows",
+                          field="launcher", value=scope.name, hint="lift a pin (ZeRO stage, tp, pp) or use another "
+                          "launcher")
+    return kept
+
+
 def _shapes(pool: NodePool, name: str, tp: np.ndarray, world: np.ndarray, mode: PlacementMode
             ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`placement_shapes` of each (tp, world), computed once per distinct pair."""
@@ -280,31 +287,46 @@ def _shapes(pool: NodePool, name: str, tp: np.ndarray, world: np.ndarray, mode: 
     return level, per_node
 
 
-def _row_links(pool: NodePool, name: str, base: Links, level: np.ndarray, per_node: np.ndarray,
-               world: np.ndarray) -> Links:
-    """Each candidate's links, as one :class:`Links` of per-candidate arrays (the batch time model broadcasts
-    them with the layouts): those of its placement shape. A candidate that cannot be placed is timed as if
-    inside one domain (its time only orders the diagnosis of why it cannot be placed)."""
+def _type_links(pool: NodePool, name: str, base: Links, level: np.ndarray, per_node: np.ndarray
+                ) -> tuple[list[Links], np.ndarray]:
+    """The distinct links of the candidates' placement shapes, and which each candidate takes. A candidate that
+    cannot be placed is timed as if inside one domain (its time only orders the diagnosis of why it cannot be
+    placed), which saves the time model a call."""
     level = np.where(level < 0, int(Locality.DOMAIN), level)
+    per_node = np.where(level == Locality.DOMAIN, 0, per_node)  # inside a domain the node size is the domain's
     span = int(per_node.max(initial=0)) + 1
     keys, which = np.unique(level * span + per_node, return_inverse=True)
-    each = np.array([shape_links(pool, name, base, int(k // span), int(k % span), 0) for k in keys],
-                    dtype=np.float64).reshape(-1, 3)[np.asarray(which).ravel()]
-    gpn = np.where(level == Locality.DOMAIN, world, each[:, 0].astype(np.int64))
-    return Links(gpn, each[:, 1], each[:, 2])  # type: ignore[arg-type]
+    each = [shape_links(pool, name, base, int(k // span), int(k % span)) for k in keys]
+    distinct = list(dict.fromkeys(each))
+    to_distinct = np.array([distinct.index(k) for k in each], dtype=np.int64)
+    return distinct, to_distinct[np.asarray(which, dtype=np.int64).ravel()]
+
+
+def _timed(estimator: LayoutEstimator, model: ModelConfig, training: TrainingConfig, layouts: LayoutArrays,
+           spec: GPUSpec, links: list[Links], which: np.ndarray) -> np.ndarray:
+    """Seconds per step of each layout with its links, ``links[which[i]]`` (one vectorised call per links)."""
+    out = np.empty(len(layouts), dtype=np.float64)
+    order = np.argsort(which, kind="stable")
+    bounds = np.searchsorted(which[order], np.arange(len(links) + 1))
+    for k, key in enumerate(links):
+        rows = order[bounds[k]:bounds[k + 1]]
+        if rows.size:
+            out[rows] = estimator.iteration_s(model, training, layouts.take(rows), spec, key)
+    return out
 
 
 def build_candidates(model: ModelConfig, training: TrainingConfig, pool: NodePool, specs: dict[str, GPUSpec],
                      constraints: PlanConstraints, objective: Objective, estimator: LayoutEstimator,
                      links: Mapping[str, Links] | None = None, *, adjustable_batch: bool = False,
-                     model_parallel: bool = True, precisions: Mapping[str, Precision] | None = None
+                     scope: LaunchScope | None = None, precisions: Mapping[str, Precision] | None = None
                      ) -> CandidateTable:
     """Enumerate layouts, estimate memory once (per precision) and time per GPU type and placement (vectorised),
     filter, rank.
 
     ``links`` maps a GPU type to the intra- and inter-node link speeds its time is estimated with (default:
     its typical node's); the node size each candidate is timed with comes from where it can be placed.
-    ``precisions`` maps GPU types that run the recipe in another precision (the bf16 fallback) to it.
+    ``precisions`` maps GPU types that run the recipe in another precision (the bf16 fallback) to it;
+    ``scope`` keeps the layouts and GPU types a launcher can run.
     """
     c = constraints
     types = tuple(pool.gpu_types)
@@ -316,7 +338,9 @@ def build_candidates(model: ModelConfig, training: TrainingConfig, pool: NodePoo
         max_world = min(max_world, cap)
     max_tp = max([pool.max_node_size(t) for t in types if allowed[t]], default=1)
     layouts = enumerate_layouts(model, training, c, max_world=max_world, max_tp=max_tp,
-                                adjustable_batch=adjustable_batch, model_parallel=model_parallel)
+                                adjustable_batch=adjustable_batch)
+    if scope is not None:
+        layouts = _within_launcher(scope, layouts)
     recipes = {name: training.replace(precision=(precisions or {})[name]) if name in (precisions or {}) else training
                for name in types}
     devices: dict[Precision, np.ndarray] = {}
@@ -331,9 +355,10 @@ def build_candidates(model: ModelConfig, training: TrainingConfig, pool: NodePoo
     reports = []
     for g, name in enumerate(types):
         recipe = recipes[name]
+        refusal = None if scope is None else scope.refusal(model, recipe, specs[name])
         found, report = _type_candidates(model, recipe, pool, specs[name], name, allowed[name], layouts,
                                          devices[recipe.precision], tokens_all, c, objective, estimator,
-                                         (links or {}).get(name))
+                                         (links or {}).get(name), refusal)
         for key, part in found.items():
             parts[key].append(part)
         parts["gpu"].append(np.full(found["layout"].size, g, dtype=np.int64))
@@ -359,9 +384,10 @@ def build_candidates(model: ModelConfig, training: TrainingConfig, pool: NodePoo
 
 def _type_candidates(model: ModelConfig, training: TrainingConfig, pool: NodePool, spec: GPUSpec, name: str,
                      allowed: bool, layouts: LayoutArrays, device: np.ndarray, tokens: np.ndarray,
-                     c: PlanConstraints, objective: Objective, estimator: LayoutEstimator, links: Links | None
-                     ) -> tuple[dict[str, np.ndarray], TypeReport]:
-    """The candidates of one GPU type (layout index, seconds, price, placement shape) and what limited them."""
+                     c: PlanConstraints, objective: Objective, estimator: LayoutEstimator, links: Links | None,
+                     refusal: str | None = None) -> tuple[dict[str, np.ndarray], TypeReport]:
+    """The candidates of one GPU type (layout index, seconds, price, placement shape) and what limited them
+    (``refusal``: why the launcher cannot run this type at all)."""
     world = layouts.world_size
     cap = c.num_gpus or c.max_gpus
     total, free = pool.total_gpus(name), pool.free_gpus(name)
@@ -375,14 +401,15 @@ def _type_candidates(model: ModelConfig, training: TrainingConfig, pool: NodePoo
     level, per_node = _shapes(pool, name, layouts.tp[idx], world[idx], c.placement)
     unsupported = None
     try:
-        iteration = estimator.iteration_s(model, training, layouts.take(idx), spec,
-                                          _row_links(pool, name, links or spec.links, level, per_node,
-                                                     world[idx]))
+        iteration = _timed(estimator, model, training, layouts.take(idx), spec,
+                           *_type_links(pool, name, links or spec.links, level, per_node))
     except ConfigError as exc:  # e.g. the recipe's dtype has no peak on this GPU
         iteration, unsupported = np.full(idx.size, np.inf), f"cannot run this recipe: {exc}"
     pph = world[idx] * (price if price is not None else np.nan)
     keep, reasons = _limits(c, objective, price, pph, tokens[idx] / iteration)
-    if unsupported is not None:
+    if refusal is not None:
+        keep, reasons = np.zeros_like(keep), (f"the launcher cannot run it: {refusal}",)
+    elif unsupported is not None:
         keep, reasons = np.zeros_like(keep), (unsupported,)
     report = TypeReport(
         gpu_type=name, allowed=allowed, total_gpus=total, free_gpus=free,

@@ -166,6 +166,22 @@ class NodePool:
         """The largest node of ``gpu_type`` (GPUs per node)."""
         return self._totals(gpu_type)[3]
 
+    def max_domain_gpus(self, gpu_type: str) -> int:
+        """GPUs of the largest fast-link domain of ``gpu_type``: a node, or the nodes of one NVLink domain."""
+        domains: dict[str, int] = {}
+        for n in self.nodes:
+            if n.gpu_type == gpu_type and n.nvlink_domain is not None:
+                domains[n.nvlink_domain] = domains.get(n.nvlink_domain, 0) + n.gpus_per_node
+        return max([self.max_node_size(gpu_type), *domains.values()])
+
+    def domain_gpus(self, names: list[str]) -> int:
+        """GPUs of the fast-link domain holding the nodes ``names`` (one node, or their NVLink domain)."""
+        by_name = {n.name: n for n in self.nodes}
+        label = by_name[names[0]].nvlink_domain
+        if label is None:
+            return by_name[names[0]].gpus_per_node
+        return sum(n.gpus_per_node for n in self.nodes if n.nvlink_domain == label)
+
     def _free_nodes(self, gpu_type: str) -> list[int]:
         """Positions of the nodes of ``gpu_type`` with free GPUs (cached)."""
         cache: dict[str, list[int]] = self._by_type  # type: ignore[attr-defined]

@@ -14,7 +14,7 @@ from frenzy_core.config.batch import DefaultBatch, default_batch
 from frenzy_core.config.layout import validate_layout
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.parallel import ParallelConfig
-from frenzy_core.config.training import Framework, Precision, TrainingConfig
+from frenzy_core.config.training import Precision, TrainingConfig
 from frenzy_core.errors import ConfigError, UnknownNameError
 from frenzy_core.hardware.cluster import Cluster
 from frenzy_core.hardware.gpu import GPUSpec, Links
@@ -58,8 +58,7 @@ class Search:
     def table(self) -> CandidateTable:
         return build_candidates(self.model, self.training, self.pool, self.specs, self.constraints, self.objective,
                                 self.estimator, links=self.links, adjustable_batch=self.default_batch is not None,
-                                model_parallel=self.scope is None or self.scope.model_parallel,
-                                precisions=self.precisions)
+                                scope=self.scope, precisions=self.precisions)
 
     def feasible(self) -> bool:
         """Whether any candidate can be placed (no solver needed: the count check is exact)."""
@@ -164,24 +163,11 @@ def _fallback_precisions(training: TrainingConfig, specs: dict[str, GPUSpec]) ->
 
 def _within_scope(scope: LaunchScope, training: TrainingConfig, cons: PlanConstraints
                   ) -> tuple[TrainingConfig, PlanConstraints]:
-    """The request narrowed to what the launcher can run (a defaulted framework becomes the launcher's);
-    ConfigError for a pinned value it cannot."""
+    """The request narrowed to what the launcher can run (a defaulted framework becomes the launcher's, the
+    placement the stricter of the two); ConfigError for a fixed field it cannot express."""
     if training.framework not in scope.frameworks and "framework" not in training.model_fields_set:
         training = training.replace(framework=scope.frameworks[0])
     scope.check(training)
-    if not scope.model_parallel:
-        for name in ("tp", "pp"):
-            if getattr(cons, name) not in (None, 1):
-                raise ConfigError(f"launcher {scope.name} runs data parallelism only, not {name}={getattr(cons, name)}",
-                                  field=f"constraints.{name}", value=getattr(cons, name), hint=f"use {name}=1")
-    defaults = [0] if training.framework is Framework.MEGATRON else [0, 1, 2, 3]
-    stages = [z for z in (cons.zero_stages or defaults) if z in scope.zero_stages]
-    if not stages:
-        raise ConfigError(f"launcher {scope.name} cannot express ZeRO stages {cons.zero_stages}",
-                          field="constraints.zero_stages", value=cons.zero_stages,
-                          hint="use some of " + ", ".join(map(str, scope.zero_stages)))
-    if stages != (cons.zero_stages or defaults):
-        cons = cons.replace(zero_stages=stages)
     return training, cons.replace(placement=cons.placement.at_least(scope.placement))
 
 

@@ -104,13 +104,13 @@ def placement_shapes(pool: NodePool, gpu_type: str, tp: int, worlds: IntArray, m
     return level, per_node
 
 
-def shape_links(pool: NodePool, gpu_type: str, base: Links, level: int, per_node: int, world: int) -> Links:
-    """The links a placement of ``world`` GPUs at ``level`` with at least ``per_node`` GPUs on each node is timed
-    with: inside one fast-link domain all of them as one node; else ``per_node``, ``base``'s intra-node link, and
-    its NICs or, when it must cross racks or zones, the slower of those and the cluster's inter-rack or inter-zone
-    link."""
+def shape_links(pool: NodePool, gpu_type: str, base: Links, level: int, per_node: int) -> Links:
+    """The links a placement at ``level`` with at least ``per_node`` GPUs on each node is timed with: inside one
+    fast-link domain, the type's largest domain as the node (every group of the job is then intra-node); else
+    ``per_node``, ``base``'s intra-node link, and its NICs or, when it must cross racks or zones, the slower of
+    those and the cluster's inter-rack or inter-zone link."""
     if level == Locality.DOMAIN:
-        return Links(world, base.intra_node_bytes_per_s, base.inter_node_bytes_per_s)
+        return Links(pool.max_domain_gpus(gpu_type), base.intra_node_bytes_per_s, base.inter_node_bytes_per_s)
     racks, zones = pool.crosses(gpu_type, Locality(level))
     inter = base.inter_node_bytes_per_s
     rack_bw = pool.inter_rack_bytes_per_s

@@ -131,3 +131,25 @@ def test_a_launcher_moves_a_defaulted_framework_and_refuses_a_pinned_one() -> No
         plan_job(model, cluster, TrainingConfig(seq_len=1024, framework="torch"), launcher="megatron")
     with pytest.raises(ConfigError, match="precision"):
         plan_job(model, cluster, TrainingConfig(seq_len=1024, precision="amp-bf16"), launcher="deepspeed")
+
+
+def test_frenzy_plan_emit_plans_within_the_launcher(tmp_path: object) -> None:
+    import json
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from frenzy_core.cli import app
+
+    path = Path(str(tmp_path)) / "uneven.yaml"
+    path.write_text("nodes:\n  - {gpu: a100-80gb, gpus_per_node: 8}\n"
+                    "  - {gpu: a100-80gb, gpus_per_node: 8, count: 2, free_gpus: 4}\n", encoding="utf-8")
+    args = ["plan", "gpt2", "--cluster", str(path), "--num-gpus", "12", "--tp", "1", "--global-batch", "48",
+            "--json", "--runners-up", "0"]
+    anywhere = json.loads(CliRunner().invoke(app, args).stdout)
+    assert sorted(len(g) for g in anywhere["plan"]["placement"].values()) == [4, 8]
+    result = CliRunner().invoke(app, [*args, "--emit", "slurm", "-o", "script=train.py"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert {len(g) for g in out["plan"]["placement"].values()} == {4}
+    assert out["plan"]["launcher"] == "slurm" and "launch" in out

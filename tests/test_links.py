@@ -51,3 +51,28 @@ def test_tensor_parallel_inside_the_largest_node_is_intra_node() -> None:
     mixed = estimate_iteration_time(model, training, parallel, "a100-80gb", cluster=cluster)
     same_size = estimate_iteration_time(model, training, parallel, "a100-80gb", cluster=one_node)
     assert mixed.breakdown["tensor_parallel"] == same_size.breakdown["tensor_parallel"]
+
+
+def test_per_layout_links_give_each_layout_the_time_of_its_own_links() -> None:
+    """The batch time model takes Links of arrays, one entry per layout (how the planner times candidates placed
+    differently in one call): each row equals that row timed alone with scalar links."""
+    import numpy as np
+
+    from frenzy_core import Links, estimate_iteration_time_batch
+    from frenzy_core.config.arrays import LayoutArrays
+    from frenzy_core.hardware import get_gpu_spec
+
+    model = ModelConfig.preset("llama-2-7b")
+    training = TrainingConfig(seq_len=2048, global_batch_size=64, zero_stage=3)
+    layouts = LayoutArrays.from_columns({"dp": [8, 8, 16, 4, 8], "tp": [1, 2, 1, 2, 1], "pp": [1, 1, 1, 2, 2],
+                                         "micro_batch_size": [1, 1, 2, 1, 1]}, training)
+    gpn = np.array([8, 4, 6, 8, 2])
+    inter = np.array([5e10, 5e10, 2e9, 5e10, 1e10])
+    rows = Links(gpn, np.full(5, 3e11), inter)  # type: ignore[arg-type]
+    gpu = get_gpu_spec("h100-sxm")
+    together = estimate_iteration_time_batch(model, training, gpu, layouts, cluster=rows)
+    for i in range(5):
+        alone = estimate_iteration_time_batch(model, training, gpu, layouts.take([i]),
+                                              cluster=Links(int(gpn[i]), 3e11, float(inter[i])))
+        assert together.iteration_s[i] == alone.iteration_s[0]
+        assert {k: v[i] for k, v in together.breakdown.items()} == {k: v[0] for k, v in alone.breakdown.items()}

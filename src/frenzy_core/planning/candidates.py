@@ -287,32 +287,17 @@ def _shapes(pool: NodePool, name: str, tp: np.ndarray, world: np.ndarray, mode: 
     return level, per_node
 
 
-def _type_links(pool: NodePool, name: str, base: Links, level: np.ndarray, per_node: np.ndarray
-                ) -> tuple[list[Links], np.ndarray]:
-    """The distinct links of the candidates' placement shapes, and which each candidate takes. A candidate that
-    cannot be placed is timed as if inside one domain (its time only orders the diagnosis of why it cannot be
-    placed), which saves the time model a call."""
+def _row_links(pool: NodePool, name: str, base: Links, level: np.ndarray, per_node: np.ndarray) -> Links:
+    """Each candidate's links, as one :class:`Links` of per-candidate arrays (the batch time model takes them,
+    so a GPU type is one call): those of its placement shape. A candidate that cannot be placed is timed as if
+    inside one domain (its time only orders the diagnosis of why it cannot be placed)."""
     level = np.where(level < 0, int(Locality.DOMAIN), level)
     per_node = np.where(level == Locality.DOMAIN, 0, per_node)  # inside a domain the node size is the domain's
     span = int(per_node.max(initial=0)) + 1
     keys, which = np.unique(level * span + per_node, return_inverse=True)
-    each = [shape_links(pool, name, base, int(k // span), int(k % span)) for k in keys]
-    distinct = list(dict.fromkeys(each))
-    to_distinct = np.array([distinct.index(k) for k in each], dtype=np.int64)
-    return distinct, to_distinct[np.asarray(which, dtype=np.int64).ravel()]
-
-
-def _timed(estimator: LayoutEstimator, model: ModelConfig, training: TrainingConfig, layouts: LayoutArrays,
-           spec: GPUSpec, links: list[Links], which: np.ndarray) -> np.ndarray:
-    """Seconds per step of each layout with its links, ``links[which[i]]`` (one vectorised call per links)."""
-    out = np.empty(len(layouts), dtype=np.float64)
-    order = np.argsort(which, kind="stable")
-    bounds = np.searchsorted(which[order], np.arange(len(links) + 1))
-    for k, key in enumerate(links):
-        rows = order[bounds[k]:bounds[k + 1]]
-        if rows.size:
-            out[rows] = estimator.iteration_s(model, training, layouts.take(rows), spec, key)
-    return out
+    each = np.array([shape_links(pool, name, base, int(k // span), int(k % span)) for k in keys],
+                    dtype=np.float64).reshape(-1, 3)[np.asarray(which).ravel()]
+    return Links(each[:, 0].astype(np.int64), each[:, 1], each[:, 2])  # type: ignore[arg-type]
 
 
 def build_candidates(model: ModelConfig, training: TrainingConfig, pool: NodePool, specs: dict[str, GPUSpec],
@@ -401,8 +386,9 @@ def _type_candidates(model: ModelConfig, training: TrainingConfig, pool: NodePoo
     level, per_node = _shapes(pool, name, layouts.tp[idx], world[idx], c.placement)
     unsupported = None
     try:
-        iteration = _timed(estimator, model, training, layouts.take(idx), spec,
-                           *_type_links(pool, name, links or spec.links, level, per_node))
+        iteration = (estimator.iteration_s(model, training, layouts.take(idx), spec,
+                                           _row_links(pool, name, links or spec.links, level, per_node))
+                     if idx.size else np.zeros(0))
     except ConfigError as exc:  # e.g. the recipe's dtype has no peak on this GPU
         iteration, unsupported = np.full(idx.size, np.inf), f"cannot run this recipe: {exc}"
     pph = world[idx] * (price if price is not None else np.nan)

@@ -36,11 +36,13 @@ def links_for(gpu: GPUSpec, cluster: Cluster | Links | None = None) -> Links:
 def link_rows(links: Links, shape: tuple[int, ...]) -> npt.NDArray[np.int64]:
     """A number per layout naming its links (all 0 when ``links`` holds scalars; ``Links`` may hold arrays with
     one entry per layout, as the planner passes them), so per-shape terms are computed once per distinct links."""
-    fields = [np.broadcast_to(np.asarray(f, dtype=np.float64), shape) for f in links]
-    if not fields[0].size or all((f == f.flat[0]).all() for f in fields):
-        return np.zeros(shape, dtype=np.int64)
-    _, ids = np.unique(np.stack([f.ravel() for f in fields]), axis=1, return_inverse=True)
-    return np.asarray(ids, dtype=np.int64).reshape(shape)
+    key = np.zeros(shape, dtype=np.int64)
+    for field in links:
+        if np.ndim(field) == 0:
+            continue
+        values, ids = np.unique(np.asarray(field), return_inverse=True)
+        key = key * len(values) + ids.reshape(shape)
+    return np.asarray(np.unique(key, return_inverse=True)[1], dtype=np.int64).reshape(shape)
 
 
 def take_links(links: Links, index: npt.NDArray[np.intp]) -> Links:

@@ -23,7 +23,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"config", "hardware"}),
     frozenset({"memory", "timing"}),
     frozenset({"planning"}),
-    frozenset({"scheduling", "adapters"}),
+    frozenset({"scheduling", "adapters", "plotting"}),
     frozenset({"cli"}),
 )
 """Subpackages (and top-level modules) by layer: a module imports only from its own subpackage and from lower
@@ -32,11 +32,7 @@ layers (``frenzy_core/__init__.py`` re-exports from all of them)."""
 MAX_LINES = 80
 MAX_CLI_LINES = 120
 LONG_FUNCTIONS: dict[str, str] = {
-    "memory/probe.py:measure_training_step": "probe engineer",
     "timing/estimator.py:estimate_iteration_time_batch": "timing engineer, issue 11 (time-model rewrite)",
-    "cli/memory_cmd.py:memory": "adapters engineer, issue 16 item 6 (JSON assembly out of the commands)",
-    "cli/plan_cmd.py:plan": "adapters engineer, issue 16 item 6 (JSON assembly out of the commands)",
-    "cli/simulate_cmd.py:simulate": "adapters engineer, issue 16 item 6 (JSON assembly out of the commands)",
 }
 """Functions over the limit today, each with who is splitting it; the list only shrinks."""
 
@@ -291,6 +287,9 @@ PUBLIC_API: dict[str, list[str]] = {
         'Alternative', 'AnalyticEstimator', 'BaselinePlan', 'LAUNCH_SCOPES', 'LaunchScope', 'LayoutEstimator',
         'Objective', 'PlacementMode', 'Plan', 'PlanConstraints', 'RejectReason', 'Rejection', 'SEARCHED_TRAINING_FIELDS',
         'SOLVERS', 'assess_baseline', 'marp_configs', 'marp_plan', 'plan_job', 'user_request_plan',
+    ],
+    'frenzy_core.plotting': [
+        'PLOT_SUFFIXES', 'check_plot_path', 'memory_figure', 'plan_figure', 'plot_memory', 'plot_plan',
     ],
     'frenzy_core.scheduling': [
         'ClusterState', 'DEFAULT_SIZE_BUCKETS', 'GPURequest', 'JobRecord', 'JobStatus', 'LogNormalWork', 'MixEntry',

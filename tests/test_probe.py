@@ -269,7 +269,9 @@ def test_pure_bf16_halves_parameters_and_optimizer_states() -> None:
 
 
 def test_full_recompute_and_sdpa_lower_the_forward_peak() -> None:
-    long = _TRAIN.replace(seq_len=512, attention="eager")
+    # bf16: _TINY has grouped KV heads, which on CUDA reach a fused kernel (flash) in half precision only; fp32
+    # GQA runs SDPA's math kernel there, which saves the s x s probabilities as eager attention does.
+    long = _TRAIN.replace(seq_len=512, attention="eager", precision="bf16")
     eager = probe_memory(_TINY, long)
     sdpa = probe_memory(_TINY, long.replace(attention="sdpa"))
     recompute = probe_memory(_TINY, long.replace(recompute="full"))
@@ -279,11 +281,12 @@ def test_full_recompute_and_sdpa_lower_the_forward_peak() -> None:
 
 def test_sdpa_activations_grow_linearly_with_sequence_length() -> None:
     def forward_activation_bytes(seq_len: int) -> int:
-        result = probe_memory(_TINY, _TRAIN.replace(seq_len=seq_len))
+        result = probe_memory(_TINY, _TRAIN.replace(seq_len=seq_len, precision="bf16"))
         return result.phases[0].tracker_breakdown["Activation"]
 
     # Unpadded batches run SDPA with is_causal and no (b, 1, s, s) mask, as on a GPU, so nothing is
-    # quadratic in the sequence length: doubling it at most doubles the forward's activations.
+    # quadratic in the sequence length: doubling it at most doubles the forward's activations. (bf16: with
+    # grouped KV heads CUDA's fused kernels take half precision only; fp32 runs the math kernel.)
     assert forward_activation_bytes(256) <= 2 * forward_activation_bytes(128)
 
 
@@ -360,3 +363,79 @@ def test_probing_a_model_config_without_transformers_says_what_to_install() -> N
     out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("OK") and "'transformers'" in out.stdout and "frenzy_core[hf]" in out.stdout
+
+
+# ---- Hugging Face configs as input ---------------------------------------------------------------------------
+
+
+def _tiny_hf_config(**changes: Any) -> dict[str, Any]:
+    from frenzy_core.config.hf import to_hf_config
+
+    return {**to_hf_config(_TINY), **changes}
+
+
+def test_a_config_dict_or_file_builds_the_same_model_as_its_model_config(tmp_path: Any) -> None:
+    import json
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(_tiny_hf_config(use_cache=False)), encoding="utf-8")
+    from_model = probe_memory(_TINY, _TRAIN)
+    assert probe_memory(_tiny_hf_config(use_cache=False), _TRAIN).peak_bytes == from_model.peak_bytes
+    assert probe_memory(path, _TRAIN).peak_bytes == from_model.peak_bytes
+    assert probe_memory(tmp_path, _TRAIN).peak_bytes == from_model.peak_bytes
+
+
+def test_the_class_architectures_names_is_built_not_a_rebuild() -> None:
+    transformers = pytest.importorskip("transformers")
+    phi3 = transformers.Phi3Config(hidden_size=128, intermediate_size=256, num_hidden_layers=1,
+                                   num_attention_heads=4, vocab_size=512, pad_token_id=None,
+                                   architectures=["Phi3ForCausalLM"]).to_dict()
+    result = probe_memory(phi3, _TRAIN)
+    # Phi-3's fused projections, which a round trip through ModelConfig would turn into Llama's separate ones.
+    assert any(name.endswith("self_attn.qkv_proj") for name in result.module_activation_bytes)
+    assert any(name.endswith("mlp.gate_up_proj") for name in result.module_activation_bytes)
+
+
+def test_the_plain_loop_keeps_the_kv_cache_the_config_asks_for() -> None:
+    train = _TRAIN.replace(optimizer="sgd")
+    with_cache = probe_memory(_tiny_hf_config(use_cache=True), train, loop="plain")
+    without = probe_memory(_tiny_hf_config(use_cache=False), train, loop="plain")
+    last = [p for p in with_cache.phases if p.phase == "optimizer"][-1].end_bytes
+    last_without = [p for p in without.phases if p.phase == "optimizer"][-1].end_bytes
+    # DynamicCache keeps a concatenated copy of K and V per layer: 2 x layers x b x kv_heads x s x head_dim x 4 B.
+    kv_bytes = 2 * _TINY.num_layers * _TRAIN.micro_batch_size * _TINY.kv_size * _TRAIN.seq_len * 4
+    assert last - last_without == kv_bytes
+
+
+def test_measure_training_step_takes_a_config_too() -> None:
+    def batch() -> dict[str, Any]:
+        ids = torch.randint(0, _TINY.vocab_size, (2, 64))
+        return {"input_ids": ids, "labels": ids}
+
+    result = measure_training_step(_tiny_hf_config(use_cache=False), batch, steps=1)
+    # The head and loss were found through the config's class (its base_model_prefix is the backbone).
+    assert any(p.logits_loss_bytes > 0 for p in result.phases if p.phase == "backward")
+
+
+@pytest.mark.parametrize(
+    "changes, field, words",
+    [
+        ({"model_type": "lama"}, "model_type", ["'lama'", "llama", "families the estimator reads", "qwen2"]),
+        ({"model_type": "my_remote_model", "auto_map": {"AutoModel": "x.Y"}}, "model_type", ["remote code"]),
+        ({"architectures": ["LlamaForCausalLMX"]}, "architectures", ["LlamaForCausalLM"]),
+        ({"architectures": ["LlamaForSequenceClassification"]}, "architectures", ["task head"]),
+        ({"architectures": "LlamaForCausalLM"}, "architectures", ["list of class names"]),
+    ],
+)
+def test_bad_configs_name_the_field_and_what_would_work(changes: dict[str, Any], field: str,
+                                                        words: list[str]) -> None:
+    with pytest.raises(ConfigError) as info:
+        probe_memory(_tiny_hf_config(**changes), _TRAIN)
+    assert info.value.field == field
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_a_missing_config_file_is_a_config_error(tmp_path: Any) -> None:
+    with pytest.raises(ConfigError, match="no Hugging Face config"):
+        probe_memory(tmp_path / "absent.json", _TRAIN)

@@ -9,6 +9,7 @@ __all__ = [
     "ConfigError",
     "FrenzyError",
     "InfeasiblePlanError",
+    "MeasurementError",
     "OptionalDependencyError",
     "UnknownNameError",
     "closest_names",
@@ -57,6 +58,16 @@ class InfeasiblePlanError(FrenzyError):
         self.reasons = list(reasons)
         self.suggestions = list(suggestions)
         super().__init__(message)
+
+
+class MeasurementError(FrenzyError, RuntimeError):
+    """A training step being measured raised: ``case`` names what was measured, ``where`` the step and phase,
+    and the original exception is chained as ``__cause__``."""
+
+    def __init__(self, case: str, where: str, cause: BaseException):
+        self.case = case
+        self.where = where
+        super().__init__(f"{case}: the training step raised {type(cause).__name__} at {where}: {cause}")
 
 
 class OptionalDependencyError(FrenzyError, ImportError):

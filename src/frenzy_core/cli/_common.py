@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import functools
+import io
 import json
 import math
 import os
@@ -25,6 +27,7 @@ from frenzy_core.hardware.cluster import DEFAULT_PRESET, Cluster, cluster_preset
 
 __all__ = [
     "EXIT_BAD_INPUT",
+    "EXIT_BROKEN_PIPE",
     "EXIT_INFEASIBLE",
     "ClusterArg",
     "console",
@@ -36,7 +39,9 @@ __all__ = [
     "new_table",
     "parse_count",
     "parse_names",
+    "plot_target",
     "print_json",
+    "require_file",
     "require_matplotlib",
     "require_positive",
 ]
@@ -45,13 +50,24 @@ EXIT_INFEASIBLE = 1
 """Exit code for a request no layout can satisfy."""
 EXIT_BAD_INPUT = 2
 """Exit code for invalid input (unknown names, bad values); click's own usage errors use it too."""
+EXIT_BROKEN_PIPE = 141
+"""Exit code when the reader of stdout goes away (``| head``): 128 + SIGPIPE, what the shell reports for a
+writer whose pipe closed (``yes | head -1``)."""
 
 _PIPE_WIDTH = 240
 """Columns when stdout is not a terminal (a pipe, a file): rich would otherwise cut tables at 80."""
 
-console = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else _PIPE_WIDTH)
+class _Console(Console):
+    """A rich console that leaves a closed pipe (``frenzy gpus | head -1``) to :func:`handle_errors` instead of
+    exiting with 1, which is this command's code for an infeasible plan."""
+
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError(errno.EPIPE, "the reader of the output went away")
+
+
+console = _Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else _PIPE_WIDTH)
 """Human-readable output (stdout); rich picks the stream at print time, so test runners capture it."""
-err_console = Console(stderr=True, width=None if sys.stderr.isatty() or os.environ.get("COLUMNS") else _PIPE_WIDTH)
+err_console = _Console(stderr=True, width=None if sys.stderr.isatty() or os.environ.get("COLUMNS") else _PIPE_WIDTH)
 """Errors, notes and progress that must not mix into ``--json`` output."""
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -211,6 +227,26 @@ def require_matplotlib(option: str) -> None:
                           hint="pip install 'frenzy_core[plot]', or leave out " + option)
 
 
+def plot_target(path: Path | None, option: str = "--plot") -> Path | None:
+    """A ``--plot`` path checked before any work: a figure suffix, a folder that exists, matplotlib installed."""
+    if path is None:
+        return None
+    from frenzy_core.plotting import check_plot_path
+
+    check_plot_path(path, option)
+    if not path.parent.is_dir():
+        raise ConfigError(f"{option} {str(path)!r}: the folder {str(path.parent)!r} does not exist", field=option,
+                          value=str(path), hint="create it first, or give a path in an existing folder")
+    require_matplotlib(option)
+    return path
+
+
+def require_file(path: Path | None, option: str, hint: str) -> None:
+    """ConfigError naming ``option`` before any work when ``path`` is given but is not a file."""
+    if path is not None and not path.is_file():
+        raise ConfigError(f"{option} {str(path)!r} does not exist", field=option, value=str(path), hint=hint)
+
+
 def require_positive(value: float | None, option: str) -> None:
     """ConfigError naming ``option`` unless ``value`` is None or > 0 (typer ranges cannot exclude 0)."""
     if value is not None and not value > 0:
@@ -230,6 +266,9 @@ def handle_errors(func: F) -> F:
         except FrenzyError as exc:
             err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_BAD_INPUT) from None
+        except BrokenPipeError:  # the reader of stdout left (| head): end quietly
+            _discard_stdout()
+            raise typer.Exit(EXIT_BROKEN_PIPE) from None
         except OSError as exc:  # unreadable files, a plot path in a missing folder
             where = f" {exc.filename!r}" if exc.filename else ""
             err_console.print(
@@ -240,6 +279,17 @@ def handle_errors(func: F) -> F:
             raise typer.Exit(EXIT_BAD_INPUT) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush into the closed pipe raises nothing."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, io.UnsupportedOperation):  # stdout is no file descriptor (a test runner's)
+        pass
+    finally:
+        os.close(devnull)
 
 
 def print_json(data: Any) -> None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-import sys
+import io
+from collections.abc import Iterator
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
+from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated
 
@@ -14,7 +17,7 @@ except ImportError:  # pragma: no cover - older typer on click
     from click.exceptions import UsageError  # type: ignore[assignment,no-redef]
 
 from frenzy_core.cli import calibrate_cmd, catalogues, memory_cmd, plan_cmd, simulate_cmd
-from frenzy_core.cli._common import EXIT_BAD_INPUT, err_console
+from frenzy_core.cli._common import EXIT_BAD_INPUT, console, err_console
 
 app = typer.Typer(
     name="frenzy",
@@ -53,19 +56,55 @@ app.command("gpus")(catalogues.gpus)
 app.command("clusters")(catalogues.clusters)
 
 
-def main() -> None:
-    """Console-script entry point: parser errors (bad option, bad choice, missing MODEL) as one ``error:`` line on
-    stderr with exit code 2, as the docs promise, instead of click's boxed usage text."""
+def main(args: list[str] | None = None) -> int:
+    """The ``frenzy`` command on ``args`` (default: the process's arguments); returns the exit code, which the
+    console script exits with.
+
+    Parser errors (bad option, bad choice, missing MODEL) are one ``error:`` line on stderr with exit code 2, as
+    the docs promise, instead of click's boxed usage text.
+    """
     try:
-        code = app(standalone_mode=False)  # returns the exit code of typer.Exit instead of raising it
+        code = app(args=args, prog_name="frenzy", standalone_mode=False)  # returns typer.Exit's code, not raising
     except UsageError as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # plain `frenzy`: the help is the answer, not an error
+            typer.echo(exc.format_message(), nl=False)  # (rich has printed it already; plain click has not)
+            return 0
         hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
         err_console.print(f"[bold red]error:[/] {exc.format_message()}{hint}", highlight=False, soft_wrap=True,
                           markup=True)
-        sys.exit(EXIT_BAD_INPUT)
+        return EXIT_BAD_INPUT
     except typer.Exit as exc:
-        sys.exit(exc.exit_code)
+        return exc.exit_code
     except typer.Abort:
         err_console.print("aborted", highlight=False)
-        sys.exit(130)
-    sys.exit(code if isinstance(code, int) else 0)
+        return 130
+    return code if isinstance(code, int) else 0
+
+
+
+@dataclass(frozen=True)
+class Captured:
+    """What one ``frenzy`` command printed, and its exit code."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+def capture(args: list[str], columns: int = 100) -> Captured:
+    """Run ``frenzy ARGS`` in this process as the console script does, ``columns`` wide whatever the terminal,
+    and return what it printed (docs/gen_cli.py's examples, the CLI tests)."""
+    out, err = io.StringIO(), io.StringIO()
+    with _width(columns), redirect_stdout(out), redirect_stderr(err):
+        code = main(args)
+    return Captured(code, out.getvalue(), err.getvalue())
+
+
+@contextmanager
+def _width(columns: int) -> Iterator[None]:
+    saved = console.width, err_console.width
+    console.width = err_console.width = columns
+    try:
+        yield
+    finally:
+        console.width, err_console.width = saved

@@ -8,7 +8,9 @@ from typing import Annotated, Any
 
 import typer
 
+from frenzy_core.cli import options as opt
 from frenzy_core.cli._common import console, handle_errors, new_table, print_json
+from frenzy_core.cli.payloads import calibrate_payload
 from frenzy_core.config import Attention, Fp8Recipe, Framework, Precision, Recompute
 from frenzy_core.errors import ConfigError
 
@@ -24,27 +26,29 @@ def calibrate(
                    ] = Path("time_model.yaml"),
     model: Annotated[str | None, typer.Option(help="Logs: preset name or config.json of the model.")] = None,
     gpu: Annotated[str | None, typer.Option(help="Logs: GPU type (see 'frenzy gpus').")] = None,
-    dp: Annotated[int, typer.Option(min=1, help="Logs: data-parallel degree.")] = 1,
-    tp: Annotated[int, typer.Option(min=1, help="Logs: tensor-parallel degree.")] = 1,
-    pp: Annotated[int, typer.Option(min=1, help="Logs: pipeline-parallel degree.")] = 1,
-    vpp: Annotated[int, typer.Option(min=1, help="Logs: virtual pipeline chunks.")] = 1,
-    cp: Annotated[int, typer.Option(min=1, help="Logs: context-parallel degree.")] = 1,
-    seq_len: Annotated[int | None, typer.Option(min=1, help="Logs: tokens per sample.")] = None,
-    micro_batch: Annotated[int, typer.Option(min=1, help="Logs: samples per rank per forward pass.")] = 1,
-    global_batch: Annotated[int | None, typer.Option(min=1, help="Logs: samples per optimizer step.")] = None,
-    precision: Annotated[Precision, typer.Option(help="Logs: dtype recipe.")] = Precision.BF16_MIXED,
-    recompute: Annotated[Recompute, typer.Option(help="Logs: activation recompute.")] = Recompute.NONE,
-    attention: Annotated[Attention, typer.Option(help="Logs: attention kernel.")] = Attention.FLASH,
-    zero_stage: Annotated[int, typer.Option(min=0, max=3, help="Logs: ZeRO stage / FSDP (3).")] = 0,
-    framework: Annotated[Framework, typer.Option(help="Logs: training runtime.")] = Framework.TORCH,
-    sequence_parallel: Annotated[bool, typer.Option(help="Logs: Megatron sequence parallelism.")] = False,
-    distributed_optimizer: Annotated[bool, typer.Option(help="Logs: Megatron's distributed optimizer.")] = False,
-    compile_: Annotated[bool, typer.Option("--compile", help="Logs: the model ran under torch.compile.")] = False,
-    fp8_recipe: Annotated[Fp8Recipe, typer.Option(help="Logs: fp8 scaling (precision fp8-mixed).")
-                          ] = Fp8Recipe.DELAYED,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    dp: opt.Dp[int] = 1,
+    tp: opt.Tp[int] = 1,
+    pp: opt.Pp[int] = 1,
+    vpp: opt.Vpp[int] = 1,
+    cp: opt.Cp[int] = 1,
+    seq_len: opt.SeqLen[int | None] = None,
+    micro_batch: opt.MicroBatch[int] = 1,
+    global_batch: opt.GlobalBatch[int | None] = None,
+    precision: opt.Precision[Precision] = Precision.BF16_MIXED,
+    recompute: opt.Recompute[Recompute] = Recompute.NONE,
+    attention: opt.Attention[Attention] = Attention.FLASH,
+    zero_stage: opt.Zero[int] = 0,
+    framework: opt.Framework[Framework] = Framework.TORCH,
+    sequence_parallel: opt.SequenceParallel = False,
+    distributed_optimizer: opt.DistributedOptimizer = False,
+    compile_: opt.Compile = False,
+    fp8_recipe: opt.Fp8Recipe[Fp8Recipe] = Fp8Recipe.DELAYED,
+    json_out: opt.Json = False,
 ) -> None:
     """Fit the time model's efficiencies to measured runs, per GPU type, and write them to --out.
+
+    Run tables carry each run's layout and recipe; for training logs the options give them (--model, --gpu,
+    --seq-len and --global-batch are required with logs, the others default as shown).
 
     Examples:
 
@@ -75,7 +79,7 @@ def calibrate(
     results = calibrate_by_gpu([str(p) for p in runs], run=run)
     write_calibration_file(out, results)
     if json_out:
-        print_json({"out": str(out), "gpus": {g: r.model_dump(mode="json") for g, r in results.items()}})
+        print_json(calibrate_payload(out, results))
         return
     table = new_table("Calibrated time model", ["GPU type", "runs", "error before", "error after", "fitted"],
                       left=("fitted",))

@@ -6,16 +6,14 @@ from typing import Annotated, Any
 
 import typer
 
+from frenzy_core.cli import options as opt
 from frenzy_core.cli._common import console, gib, handle_errors, load_cluster_arg, new_table, print_json
 from frenzy_core.config.presets import model_preset_info, model_preset_names
 
 __all__ = ["clusters", "gpus", "models"]
 
-JSON_HELP = "Print JSON instead of a table (nothing else on stdout)."
-
-
 @handle_errors
-def models(json_out: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
+def models(json_out: opt.Json = False) -> None:
     """List the built-in model presets (names usable as MODEL in plan and memory).
 
     Examples:
@@ -66,7 +64,7 @@ def models(json_out: bool = typer.Option(False, "--json", help=JSON_HELP)) -> No
 
 
 @handle_errors
-def gpus(json_out: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
+def gpus(json_out: opt.Json = False) -> None:
     """List the GPU catalogue: memory, dense bf16 peak, bandwidths, links and prices.
 
     GPU type ids (or aliases such as 'a100' or 'A100-SXM4-80GB') are what --gpu-types and cluster files take.
@@ -118,10 +116,8 @@ def clusters(
     name: Annotated[
         str | None, typer.Argument(metavar="NAME", help="A preset name or cluster YAML file: show its nodes.")
     ] = None,
-    scale: Annotated[
-        int | None, typer.Option(min=1, help="Scale node counts to about this many GPUs (with NAME).")
-    ] = None,
-    json_out: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
+    scale: opt.Scale[int | None] = None,
+    json_out: opt.Json = False,
 ) -> None:
     """List the built-in cluster presets, or show the nodes of one (optionally scaled).
 

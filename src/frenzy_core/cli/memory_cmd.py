@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-import typer
 from rich.table import Table
 
-from frenzy_core.cli._common import console, gib, handle_errors, load_model_arg, new_table, print_json
+from frenzy_core.cli import options as opt
+from frenzy_core.cli._common import console, gib, handle_errors, load_model_arg, new_table, plot_target, print_json
 from frenzy_core.cli.memory_view import stage_memory_table
+from frenzy_core.cli.payloads import memory_payload
 from frenzy_core.config import (
     Attention,
     Framework,
@@ -69,67 +70,48 @@ def _fits_table(rows: list[dict[str, Any]], needed_bytes: int, headroom: float, 
 
 @handle_errors
 def memory(
-    model: Annotated[
-        str,
-        typer.Argument(
-            metavar="MODEL", help="Preset name (see 'frenzy models') or path to a Hugging Face config.json."
-        ),
-    ],
-    seq_len: Annotated[
-        int | None, typer.Option(min=1, help="Tokens per sample (default 2048, capped by a learned position table).")
-    ] = None,
-    micro_batch: Annotated[int, typer.Option(min=1, help="Samples per rank per forward pass.")] = 1,
-    global_batch: Annotated[
-        int | None, typer.Option(min=1, help="Samples per optimizer step (default: micro-batch x dp).")
-    ] = None,
-    precision: Annotated[Precision, typer.Option(help="Dtype recipe.")] = Precision.BF16_MIXED,
-    optimizer: Annotated[Optimizer, typer.Option(help="Optimizer.")] = Optimizer.ADAMW,
-    optimizer_impl: Annotated[
-        OptimizerImpl, typer.Option(help="torch optimizer implementation.")
-    ] = OptimizerImpl.FOREACH,
-    zero: Annotated[int, typer.Option(min=0, max=3, help="ZeRO stage / FSDP sharding (0-3).")] = 0,
-    distributed_optimizer: Annotated[
-        bool, typer.Option(help="Megatron distributed optimizer (ZeRO-1).")
-    ] = False,
-    recompute: Annotated[Recompute, typer.Option(help="Activation recomputation.")] = Recompute.NONE,
-    attention: Annotated[Attention, typer.Option(help="Attention kernel.")] = Attention.FLASH,
-    sequence_parallel: Annotated[
-        bool, typer.Option("--sp", help="Sequence parallelism (with tp > 1).")
-    ] = False,
-    framework: Annotated[
-        Framework, typer.Option(help="Runtime whose buffers are modelled.")
-    ] = Framework.TORCH,
-    dp: Annotated[int, typer.Option(min=1, help="Data-parallel degree.")] = 1,
-    tp: Annotated[int, typer.Option(min=1, help="Tensor-parallel degree.")] = 1,
-    pp: Annotated[int, typer.Option(min=1, help="Pipeline stages.")] = 1,
-    vpp: Annotated[
-        int, typer.Option(min=1, help="Virtual stages per pipeline rank (interleaved schedule).")
-    ] = 1,
-    cp: Annotated[int, typer.Option(min=1, help="Context-parallel degree.")] = 1,
-    ep: Annotated[int, typer.Option(min=1, help="Expert-parallel degree.")] = 1,
-    schedule: Annotated[
-        PipelineSchedule | None, typer.Option(help="Pipeline schedule (default: 1f1b, interleaved if vpp>1).")
-    ] = None,
-    headroom: Annotated[
-        float,
-        typer.Option(min=0.0, max=0.99, help="Fraction of each GPU's memory kept free when judging fit."),
-    ] = DEFAULT_HEADROOM,
-    json_out: Annotated[
-        bool, typer.Option("--json", help="Print the estimate as JSON (nothing else on stdout).")
-    ] = False,
+    model: opt.Model,
+    seq_len: opt.SeqLen[int | None] = None,
+    micro_batch: opt.MicroBatch[int] = 1,
+    global_batch: opt.GlobalBatch[int | None] = None,
+    precision: opt.Precision[Precision] = Precision.BF16_MIXED,
+    optimizer: opt.Optimizer[Optimizer] = Optimizer.ADAMW,
+    optimizer_impl: opt.OptimizerImpl[OptimizerImpl] = OptimizerImpl.FOREACH,
+    zero: opt.Zero[int] = 0,
+    distributed_optimizer: opt.DistributedOptimizer = False,
+    recompute: opt.Recompute[Recompute] = Recompute.NONE,
+    attention: opt.Attention[Attention] = Attention.FLASH,
+    sequence_parallel: opt.SequenceParallel = False,
+    framework: opt.Framework[Framework] = Framework.TORCH,
+    dp: opt.Dp[int] = 1,
+    tp: opt.Tp[int] = 1,
+    pp: opt.Pp[int] = 1,
+    vpp: opt.Vpp[int] = 1,
+    cp: opt.Cp[int] = 1,
+    ep: opt.Ep[int] = 1,
+    schedule: opt.Schedule[PipelineSchedule | None] = None,
+    headroom: opt.Headroom[float] = DEFAULT_HEADROOM,
+    json_out: opt.Json = False,
+    plot: opt.Plot = None,
 ) -> None:
     """Estimate per-GPU training memory for MODEL under one layout, and which GPU types it fits.
+
+    Without --seq-len: 2048, or the model's learned position table if shorter; without --global-batch:
+    micro-batch x dp. --plot draws each stage's memory by category against the smallest GPU type it fits and
+    the largest it does not.
 
     Examples:
 
       frenzy memory llama-3.1-8b
 
-      frenzy memory llama-3.1-8b --seq-len 4096 --tp 2 --pp 2 --dp 2 --recompute selective
+      frenzy memory llama-3.1-8b --seq-len 4096 --tp 2 --pp 2 --dp 2 --recompute selective --plot memory.png
 
       frenzy memory ./config.json --precision amp-bf16 --zero 3 --dp 8 --json
     """
     from frenzy_core.memory import estimate_memory
+    from frenzy_core.timing.estimator import peak_dtype
 
+    plot = plot_target(plot)
     cfg = load_model_arg(model)
     seq_len = cfg.default_seq_len() if seq_len is None else seq_len
     training = TrainingConfig(
@@ -146,47 +128,44 @@ def memory(
         sequence_parallel=sequence_parallel,
         framework=framework,
     )
-    par: dict[str, Any] = {"dp": dp, "tp": tp, "pp": pp, "vpp": vpp, "cp": cp, "ep": ep}
+    layout: dict[str, Any] = {"dp": dp, "tp": tp, "pp": pp, "vpp": vpp, "cp": cp, "ep": ep}
     if schedule is not None:
-        par["schedule"] = schedule
-    parallel = ParallelConfig(**par)
+        layout["schedule"] = schedule
+    parallel = ParallelConfig(**layout)
     estimate = estimate_memory(cfg, training, parallel)
     fitting = gpu_fits(estimate, precision, headroom)
+    if plot is not None:
+        from frenzy_core.plotting import plot_memory
+
+        plot_memory(estimate, plot, gpus=_bracketing_gpus(fitting), headroom=headroom,
+                    title=_title(cfg.name or model, training, parallel))
     if json_out:
-        print_json(
-            {
-                "model": cfg.name,
-                "training": training.model_dump(mode="json"),
-                "parallel": parallel.model_dump(mode="json"),
-                "headroom": headroom,
-                "estimate": estimate.model_dump(mode="json"),
-                "gpus": fitting,
-            }
-        )
+        print_json(memory_payload(cfg, training, parallel, headroom, estimate, fitting, plot))
         return
-    layout = " ".join(
-        f"{k}={v}" for k, v in par.items() if k != "schedule" and (v != 1 or k in ("dp", "tp", "pp"))
-    )
-    title = (
-        f"{cfg.name or 'model'} ({cfg.num_params() / 1e9:.2f}B params): seq {seq_len}, micro-batch "
-        f"{micro_batch}, {precision.value}, {layout}, recompute {recompute.value}, zero {zero}"
-    )
-    console.print(title, style="bold", highlight=False)
+    console.print(_title(cfg.name or "model", training, parallel, cfg.num_params()), style="bold", highlight=False)
     console.print(stage_memory_table(estimate, None))
     console.print(
         f"Busiest GPU (stage {estimate.busiest_stage}): {gib(estimate.device_bytes)} GiB on the device, "
         f"of which {gib(estimate.peak_bytes)} GiB live tensors at the {estimate.peak_phase} peak.\n"
     )
-    from frenzy_core.timing.estimator import peak_dtype
-
     console.print(_fits_table(fitting, estimate.device_bytes, headroom, peak_dtype(precision)))
     fits = [str(g["gpu"]) for g in fitting if g["fits"] and g["runs_recipe"]]
-    console.print(
-        "Fits on: "
-        + (
-            ", ".join(fits)
-            if fits
-            else "no GPU type in the catalogue; try --recompute full, "
-            "--zero 3 with more --dp, or more --tp/--pp"
-        )
-    )
+    console.print("Fits on: " + (", ".join(fits) if fits else (
+        "no GPU type in the catalogue; try --recompute full, --zero 3 with more --dp, or more --tp/--pp")))
+    if plot is not None:
+        console.print(f"Saved the memory figure to {plot}", highlight=False)
+
+
+def _title(name: str, training: TrainingConfig, parallel: ParallelConfig, params: int | None = None) -> str:
+    """``llama-3.1-8b (8.03B params): seq 4096, micro-batch 1, bf16-mixed, dp=1 tp=2 pp=4, recompute ...``."""
+    size = "" if params is None else f" ({params / 1e9:.2f}B params)"
+    return (f"{name}{size}: seq {training.seq_len}, micro-batch {training.micro_batch_size}, "
+            f"{training.precision.value}, {parallel.describe()}, recompute {training.recompute.value}, "
+            f"zero {training.zero_stage}")
+
+
+def _bracketing_gpus(fitting: list[dict[str, Any]]) -> list[str]:
+    """The smallest GPU type the estimate fits (and whose recipe it runs) and the largest one it does not fit."""
+    fits = [g["gpu"] for g in fitting if g["fits"] and g["runs_recipe"]]
+    short = [g["gpu"] for g in fitting if not g["fits"]]
+    return fits[:1] + short[-1:]

@@ -43,7 +43,7 @@ def default_batch(model: ModelConfig, seq_len: int) -> DefaultBatch:
         raise ConfigError(f"seq_len must be a positive integer, got {seq_len!r}", field="seq_len", value=seq_len)
     published = _published(model)
     if published is None:
-        tokens, source = DEFAULT_BATCH_TOKENS, "2^20 tokens (no published pre-training batch for this model)"
+        tokens, source = DEFAULT_BATCH_TOKENS, "2^20 tokens, no published pre-training batch for this model"
     else:
         tokens, source = published
     samples = max(1, (2 * tokens + seq_len) // (2 * seq_len))  # nearest whole sequence, halves up

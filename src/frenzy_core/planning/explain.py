@@ -9,13 +9,28 @@ from frenzy_core.config.arrays import LayoutArrays
 if TYPE_CHECKING:
     from frenzy_core.planning.plan import Plan
 
-__all__ = ["batch_line", "explain_plan", "format_value"]
+__all__ = ["batch_line", "explain_plan", "format_duration", "format_value"]
 
 GIB = 2**30
 
+_MINUTE_S, _HOUR_S, _DAY_S = 60.0, 3600.0, 86400.0
+
+
+def format_duration(seconds: float) -> str:
+    """Seconds for reading, in the largest unit of which there are at least two: ``119 s``, ``12.5 min``,
+    ``47.9 h``, ``98.3 days``."""
+    if seconds < 2 * _MINUTE_S:
+        return f"{seconds:,.0f} s"
+    if seconds < 2 * _HOUR_S:
+        return f"{seconds / _MINUTE_S:,.1f} min"
+    if seconds < 2 * _DAY_S:
+        return f"{seconds / _HOUR_S:,.1f} h"
+    return f"{seconds / _DAY_S:,.1f} days"
+
 
 def format_value(value: float, unit: str) -> str:
-    """An objective value with its unit, rounded for reading."""
+    """An objective value with its unit, rounded for reading (durations in the unit that reads best; JSON keeps
+    the raw value)."""
     if unit == "USD":
         return f"${value:,.2f}"
     if unit == "USD/token":
@@ -23,7 +38,7 @@ def format_value(value: float, unit: str) -> str:
     if unit == "GPUs":
         return f"{value:,.0f} GPUs"
     if unit == "s":
-        return f"{value:,.0f} s ({value / 3600:,.1f} h)"
+        return format_duration(value)
     return f"{value:,.0f} {unit}"
 
 

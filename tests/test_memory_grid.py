@@ -1,0 +1,101 @@
+"""The estimator against the probe on real Hugging Face classes: the CI subset of ``benchmarks/memory_grid.py``.
+
+Acceptance (issue 9, set by the project, not fitted): under both training loops, mean |error| <= 2 %, no case off
+by more than 5 %, none more than 2 % under the measured peak. Cases the estimator cannot meet yet are strict
+xfails naming why, so they flip when it can. The full grid (48 cases, 22 families) is
+``python benchmarks/memory_accuracy.py``; its table is in docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import statistics
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+MEAN_ABS_ERROR_MAX = 0.02
+CASE_ABS_ERROR_MAX = 0.05
+UNDER_ESTIMATE_MAX = 0.02
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+KEEP_OUTPUTS = "keep_outputs not modelled yet (issue 9)"
+KNOWN_GAPS = {
+    "gpt2 L2 amp-bf16 sdpa s1024 b16 plain": KEEP_OUTPUTS,
+    "llama-3.1-8b L2 bf16 sdpa s4096 b1 plain": KEEP_OUTPUTS,
+    "qwen2.5-1.5b L2 bf16 sdpa s4096 b4 plain": KEEP_OUTPUTS,
+    "bert-base L2 amp-bf16 sdpa s512 b16 framework": (
+        "under CUDA autocast BERT's CrossEntropyLoss runs log_softmax in bf16 (cross_entropy_loss passes the "
+        "logits' dtype) and nll_loss on an fp32 copy; the estimator assumes an fp32 log-softmax (issue 9)"
+    ),
+}
+"""Quick cases beyond the acceptance today, with the missing term (docs/benchmarks.md has the attribution)."""
+
+
+@functools.cache
+def _accuracy() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("memory_accuracy", BENCHMARKS / "memory_accuracy.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@functools.cache
+def _grid() -> ModuleType:
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))
+    import memory_grid
+
+    return memory_grid
+
+
+def _quick() -> tuple[str, ...]:
+    return tuple(_grid().QUICK)
+
+
+@functools.cache
+def relative_error(key: str) -> float:
+    accuracy = _accuracy()
+    (case,) = [c for c in accuracy.CASES if c.key == key]
+    row = accuracy.run_case(case, {}, attribute=False)
+    assert row.error is not None, row.note
+    return float(row.error)
+
+
+def _param(key: str) -> object:
+    marks = [pytest.mark.xfail(strict=True, reason=KNOWN_GAPS[key])] if key in KNOWN_GAPS else []
+    return pytest.param(key, id=key.replace(" ", "/"), marks=marks)
+
+
+def test_the_grid_spans_what_issue_9_asks_for() -> None:
+    grid = _grid()
+    families = {grid.PUBLISHED[c.model].config_class for c in grid.CASES}
+    t = [c.training for c in grid.CASES]
+    assert len(grid.CASES) >= 40 and len(families) >= 15
+    assert {c.loop for c in grid.CASES} == {"framework", "plain"}
+    assert {x.precision.value for x in t} >= {"fp32", "bf16", "amp-bf16"}
+    assert {x.recompute.value for x in t} == {"none", "full"} and {x.attention.value for x in t} == {"eager", "sdpa"}
+    assert min(x.seq_len for x in t) <= 512 and max(x.seq_len for x in t) >= 16384
+    assert min(x.micro_batch_size for x in t) == 1 and max(x.micro_batch_size for x in t) >= 16
+    assert set(_quick()) <= {c.key for c in grid.CASES} and len(_quick()) >= 10
+
+
+@pytest.mark.parametrize("key", [_param(k) for k in _quick()])
+def test_estimate_matches_the_real_class_per_case(key: str) -> None:
+    err = relative_error(key)
+    assert abs(err) <= CASE_ABS_ERROR_MAX, f"estimate off by {err:+.2%} (limit {CASE_ABS_ERROR_MAX:.0%})"
+    assert err >= -UNDER_ESTIMATE_MAX, f"estimate {err:+.2%} under the measured peak (limit {UNDER_ESTIMATE_MAX:.0%})"
+
+
+@pytest.mark.xfail(strict=True, reason=f"{KEEP_OUTPUTS}; BERT's autocast loss (see KNOWN_GAPS)")
+def test_mean_abs_error_over_the_quick_cases() -> None:
+    errors = [relative_error(k) for k in _quick()]
+    assert statistics.fmean(abs(e) for e in errors) <= MEAN_ABS_ERROR_MAX

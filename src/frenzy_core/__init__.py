@@ -47,6 +47,7 @@ from frenzy_core.planning import Objective, Plan, PlanConstraints, plan_job
 from frenzy_core.scheduling import (
     POLICIES,
     GPURequest,
+    OnlineScheduler,
     SimulationResult,
     TraceFormat,
     TraceJob,
@@ -100,6 +101,7 @@ __all__ = [
     "NormKind",
     "NormPlacement",
     "Objective",
+    "OnlineScheduler",
     "Optimizer",
     "OptimizerImpl",
     "OptionalDependencyError",

@@ -46,6 +46,7 @@ def plan(
     optimizer: opt.Optimizer[Optimizer] = Optimizer.ADAMW,
     attention: opt.Attention[Attention] = Attention.FLASH,
     framework: opt.Framework[Framework | None] = None,
+    keep_outputs: opt.KeepOutputs = False,
     objective: opt.Objective[Objective] = Objective.THROUGHPUT,
     tokens: opt.Tokens[str | None] = None,
     max_gpus: opt.MaxGpus[int | None] = None,
@@ -110,6 +111,7 @@ def plan(
         global_batch_size=global_batch,
         optimizer=optimizer,
         attention=attention,
+        keep_outputs=keep_outputs,
         **{k: v for k, v in recipe.items() if v is not None},  # left out: the planner's defaults and fallbacks
     )
     constraints = PlanConstraints(

@@ -15,7 +15,8 @@ from frenzy_core.errors import ConfigError, require_number
 from frenzy_core.hardware.cluster import Cluster
 from frenzy_core.hardware.gpu import GPUSpec, Links
 
-__all__ = ["group_bandwidth", "links_for", "ring_all_reduce_s", "ring_latency_s", "ring_one_way_s", "send_s"]
+__all__ = ["group_bandwidth", "link_rows", "links_for", "ring_all_reduce_s", "ring_latency_s", "ring_one_way_s",
+           "send_s", "take_links"]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -26,16 +27,47 @@ def links_for(gpu: GPUSpec, cluster: Cluster | Links | None = None) -> Links:
     if cluster is None:
         return gpu.links
     if isinstance(cluster, Links):
-        require_number("cluster.gpus_per_node", cluster.gpus_per_node, low=1, high=limits.GPUS_PER_NODE.high,
-                       integer=True)
+        _check_link("cluster.gpus_per_node", cluster.gpus_per_node, 1, limits.GPUS_PER_NODE.high, integer=True)
         for name in ("intra_node_bytes_per_s", "inter_node_bytes_per_s"):
-            require_number(f"cluster.{name}", getattr(cluster, name), low=limits.MIN_BYTES_PER_S,
-                           high=limits.BYTES_PER_S.high)
+            _check_link(f"cluster.{name}", getattr(cluster, name), limits.MIN_BYTES_PER_S, limits.BYTES_PER_S.high)
         return cluster
     if isinstance(cluster, Cluster):
         return cluster.links(gpu.id)
     raise ConfigError(f"cluster must be a Cluster or Links, got {type(cluster).__name__}", field="cluster",
                       hint="pass frenzy_core.Cluster.from_dict({...}) or leave it out for the GPU's typical node")
+
+
+def _check_link(field: str, value: object, low: float, high: float, integer: bool = False) -> None:
+    """A number of ``Links`` in [low, high] (whole with ``integer``); the planner's per-layout arrays element-wise."""
+    arr = np.asarray(value)
+    if arr.ndim == 0:
+        require_number(field, value, low=low, high=high, integer=integer)
+        return
+    ok = arr.dtype.kind in ("iu" if integer else "iuf") and arr.size > 0
+    if ok:
+        with np.errstate(invalid="ignore"):
+            ok = bool(np.all(np.isfinite(arr)) and np.all(arr >= low) and np.all(arr <= high))
+    if not ok:
+        raise ConfigError(f"{field} must hold {'integers' if integer else 'numbers'} in [{low:g}, {high:g}]",
+                          field=field)
+
+
+def link_rows(links: Links, shape: tuple[int, ...]) -> npt.NDArray[np.int64]:
+    """A number per layout naming its links (all 0 when ``links`` holds scalars; ``Links`` may hold arrays with
+    one entry per layout, as the planner passes them), so per-shape terms are computed once per distinct links."""
+    key = np.zeros(shape, dtype=np.int64)
+    for field in links:
+        if np.ndim(field) == 0:
+            continue
+        values, ids = np.unique(np.asarray(field), return_inverse=True)
+        key = key * len(values) + ids.reshape(shape)
+    return np.asarray(np.unique(key, return_inverse=True)[1], dtype=np.int64).reshape(shape)
+
+
+def take_links(links: Links, index: npt.NDArray[np.intp]) -> Links:
+    """The links of the layouts at ``index`` (scalar links as they are)."""
+    fields = [f if np.ndim(f) == 0 else np.asarray(f)[index] for f in links]
+    return Links(*fields)  # type: ignore[arg-type]  # per-layout arrays, as link_rows describes
 
 
 def group_bandwidth(span: FloatArray, stride: FloatArray, links: Links, efficiency: float) -> FloatArray:

@@ -205,6 +205,9 @@ CASES: tuple[Case, ...] = (
         r"step_s='abc' is not a finite number"),
     Case("calibrate: a 140k-character run-table cell", lambda t: f.calibrate(_write(
         t / "runs.csv", b"model,gpu,step_s\ngpt2,h100,\"" + b"x" * 140_000 + b"\"\n")), r"line 2: not CSV"),
+    Case("calibrate(fit=[[]])", lambda t: f.calibrate(_write(
+        t / "runs.csv", b"model,gpu,seq_len,global_batch_size,step_s\ngpt2,h100,1024,8,0.5\n"), fit=[[]]),  # type: ignore[list-item]
+        r"cannot fit \[\[\]\]"),
     Case("calibrate(3)", lambda t: f.calibrate(3), r"measurements must be a list"),  # type: ignore[arg-type]
     Case("calibrate(prior_weight='x')", lambda t: f.calibrate([], prior_weight="x"),  # type: ignore[arg-type]
          r"prior_weight must be a number"),

@@ -156,7 +156,8 @@ def calibrate(measurements: Sequence[Source] | str | Path, params: TimeModelPara
     if isinstance(fit, str) or not isinstance(fit, Sequence):
         raise ConfigError(f"fit must be a list of parameter names, got {type(fit).__name__} {short_repr(fit)}",
                           field="fit", hint=f"for one parameter: fit=[{short_repr(fit)}]")
-    bad = [f for f in fit if f not in TimeModelParams.model_fields or not f.endswith("_efficiency")]
+    bad = [f for f in fit if not isinstance(f, str) or f not in TimeModelParams.model_fields
+           or not f.endswith("_efficiency")]
     if bad or not fit:
         effs = [f for f in TimeModelParams.model_fields if f.endswith("_efficiency")]
         raise ConfigError(f"cannot fit {bad or 'nothing'}", field="fit", value=list(fit), hint=f"fit some of {effs}")

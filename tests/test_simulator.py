@@ -238,3 +238,13 @@ def test_default_throughput_runs_jobs_at_the_planned_rate() -> None:
     # the record names the layout: its dp x tp x pp is the 2 GPUs
     degrees = {p[:2]: int(p[2:]) for p in str(result.jobs[0].layout).split() if p[:2] in ("dp", "tp", "pp")}
     assert degrees["dp"] * degrees["tp"] * degrees["pp"] == 2
+
+
+def test_a_seed_beyond_int32_reaches_cp_sat_policies() -> None:
+    """Seeds go up to 2^63 - 1; CP-SAT's own is an int32 (found by tests/test_fuzz.py at seed 2^31)."""
+    model = ModelConfig.preset("gpt2")
+    jobs = [TrainingJob(id=f"j{i}", submit_time_s=0.0, model=model, training=TrainingConfig(seq_len=512),
+                        work_tokens=10**7) for i in range(2)]
+    for seed in (2**31, 2**63 - 1):
+        result = simulate(jobs, Cluster.preset("frenzy-paper"), "frenzy-core", throughput=per_gpu_1000, seed=seed)
+        assert all(r.status is JobStatus.FINISHED for r in result.jobs)

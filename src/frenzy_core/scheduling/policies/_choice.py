@@ -116,7 +116,7 @@ def choose(owner: np.ndarray, gpu: np.ndarray, count: np.ndarray, value: np.ndar
         model.add_hint(x[k], int(i) in chosen)
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
-    solver.parameters.random_seed = seed
+    solver.parameters.random_seed = seed % 2**31  # CP-SAT's seed is an int32; the simulation's go up to 2^63
     solver.parameters.max_deterministic_time = deterministic_time
     status = solver.solve(model)
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) and round(solver.objective_value) > greedy_value:

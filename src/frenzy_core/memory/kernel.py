@@ -8,14 +8,21 @@ import numpy as np
 import numpy.typing as npt
 
 from frenzy_core.config.arrays import LayoutArrays
-from frenzy_core.config.model import ModelConfig, PositionEmbedding
+from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.parallel import PipelineSchedule
 from frenzy_core.config.training import Attention, Framework, Recompute, RecomputeMethod, TrainingConfig
-from frenzy_core.memory.activations import edge_activations, layer_activations, logit_bytes
+from frenzy_core.memory.activations import (
+    LayerActivations,
+    edge_activations,
+    frozen_activations,
+    layer_activations,
+    logit_bytes,
+)
 from frenzy_core.memory.overhead import workspace_bytes
-from frenzy_core.memory.recipe import StateBytes, state_bytes
+from frenzy_core.memory.recipe import state_bytes
 from frenzy_core.memory.result import MEMORY_CATEGORIES
-from frenzy_core.memory.shards import StageParams, StageShape, layer_constants, stage_params, stage_shape
+from frenzy_core.memory.shards import StageParams, StageShape, stage_params, stage_shape
+from frenzy_core.memory.states import comm_buffers, gradients, layer_params, model_states, sharding, trains
 
 __all__ = ["PHASES", "StageArrays", "stage_arrays"]
 
@@ -45,6 +52,8 @@ class StageArrays:
     """Parameters, gradients, master weights and optimizer states as held at the optimizer step."""
     activation_bytes: IntArray
     """Largest activations (saved tensors plus the backward working set) at any moment of the passes."""
+    host_bytes: IntArray
+    """Host memory the rank's offloaded states and activations take (0 without offload)."""
 
 
 @dataclass(frozen=True)
@@ -68,9 +77,10 @@ def _inflight(stage: IntArray, lay: LayoutArrays, modes: _Modes) -> FloatArray:
     """Micro-batches of the stage's layers live at its peak (interleaved: chunk-micro-batches / vpp)."""
     pp, m, vpp = lay.pp, lay.num_microbatches, lay.vpp
     one_f_one_b = np.minimum(pp - stage, m)
-    # Megatron schedules.py, interleaved: warm-up (pp - rank - 1) * 2 + (vpp - 1) * pp chunk-micro-batches,
-    # plus the one forward before the first backward; capped by all m * vpp of them.
-    inter = np.minimum(2 * (pp - stage - 1) + (vpp - 1) * pp + 1, m * vpp) / vpp
+    # Megatron schedules.py, interleaved: warm-up (pp - rank - 1) * 2 + (vpp - 1) * g chunk-micro-batches (g: the
+    # micro-batch group per virtual stage, pp by default), plus the one forward before the first backward;
+    # capped by all m * vpp of them.
+    inter = np.minimum(2 * (pp - stage - 1) + (vpp - 1) * lay.microbatch_group + 1, m * vpp) / vpp
     out = np.where(modes.interleaved, inter, np.where(modes.gpipe, m, one_f_one_b))
     return np.asarray(np.where(pp == 1, 1, out), dtype=np.float64)
 
@@ -90,6 +100,49 @@ class _Activations:
     late: FloatArray
     """When the stage's first layer runs its backward: other micro-batches' tensors, this one's input, the work."""
     inflight: FloatArray
+    host: FloatArray
+    """Saved activations offloaded to host memory."""
+
+
+@dataclass(frozen=True)
+class _Layers:
+    """The stage's layers by what they save for one micro-batch without recomputation."""
+
+    saved: FloatArray
+    """All of them together."""
+    biggest: FloatArray
+    """The largest single layer."""
+    grad: FloatArray
+    """How many a gradient flows through (the others, frozen behind a frozen embedding, save nothing)."""
+    dequant: FloatArray
+    """QLoRA's dequantized weight while a layer runs (0 otherwise)."""
+
+
+def _layers(model: ModelConfig, training: TrainingConfig, shape: StageShape, layer: LayerActivations,
+            kw: dict[str, npt.ArrayLike]) -> _Layers:
+    """Saved bytes of the stage's layers, each by its kind: trained, LoRA-adapted, or frozen with a gradient
+    flowing through it (docs/memory-model.md, section 9)."""
+    n = shape.num_layers.astype(np.float64)
+    n_moe = shape.num_moe_layers.astype(np.float64)
+    kinds = [(n - n_moe, layer.dense), (n_moe, layer.moe)]
+    grad, dequant = n, 0.0 * n
+    if training.lora is not None or training.freeze_embeddings or training.trainable_layers is not None:
+        frozen = frozen_activations(model, training, **kw)
+        n_train, n_train_moe = shape.num_trainable_layers.astype(np.float64), shape.num_trainable_moe_layers
+        n_flow = n - shape.num_nograd_layers - n_train
+        n_flow_moe = n_moe - shape.num_nograd_moe_layers - n_train_moe
+        trained = (layer.dense, layer.moe) if training.lora is None else (
+            layer.dense - frozen.adapted_dense, layer.moe - frozen.adapted_moe)
+        kinds = [(n_train - n_train_moe, trained[0]), (n_train_moe.astype(np.float64), trained[1]),
+                 (n_flow - n_flow_moe, layer.dense - frozen.frozen_dense),
+                 (n_flow_moe.astype(np.float64), layer.moe - frozen.frozen_moe)]
+        grad = n - shape.num_nograd_layers
+        dequant = frozen.dequant + 0.0 * n
+    saved = sum((count * size for count, size in kinds), 0.0 * n)
+    biggest = np.max(np.stack(np.broadcast_arrays(*[np.where(count > 0, size, 0.0) for count, size in kinds])),
+                     axis=0)
+    return _Layers(saved=np.asarray(saved), biggest=biggest, grad=np.asarray(grad, dtype=np.float64),
+                   dequant=np.asarray(dequant))
 
 
 def _activations(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays, modes: _Modes, shape: StageShape,
@@ -97,36 +150,38 @@ def _activations(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
     """Saved activations, recompute working set and autocast copies of one stage (docs/memory-model.md, 3)."""
     megatron = training.framework is Framework.MEGATRON
     tp = lay.tp.astype(np.float64)
-    kw = {"tp": lay.tp, "sp": lay.active_sequence_parallel, "cp": lay.cp, "seq_len": lay.seq_len,
-          "micro_batch_size": lay.micro_batch_size}
-    layer = layer_activations(model, training, **kw)
+    kw: dict[str, npt.ArrayLike] = {"tp": lay.tp, "sp": lay.active_sequence_parallel, "cp": lay.cp,
+                                    "seq_len": lay.seq_len, "micro_batch_size": lay.micro_batch_size}
+    layer = layer_activations(model, training, **kw, etp=lay.etp, ep=lay.ep)
     edge = edge_activations(model, training, **kw)
     n = shape.num_layers.astype(np.float64)
     n_moe = shape.num_moe_layers.astype(np.float64)
-    n_dense = n - n_moe
     inflight = _inflight(stage, lay, modes)
-    full_layers = n_dense * layer.dense + n_moe * layer.moe
-    biggest_layer = np.where(n_moe > 0, np.maximum(layer.moe, np.where(n_dense > 0, layer.dense, 0.0)), layer.dense)
+    layers = _layers(model, training, shape, layer, {**kw, "etp": lay.etp, "ep": lay.ep})
+    full_layers, biggest_layer, n_grad = layers.saved, layers.biggest, layers.grad
     k = lay.recompute_num_layers.astype(np.float64)
     if training.recompute_method is RecomputeMethod.BLOCK:
-        recomputed = np.where(k > 0, np.minimum(k * lay.vpp, n), n)
-        avg = np.where(n > 0, full_layers / np.maximum(n, 1), 0.0)
-        full_saved = recomputed * layer.layer_input + (n - recomputed) * avg
+        recomputed = np.where(k > 0, np.minimum(k * lay.vpp, n_grad), n_grad)
+        avg = np.where(n_grad > 0, full_layers / np.maximum(n_grad, 1), 0.0)
+        full_saved = recomputed * layer.layer_input + (n_grad - recomputed) * avg
         full_work = np.where(recomputed > 0, biggest_layer - layer.layer_input, 0.0)
     else:
         k_eff = np.where(k > 0, k, 1.0)
-        full_saved = np.ceil(n / k_eff) * layer.layer_input
-        full_work = np.minimum(k_eff, n) * biggest_layer - layer.layer_input
+        full_saved = np.ceil(n_grad / k_eff) * layer.layer_input
+        full_work = np.minimum(k_eff, n_grad) * biggest_layer - layer.layer_input
     saved_layers = np.where(modes.full, full_saved,
-                            np.where(modes.selective, full_layers - n * layer.core_dense, full_layers))
+                            np.where(modes.selective, full_layers - n_grad * layer.core_dense, full_layers))
     work = np.where(modes.full, full_work, np.where(modes.selective, layer.core_dense, 0.0))
-    work = np.where(n > 0, np.maximum(work, 0.0), 0.0)
+    work = np.where(n_grad > 0, np.maximum(work, 0.0), 0.0) + np.where(n_grad > 0, layers.dequant, 0.0)
     # MoE dispatcher buffers exist while an MoE layer runs, forward or backward.
     dispatch = np.where(n_moe > 0, layer.dispatch, 0.0)
     work = np.maximum(work, dispatch)
     first = shape.is_first.astype(np.float64)
     last = shape.is_last.astype(np.float64)
-    acts = inflight * (saved_layers + first * edge.embedding + last * edge.head)
+    saved_layers, offloaded = _offload(training, saved_layers, n_grad)
+    embeddings_train, head_trains = trains(model, training)
+    head = edge.head if head_trains else edge.head - frozen_activations(model, training, **kw).head
+    acts = inflight * (saved_layers + first * edge.embedding * float(embeddings_train) + last * head)
     if not megatron and training.attention is Attention.EAGER and model.causal:
         # HF builds one additive (b, 1, s, s) causal mask in the model's dtype per forward, shared by the layers;
         # checkpointed layers keep it as an input until their recomputation.
@@ -135,7 +190,7 @@ def _activations(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
         acts_fwd = acts + np.where(modes.full, 0.0, mask)
     else:
         acts_fwd = acts
-    acts_fwd = acts_fwd + dispatch
+    acts_fwd = acts_fwd + dispatch + np.where(n > 0, layers.dequant, 0.0)
     if training.precision.is_amp:
         # autocast caches a half copy of every weight a matmul casts until the forward ends; saved tensors keep
         # them until each layer's backward. With full recomputation a layer saves nothing, so at the start of
@@ -143,138 +198,39 @@ def _activations(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
         vh = model.vocab_size * model.hidden_size if model.lm_head else 0
         same_stage_tied = first * last * (vh if model.tied_embeddings else 0)
         emb = first * model.vocab_size * model.hidden_size
-        cast = (held.split - emb + same_stage_tied) / tp + (held.experts / (tp * lay.ep) if megatron else 0.0)
+        cast = (held.split - emb + same_stage_tied) / tp + (
+            held.experts / (lay.expert_tp * lay.ep) if megatron else 0.0)
+        if training.lora is not None and training.lora.quantized:
+            cast = cast - held.matmul_split / tp  # 4-bit weights are dequantized, not cast (nor cached)
         head_cast = last * vh / tp
         per_layer = np.where(n > 0, (cast - head_cast) / np.maximum(n, 1), 0.0)
+        # layers no gradient reaches save nothing, so their casts are freed at once
+        cast = cast - per_layer * (n - n_grad)
         chunk = np.minimum(np.where(lay.recompute_num_layers > 0, lay.recompute_num_layers, 1), n)
         acts_fwd = acts_fwd + 2.0 * cast
         acts = acts + 2.0 * np.where(modes.full, head_cast, cast)
         work = work + np.where(modes.full, 2.0 * chunk * per_layer, 0.0)
 
-    one_mb = saved_layers + last * edge.head
+    one_mb = saved_layers + last * head
     late = acts - one_mb + np.minimum(layer.layer_input, saved_layers) + work
     # While a layer runs its backward, eager attention's probability gradient exists beside its saved tensors.
-    top = work + np.where(n > 0, layer.score_grad, 0.0)
+    top = work + np.where(n_grad > 0, layer.score_grad, 0.0)
     return _Activations(forward=acts_fwd, backward=acts, work=work, top=top, late=np.maximum(late, 0.0),
-                        inflight=inflight)
+                        inflight=inflight, host=inflight * offloaded)
 
 
-@dataclass(frozen=True)
-class _States:
-    """Model states of one rank (bytes), after tensor, expert and ZeRO sharding."""
-
-    params: FloatArray
-    grads: FloatArray
-    master: FloatArray
-    optimizer: FloatArray
-    temporaries: FloatArray
-    """Optimizer-step temporaries."""
-    num_params: FloatArray
-    """Parameters the rank holds before ZeRO sharding."""
-    dense: FloatArray
-    """Of those, the dense (non-expert) ones."""
-
-
-def _model_states(per_param: StateBytes, lay: LayoutArrays, held: StageParams, tp: FloatArray,
-                  replicas: FloatArray) -> _States:
-    """Weights, gradients, master weights, optimizer states and step temporaries, ZeRO-sharded over the
-    ``replicas`` (dp x cp) from the stage each one starts being sharded at."""
-    expert_replicas = replicas / lay.ep
-    dense = held.split / tp + held.replicated
-    experts = held.experts / (tp * lay.ep)
-    zero = lay.effective_zero_stage
-
-    def shard(from_stage: int) -> FloatArray:
-        return np.asarray(np.where(zero >= from_stage, dense / replicas + experts / expert_replicas, dense + experts))
-
-    temporaries = per_param.step_temp_local * shard(1) + per_param.step_temp_largest * held.largest_tensor
-    return _States(params=per_param.param * shard(3), grads=per_param.grad * shard(2),
-                   master=per_param.master * shard(1), optimizer=per_param.states * shard(1),
-                   temporaries=temporaries, num_params=dense + experts, dense=dense)
-
-
-@dataclass(frozen=True)
-class _LayerParams:
-    """Parameters one rank holds of one layer."""
-
-    dense: FloatArray
-    moe: FloatArray
-    """An MoE layer without its routed experts."""
-    experts: FloatArray
-    """The routed experts of an MoE layer."""
-
-
-def _layer_params(model: ModelConfig, lay: LayoutArrays, tp: FloatArray) -> _LayerParams:
-    lc = layer_constants(model)
-    dense = (lc.attn_split + lc.mlp_split) / tp + lc.attn_replicated + lc.mlp_replicated
-    moe = (lc.attn_split + lc.moe_shared_split) / tp + lc.attn_replicated + lc.moe_shared_replicated + lc.moe_router
-    return _LayerParams(dense=dense, moe=moe, experts=lc.moe_experts / (tp * lay.ep))
-
-
-def _comm_buffers(per_param: StateBytes, megatron: bool, lay: LayoutArrays, shape: StageShape, states: _States,
-                  layer: _LayerParams, replicas: FloatArray) -> tuple[FloatArray, FloatArray]:
-    """Communication buffers during the passes and at the optimizer step."""
-    zero = lay.effective_zero_stage
-    layer_local = np.where(shape.num_moe_layers > 0, np.maximum(layer.moe + layer.experts, layer.dense), layer.dense)
-    edge_local = states.dense - (shape.num_layers - shape.num_moe_layers) * layer.dense \
-        - shape.num_moe_layers * layer.moe
-    ddp = (zero <= 1) & (replicas > 1) & (not megatron)
-    # torch DDP keeps bucket buffers as large as all gradients (gradient_as_bucket_view=False, the default).
-    passes = np.where(ddp, per_param.grad * states.num_params, 0.0)
-    step = passes
-    # ZeRO-2: one FSDP unit's unsharded gradients before its reduce-scatter; ZeRO-3: that plus the current and
-    # prefetched units' gathered parameters, and the root unit (embeddings, head) gathered for the whole pass.
-    passes = np.where(zero == 2, per_param.grad * layer_local, passes)
-    passes = np.where(zero == 3, (2 * per_param.param + per_param.grad) * layer_local
-                      + per_param.param * edge_local * (1 - 1 / replicas), passes)
-    return passes, step
-
-
-@dataclass(frozen=True)
-class _Gradients:
-    """Gradients live at each moment of the passes (bytes per rank)."""
-
-    passes: FloatArray
-    """While activations are live."""
-    top: FloatArray
-    """While the top layer runs its backward (the head's gradient written)."""
-    late: FloatArray
-    """While the stage's first layer runs its backward."""
-    tied_buffer: FloatArray
-    """torch's autograd input buffer of a tied head and embedding on one stage."""
-
-
-def _gradients(model: ModelConfig, megatron: bool, per_param: StateBytes, lay: LayoutArrays, shape: StageShape,
-               states: _States, layer: _LayerParams, tp: FloatArray, replicas: FloatArray) -> _Gradients:
-    first = shape.is_first.astype(np.float64)
-    last = shape.is_last.astype(np.float64)
-    n = shape.num_layers.astype(np.float64)
-    grads = states.grads
-    # Megatron's grad buffer always exists; torch's .grad tensors once a backward has run in this step (zero_grad
-    # sets them to None): with gradient accumulation (m > 1) the later micro-batches run with them (a stage whose
-    # peak precedes its first backward is overestimated by them).
-    passes = grads if megatron else np.where(lay.num_microbatches > 1, grads, 0.0)
-    # Once the loss gradient is through the head, its weight gradient exists (torch creates it then) while the
-    # top layer runs its backward (and, with recomputation, its working set).
-    head_grad = last * per_param.grad * (model.vocab_size * model.hidden_size / tp if model.lm_head else 0.0)
-    top = np.maximum(passes, head_grad)
-    # torch, tied head and embedding on one stage: the weight's gradient node has two inputs, so autograd holds the
-    # head's contribution in an input buffer until the embedding's arrives at the very end of backward
-    # (torch/csrc/autograd/input_buffer.cpp) - a second V x h gradient while the layers run their backward.
-    tied = not megatron and model.tied_embeddings and model.lm_head
-    tied_buffer = first * head_grad * (1.0 if tied else 0.0)
-    # Late backward: the stage's first layer is being recomputed; its own gradients and the embeddings' are not
-    # written yet.
-    emb_grad = model.vocab_size * model.hidden_size / tp * (1.0 - (last if model.tied_embeddings else 0.0))
-    if model.position_embedding is PositionEmbedding.LEARNED:
-        emb_grad = emb_grad + model.max_position_embeddings * model.hidden_size
-    emb_grad = emb_grad + model.type_vocab_size * model.hidden_size
-    k_late = np.minimum(np.where(lay.recompute_num_layers > 0, lay.recompute_num_layers, 1), n)
-    not_yet = k_late * np.where(shape.num_moe_layers > 0, np.minimum(layer.dense, layer.moe + layer.experts),
-                                layer.dense) + first * emb_grad
-    late = np.maximum(top, grads - per_param.grad * np.where(lay.effective_zero_stage >= 2, not_yet / replicas,
-                                                             not_yet)) + tied_buffer
-    return _Gradients(passes=passes, top=top, late=late, tied_buffer=tied_buffer)
+def _offload(training: TrainingConfig, saved_layers: FloatArray, n_grad: FloatArray) -> tuple[FloatArray,
+                                                                                               FloatArray]:
+    """(saved on the device, saved on the host) per micro-batch when ``activation_offload_layers`` layers of the
+    stage send their saved tensors to the host after their forward (torch ``save_on_cpu``, Megatron
+    ``--cpu-offloading``): one layer's worth stays on the device, in transfer or prefetched for its backward."""
+    k = float(training.activation_offload_layers)
+    if k == 0:
+        return saved_layers, 0.0 * saved_layers
+    per_layer = np.where(n_grad > 0, saved_layers / np.maximum(n_grad, 1), 0.0)
+    moved = np.minimum(k, n_grad) * per_layer
+    staging = np.where(moved > 0, per_layer, 0.0)
+    return saved_layers - moved + staging, moved
 
 
 def _logits(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays, modes: _Modes, shape: StageShape
@@ -294,14 +250,13 @@ def stage_arrays(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
     modes = _Modes.of(lay)
     per_param = state_bytes(training)
     megatron = training.framework is Framework.MEGATRON
-    shape = stage_shape(model, stage, lay.pp, lay.vpp)
-    held = stage_params(model, shape, lay.tp)
-    tp = lay.tp.astype(np.float64)
-    replicas = (lay.dp * lay.cp).astype(np.float64)
-    states = _model_states(per_param, lay, held, tp, replicas)
-    layer = _layer_params(model, lay, tp)
-    comm_passes, comm_step = _comm_buffers(per_param, megatron, lay, shape, states, layer, replicas)
-    grads = _gradients(model, megatron, per_param, lay, shape, states, layer, tp, replicas)
+    shape = stage_shape(model, lay, stage, training)
+    held = stage_params(model, shape, lay.tp, training)
+    sh = sharding(lay)
+    states = model_states(per_param, training, held, sh)
+    layer = layer_params(model, training, sh)
+    comm_passes, comm_step = comm_buffers(per_param, training, lay, shape, states, layer, sh)
+    grads = gradients(model, training, per_param, lay, shape, states, layer, sh)
     act = _activations(model, training, lay, modes, shape, held, stage)
     logits_others, logits_fwd, logits_bwd = _logits(model, training, lay, modes, shape)
     acts = act.backward
@@ -331,8 +286,9 @@ def stage_arrays(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
     states_total = np.sum([rounded[2][cat] for cat in ("parameters", "gradients", "master_weights",
                                                        "optimizer_states")], axis=0)
     act_peak = np.broadcast_to(np.rint(np.maximum(act.forward, acts + act.work)).astype(np.int64), shape_all)
+    host = np.broadcast_to(np.rint(states.host + act.host).astype(np.int64), shape_all)
     return StageArrays(breakdown=breakdown, peak_bytes=np.max(totals, axis=0), phase=phase,
-                       model_state_bytes=states_total, activation_bytes=act_peak,
+                       model_state_bytes=states_total, activation_bytes=act_peak, host_bytes=host,
                        num_layers=np.broadcast_to(shape.num_layers, shape_all),
                        num_params=np.broadcast_to(states.num_params, shape_all),
                        inflight=np.broadcast_to(act.inflight, shape_all),

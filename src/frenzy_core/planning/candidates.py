@@ -121,7 +121,8 @@ def _layouts(grid: np.ndarray, training: TrainingConfig) -> LayoutArrays:
                "distributed_optimizer": dopt, "recompute": rc,
                "recompute_num_layers": np.full_like(dp, training.recompute_num_layers or 0),
                "sequence_parallel": sp, "schedule": schedule}
-    return LayoutArrays(**{k: np.ascontiguousarray(columns[k], dtype=np.int64) for k in LAYOUT_COLUMNS})
+    return LayoutArrays(**{k: np.ascontiguousarray(columns[k], dtype=np.int64) for k in LAYOUT_COLUMNS
+                           if k in columns})
 
 
 @dataclass(frozen=True)

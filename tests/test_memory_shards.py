@@ -9,6 +9,7 @@ from frenzy_core.config import LayoutArrays, ModelConfig, MoEConfig, TrainingCon
 from frenzy_core.config.params import count_parameters
 from frenzy_core.memory.shards import layer_constants, stage_params, stage_shape
 
+
 def _layouts(pp: int, vpp: int = 1) -> LayoutArrays:
     return LayoutArrays.from_columns({"pp": pp, "vpp": vpp}, TrainingConfig())
 

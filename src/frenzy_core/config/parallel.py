@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field, model_validator
 
 from frenzy_core._base import CodedEnum, FrozenModel
+from frenzy_core.errors import ConfigError
 
 __all__ = ["ParallelConfig", "PipelineSchedule"]
 
@@ -57,17 +58,26 @@ class ParallelConfig(FrozenModel):
             raise ValueError(f"vpp={self.vpp} needs pp > 1; set pp >= 2 or vpp=1")
         if self.vpp > 1 and self.schedule is not PipelineSchedule.INTERLEAVED:
             raise ValueError(f"vpp={self.vpp} needs schedule='interleaved' (got {self.schedule.value!r})")
+        if self.etp is None and (self.dp * self.cp) % self.ep != 0:
+            raise ValueError(
+                f"ep={self.ep} must divide dp x cp = {self.dp * self.cp}; expert-parallel ranks are taken "
+                "from the data- and context-parallel ranks"
+            )
         if (self.dp * self.cp * self.tp) % (self.expert_tp * self.ep) != 0:
             raise ValueError(
                 f"etp x ep = {self.expert_tp} x {self.ep} must divide dp x cp x tp = {self.dp * self.cp * self.tp}; "
                 "expert-parallel ranks are taken from the data-, context- and tensor-parallel ranks"
             )
         if self.shard_group_size is not None and (self.dp * self.cp) % self.shard_group_size != 0:
-            raise ValueError(f"shard_group_size={self.shard_group_size} must divide dp x cp = {self.dp * self.cp}")
+            raise ConfigError(f"shard_group_size={self.shard_group_size} must divide dp x cp = {self.dp * self.cp}",
+                              field="shard_group_size", value=self.shard_group_size,
+                              hint="use a divisor of dp x cp (the GPUs of a node, say), or None for all of them")
         if self.stage_layers is not None:
             if len(self.stage_layers) != self.pp * self.vpp or min(self.stage_layers) < 0:
-                raise ValueError(f"stage_layers={list(self.stage_layers)} must list pp x vpp = {self.pp * self.vpp} "
-                                 "non-negative layer counts, one per pipeline chunk")
+                raise ConfigError(f"stage_layers={list(self.stage_layers)} must list pp x vpp = {self.pp * self.vpp} "
+                                  "non-negative layer counts, one per pipeline chunk", field="stage_layers",
+                                  value=list(self.stage_layers),
+                                  hint="give one layer count per pipeline chunk, in model order, or None")
         if self.microbatch_group_size is not None and (self.vpp == 1 or self.microbatch_group_size < self.pp):
             raise ValueError(f"microbatch_group_size={self.microbatch_group_size} needs the interleaved schedule "
                              f"(vpp > 1) and at least pp={self.pp} micro-batches")

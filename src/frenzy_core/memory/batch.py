@@ -36,9 +36,12 @@ class BatchEstimate:
     breakdown: dict[str, IntArray]
 
 
-def _candidate_stages(model: ModelConfig, pp: IntArray) -> list[IntArray]:
-    """Stages that can be the busiest: the first and the last, unless MoE layers are spread unevenly."""
-    if model.moe is not None and (model.moe.first_dense_layers > 0 or model.moe.layer_interval > 1):
+def _candidate_stages(model: ModelConfig, lay: LayoutArrays) -> list[IntArray]:
+    """Stages that can be the busiest: the first and the last, unless MoE layers are spread unevenly or a row
+    splits its layers unevenly (``stage_layers``)."""
+    pp = lay.pp
+    uneven = bool(np.any(lay.stage_split > 0))
+    if uneven or (model.moe is not None and (model.moe.first_dense_layers > 0 or model.moe.layer_interval > 1)):
         return [np.minimum(i, pp - 1) for i in range(int(pp.max(initial=1)))]
     return [np.zeros_like(pp), pp - 1]
 
@@ -59,7 +62,7 @@ def estimate_memory_batch(model: ModelConfig, configs: LayoutArrays | Mapping[st
     best_peak = np.full(valid.shape, -1, dtype=np.int64)
     best_stage = np.full(valid.shape, -1, dtype=np.int64)
     best_breakdown = {cat: np.full(valid.shape, -1, dtype=np.int64) for cat in MEMORY_CATEGORIES}
-    for stage in _candidate_stages(model, arrays.pp):
+    for stage in _candidate_stages(model, arrays):
         st = stage_arrays(model, training, arrays, stage)
         over = overhead_bytes(st.peak_bytes, st.communicators)
         device = st.peak_bytes + sum(over.values())

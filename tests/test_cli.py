@@ -268,7 +268,7 @@ def test_simulate_json_accounts_for_every_job(tmp_path: Path, cluster_file: Path
     data = ok_json("simulate", str(trace), "--cluster", str(cluster_file), "--limit", "2")
     assert data["jobs"] == 2
     for res in data["results"]:
-        assert res["oom_placements"] + len(res["unschedulable"]) + sum(
+        assert res["violations"] == 0 and len(res["unschedulable"]) + sum(
             j["status"] == "finished" for j in res["jobs"]) == 2
     plot = tmp_path / "jct.png"
     result = invoke("simulate", str(trace), "--cluster", str(cluster_file), "--plot", str(plot))
@@ -301,7 +301,7 @@ SURFACE = {
                "--sequence-parallel", "--framework", "--dp", "--tp", "--pp", "--vpp", "--cp", "--ep", "--schedule",
                "--headroom", "--json", "--plot"},
     "simulate": {"--format", "--cluster", "--scale", "--policies", "--limit", "--on-error", "--seed", "--default-duration",
-                 "--plot", "--json"},
+                 "--plot", "--json", "--failures"},
     "calibrate": {"--out", "--model", "--gpu", "--dp", "--tp", "--pp", "--vpp", "--cp", "--seq-len", "--micro-batch",
                   "--global-batch", "--precision", "--recompute", "--attention", "--zero", "--zero-stage", "--framework",
                   "--sp", "--sequence-parallel", "--distributed-optimizer", "--compile", "--fp8-recipe", "--json"},

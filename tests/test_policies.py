@@ -130,7 +130,7 @@ def test_every_policy_conserves_jobs_capacity_and_memory(policy: str, specs: lis
     result = _run(jobs, _cluster(*shapes), policy)
     # every job counted exactly once; none placed where it does not fit; nothing left waiting
     assert [r.id for r in result.jobs] == [j.id for j in jobs]
-    assert result.oom_placements == 0
+    assert result.violations == 0
     assert result.finished + len(result.unschedulable) == len(jobs)
     assert all(r.reason != "still waiting when no event was left" for r in result.jobs)
     capacity = {"a100-80gb": 8 * a100_nodes, "v100-32gb": 4 * v100_nodes}

@@ -15,9 +15,12 @@ from frenzy_core import (
     UnknownNameError,
 )
 from frenzy_core.scheduling.jobs import GPURequest, TrainingJob
+from frenzy_core.scheduling.messages import Action, Start
+from frenzy_core.scheduling.online import SchedulerError
+from frenzy_core.scheduling.plans import Placement
 from frenzy_core.scheduling.policies import get_policy
-from frenzy_core.scheduling.policy import Placement, Policy
-from frenzy_core.scheduling.simulator import JobStatus, SimulationError, SimulationResult, simulate
+from frenzy_core.scheduling.policy import Policy
+from frenzy_core.scheduling.simulator import JobStatus, SimulationResult, simulate
 from frenzy_core.scheduling.state import ClusterState
 
 GPT2 = ModelConfig.preset("gpt2")
@@ -60,7 +63,7 @@ def test_fifo_blocks_behind_the_head() -> None:
     assert result.avg_jct_s == pytest.approx(380 / 3)
     assert result.p99_jct_s == 140.0
     assert result.makespan_s == 160.0
-    assert (result.oom_placements, result.unschedulable, result.finished) == (0, [], 3)
+    assert (result.violations, result.unschedulable, result.finished) == (0, [], 3)
     assert all(r.gpu_type == "a100-80gb" and r.status is JobStatus.FINISHED for r in result.jobs)
 
 
@@ -71,18 +74,16 @@ def test_a_request_that_fits_no_memory_is_rejected_on_arrival() -> None:
     assert (big.status, big.start_time_s) == (JobStatus.UNSCHEDULABLE, None)
     assert big.reason == "llama-2-7b fits in memory on none of the allocations fifo-requested may give it on a100-80gb"
     assert (small.start_time_s, small.finish_time_s) == (1.0, 11.0)
-    assert result.oom_placements == 0 and result.finished == 1
+    assert result.violations == 0 and result.finished == 1
 
 
 class _NodeZero(Policy):
-    """A broken test policy: places waiting jobs on all 8 GPUs of node 0 without checking anything.
-
-    ``rate`` None means "no layout fits" (an OOM placement); ``per_round`` jobs are placed per round.
-    """
+    """A broken test policy: places waiting jobs on all 8 GPUs of node 0 at ``rate`` without checking anything;
+    ``per_round`` jobs are placed per round."""
 
     name = "node-zero"
 
-    def __init__(self, rate: float | None, per_round: int | None) -> None:
+    def __init__(self, rate: float, per_round: int | None) -> None:
         super().__init__()
         self.rate, self.per_round = rate, per_round
         self.waiting: list[TrainingJob] = []
@@ -90,24 +91,30 @@ class _NodeZero(Policy):
     def submit(self, job: TrainingJob, now: float) -> None:
         self.waiting.append(job)
 
+    def cancel(self, job_id: str) -> None:
+        self.waiting = [j for j in self.waiting if j.id != job_id]
+
     def on_finish(self, job_id: str, now: float) -> None:
         pass
 
-    def schedule(self, now: float) -> list[Placement]:
+    def schedule(self, now: float) -> list[Action]:
         taken = self.waiting[: self.per_round] if self.per_round is not None else self.waiting
         self.waiting = self.waiting[len(taken):]
-        return [Placement(j.id, "a100-80gb", {0: 8}, self.rate) for j in taken]
+        return [Start(job_id=j.id, plan=Placement(job_id=j.id, gpu_type="a100-80gb", nodes={0: 8},
+                                                  tokens_per_s=self.rate)) for j in taken]
 
 
-def test_an_oom_placement_is_a_policy_error_unless_allowed() -> None:
-    jobs = [_job("big", 0, 8, 100, model=BIG), _job("next", 0, 8, 100, model=BIG)]
-    with pytest.raises(SimulationError, match="where no layout fits in memory"):
-        _run(jobs, _cluster(("a100", 8, 1)), _NodeZero(rate=None, per_round=1))
-    result = simulate(jobs, _cluster(("a100", 8, 1)), _NodeZero(rate=None, per_round=1), throughput=per_gpu_1000, progress=False,
-                      allow_oom=True)
-    # each fails at once and frees its GPUs for the next (the second is placed at the same instant)
-    assert [(r.status, r.start_time_s, r.finish_time_s) for r in result.jobs] == [(JobStatus.OOM, 0.0, 0.0)] * 2
-    assert result.oom_placements == 2 and result.finished == 0 and result.avg_jct_s is None
+def test_a_placement_that_does_not_fit_is_a_policy_error_unless_allowed() -> None:
+    # llama-2-7b fits nowhere under the stub; the policy places it anyway (and claims a rate for gpt2 that the
+    # stub does not give 8 GPUs: 1000 x 8 = 8000 tokens/s)
+    jobs = [_job("big", 0, 8, 100, model=BIG), _job("fast", 0, 8, 100)]
+    with pytest.raises(SchedulerError, match="placed 'big' on 8 x a100-80gb: claims 8000 tokens/s"):
+        _run(jobs, _cluster(("a100", 8, 1)), _NodeZero(rate=8000.0, per_round=1))
+    result = simulate(jobs, _cluster(("a100", 8, 1)), _NodeZero(rate=16000.0, per_round=1), throughput=per_gpu_1000,
+                      progress=False, allow_violations=True)
+    # both are counted; they run at the claimed rate (0.8 M tokens at 16,000 tokens/s: 50 s each, in turn)
+    assert [(r.start_time_s, r.finish_time_s) for r in result.jobs] == [(0.0, 50.0), (50.0, 100.0)]
+    assert result.violations == 2 and all(r.violation is not None for r in result.jobs)
 
 
 def test_impossible_requests_are_rejected_without_blocking_others() -> None:
@@ -153,8 +160,8 @@ def test_empty_workload_and_bad_input() -> None:
 
 
 def test_a_placement_beyond_the_free_gpus_is_a_policy_error() -> None:
-    with pytest.raises(SimulationError, match="placed 'B' on node 0"):
-        _run([_job("A", 0, 8, 10), _job("B", 0, 8, 10)], _cluster(("a100", 8, 1)), _NodeZero(rate=1000.0, per_round=None))
+    with pytest.raises(SchedulerError, match="placed 'B' on node 0"):
+        _run([_job("A", 0, 8, 10), _job("B", 0, 8, 10)], _cluster(("a100", 8, 1)), _NodeZero(rate=8000.0, per_round=None))
 
 
 @settings(max_examples=40, deadline=None)
@@ -170,7 +177,7 @@ def test_conservation_capacity_and_fifo_order(specs: list[tuple[int, int, int, s
     result = _run(jobs, cluster)
     # every job is counted exactly once, in submission order; jobs that fit nowhere are never placed
     assert [r.id for r in result.jobs] == [j.id for j in jobs]
-    assert result.oom_placements == 0
+    assert result.violations == 0
     assert result.finished + len(result.unschedulable) == len(jobs)
     # fifo-requested rejects impossible requests on arrival, so nothing is left waiting at the end
     assert all(r.reason != "still waiting when no event was left" for r in result.jobs)
@@ -180,7 +187,7 @@ def test_conservation_capacity_and_fifo_order(specs: list[tuple[int, int, int, s
     # strict FIFO: start times never decrease in arrival order
     in_arrival_order = sorted(placed, key=lambda p: (p[4].submit_time_s, int(p[4].id[1:])))
     assert [p[0] for p in in_arrival_order] == sorted(p[0] for p in placed)
-    # at every start, the running jobs of each type fit that type's GPUs (OOM placements end as they start)
+    # at every start, the running jobs of each type fit that type's GPUs
     capacity = {"a100-80gb": 8 * a100_nodes, "v100-32gb": 4 * v100_nodes}
     for t, _, gpu_type, _, _ in placed:
         busy = sum(n for start, end, other, n, _ in placed if other == gpu_type and start <= t < end)
@@ -206,7 +213,10 @@ def test_cluster_state_best_fit_and_spread() -> None:
     assert state.usable_gpus("a100-80gb") == 16 and state.usable_gpus() == 16
     assert state.find("a100-80gb", 3) == {0: 3}  # the fullest node that holds it
     assert state.find("a100-80gb", 4) == {2: 4}
-    assert state.find("a100-80gb", 10) == {1: 8, 2: 2}  # emptiest nodes first
+    assert state.find("a100-80gb", 10) == {1: 8, 0: 2}  # the emptiest node first, the rest best fit
+    assert state.find("a100-80gb", 8, block=4) == {1: 8}
+    assert state.find("a100-80gb", 12, block=4) == {1: 8, 2: 4}  # node 0's 3 free GPUs hold no block of 4
+    assert state.find("a100-80gb", 16, block=4) is None and state.find("a100-80gb", 6, block=4) is None
     assert state.find("a100-80gb", 17) is None and state.find("h100-sxm", 1) is None
     scratch = state.copy()
     scratch.take({1: 8})

@@ -10,7 +10,8 @@ from frenzy_core import InfeasiblePlanError, ModelConfig
 from frenzy_core.hardware.gpus import get_gpu_spec
 from frenzy_core.scheduling.rates import RateBook, power_of_two_counts
 from frenzy_core.scheduling.recipe import default_training
-from frenzy_core.scheduling.throughput import PlannedThroughput, ThroughputCurve, planned_tokens_per_s
+from frenzy_core.scheduling.state import ClusterState
+from frenzy_core.scheduling.throughput import PlannedThroughput, planned_tokens_per_s
 
 
 @pytest.mark.parametrize(("preset", "gpu", "counts"), [
@@ -38,13 +39,15 @@ def test_rate_book_uses_the_curve_and_stubs_alike() -> None:
     model = ModelConfig.preset("gpt2")
     training = default_training(model)
     planned = PlannedThroughput()
-    assert isinstance(planned, ThroughputCurve)
+    from frenzy_core import Cluster
     from frenzy_core.scheduling.jobs import TrainingJob
 
     job = TrainingJob(id="j", submit_time_s=0, model=model, training=training, work_tokens=10**9)
-    book = RateBook(planned, ["a100-80gb"])
-    stub_book = RateBook(lambda m, t, g, n: 10.0 * n, ["a100-80gb"])
+    state = ClusterState(Cluster.from_dict({"nodes": [{"gpu": "a100", "gpus_per_node": 8}]}))
+    book = RateBook(planned, state)
+    stub_book = RateBook(lambda m, t, g, n: 10.0 * n, state)
+    # one node of the type's typical shape: the cluster's rate is the typical-node rate
     assert book.rate(job, "a100-80gb", 8) == planned(model, training, "a100-80gb", 8)
-    options = stub_book.options(job, [[1, 2, 4]])
+    options = stub_book.options(job, [[1, 2, 4]], job.total_tokens)
     assert options.count.tolist() == [1, 2, 4] and options.run_s.tolist() == [10**8, 5 * 10**7, 2.5 * 10**7]
     assert power_of_two_counts(12, [6, 20]) == [1, 2, 4, 6, 8]

@@ -46,6 +46,7 @@ from frenzy_core.planning import Objective, Plan, PlanConstraints, plan_job
 from frenzy_core.scheduling import (
     POLICIES,
     GPURequest,
+    OnlineScheduler,
     SimulationResult,
     TraceFormat,
     TraceJob,
@@ -99,6 +100,7 @@ __all__ = [
     "NormKind",
     "NormPlacement",
     "Objective",
+    "OnlineScheduler",
     "Optimizer",
     "OptimizerImpl",
     "OptionalDependencyError",

@@ -81,6 +81,8 @@ def simulate(
         "Run time in seconds for jobs whose trace records none (Sia traces)."))] = None,
     plot: opt.Plot = None,
     json_out: opt.Json = False,
+    failures: Annotated[bool, typer.Option("--failures", help=(
+        "Nodes fail and are repaired (Llama 3's rate; see docs/scheduler.md)."))] = False,
 ) -> None:
     """Simulate scheduling policies on a trace: each trace job becomes an LLM training job of the same size.
 
@@ -121,7 +123,8 @@ def simulate(
     with spinner:
         jobs = jobs_from_trace(trace_jobs, seed=seed, cluster=where.cluster, throughput=throughput,
                                default_duration_s=default_duration)
-    results = [run_simulation(jobs, where.cluster, name, seed=seed, progress=not json_out, throughput=throughput)
+    results = [run_simulation(jobs, where.cluster, name, seed=seed, progress=not json_out, throughput=throughput,
+                              failures=failures)
                for name in names]
     if plot is not None:
         plot_results(results, plot)
@@ -161,13 +164,13 @@ def _trace_jobs(trace: Path, trace_format: TraceFormat, on_error: str, limit: in
 
 
 def _print_results(results: list[SimulationResult], jobs: int, plot: Path | None) -> None:
-    """One row per policy: jobs finished, OOM placements, unschedulable, JCT and makespan in hours."""
+    """One row per policy: jobs finished, placements that do not fit, unschedulable, JCT and makespan in hours."""
     table = new_table(
         f"{jobs} jobs; job completion time (JCT) and makespan in hours",
-        ["policy", "finished", "OOM", "unschedulable", "avg JCT", "p99 JCT", "makespan"],
+        ["policy", "finished", "violations", "unschedulable", "avg JCT", "p99 JCT", "makespan"],
     )
     for r in results:
-        table.add_row(r.policy, str(r.finished), str(r.oom_placements), str(len(r.unschedulable)),
+        table.add_row(r.policy, str(r.finished), str(r.violations), str(len(r.unschedulable)),
                       _hours(r.avg_jct_s), _hours(r.p99_jct_s), _hours(r.makespan_s))
     console.print(table)
     if plot is not None:

@@ -10,7 +10,7 @@ import numpy.typing as npt
 from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.parallel import PipelineSchedule
-from frenzy_core.config.training import Attention, Framework, Recompute, RecomputeMethod, TrainingConfig
+from frenzy_core.config.training import Framework, Recompute, RecomputeMethod, TrainingConfig
 from frenzy_core.memory.activations import (
     LayerActivations,
     edge_activations,
@@ -30,10 +30,13 @@ IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 
-PHASES: tuple[str, ...] = ("forward", "backward", "optimizer", "backward", "backward")
+PHASES: tuple[str, ...] = ("forward", "backward", "optimizer", "backward", "backward", "backward")
 """Label of each candidate peak: end of forward (loss), start of backward (loss gradient), optimizer step, late
-backward (torch with one micro-batch: gradients almost all written when the first layer is recomputed), and the
-top layer's backward (head gradient written, recompute working set live)."""
+backward (torch with one micro-batch: gradients almost all written when the first layer is recomputed), the top
+layer's backward (head gradient written, recompute working set live), and the end of backward (every gradient
+written; a tied head's buffered contribution meets the embedding's). The two backward moments of a layer are each
+the larger of its MLP's backward and its attention's (the MLP's gradients written, the probabilities' gradients
+live)."""
 
 
 @dataclass(frozen=True)
@@ -90,16 +93,29 @@ class _Activations:
     """Activation terms of one stage (bytes per rank)."""
 
     forward: FloatArray
-    """Live at the end of the forward (autocast weight copies, the eager mask of the running micro-batch)."""
+    """Live at the end of the forward (autocast weight copies, the masks and KV cache of the running micro-batch)."""
     backward: FloatArray
     """Saved tensors of every in-flight micro-batch at the start of backward."""
     work: FloatArray
     """Backward working set: what recomputation rebuilds for one layer/chunk."""
     top: FloatArray
-    """Working set while the top layer runs its backward: ``work`` plus the gradient temporaries."""
+    """Working set while the top layer runs its MLP's backward: ``work`` plus the MLP's gradient temporaries."""
+    top_attention: FloatArray
+    """While it runs its attention's backward: ``work`` less the MLP's freed tensors, plus the probabilities'
+    gradients."""
     late: FloatArray
-    """When the stage's first layer runs its backward: other micro-batches' tensors, this one's input, the work."""
+    """When the stage's first layer runs its MLP's backward: other micro-batches' tensors, this one's first layer
+    (as saved, or rebuilt) and the MLP's gradient temporaries."""
+    late_attention: FloatArray
+    """When it runs its attention's backward: as ``late`` with the MLP's tensors freed and the probabilities'
+    gradients instead."""
     inflight: FloatArray
+    kv_cache: FloatArray
+    """The KV cache the stage's layers fill in one forward (torch, a model that returns one, no checkpointing)."""
+    kv_extra: FloatArray
+    """Of that cache, what the layers do not also save for backward."""
+    kv_first: FloatArray
+    """Of the cache, what the first layer also saves for backward (alive anyway while it runs its backward)."""
     host: FloatArray
     """Saved activations offloaded to host memory."""
 
@@ -119,23 +135,23 @@ class _Layers:
 
 
 def _layers(model: ModelConfig, training: TrainingConfig, shape: StageShape, layer: LayerActivations,
-            kw: dict[str, npt.ArrayLike]) -> _Layers:
+            dense: FloatArray, moe: FloatArray, kw: dict[str, npt.ArrayLike]) -> _Layers:
     """Saved bytes of the stage's layers, each by its kind: trained, LoRA-adapted, or frozen with a gradient
-    flowing through it (docs/memory-model.md, section 9)."""
+    flowing through it (docs/memory-model.md, section 9); ``dense`` and ``moe``: ``layer``'s, as this layout's
+    layers save them (less the KV cache under checkpointing)."""
     n = shape.num_layers.astype(np.float64)
     n_moe = shape.num_moe_layers.astype(np.float64)
-    kinds = [(n - n_moe, layer.dense), (n_moe, layer.moe)]
+    kinds = [(n - n_moe, dense), (n_moe, moe)]
     grad, dequant = n, 0.0 * n
     if training.lora is not None or training.freeze_embeddings or training.trainable_layers is not None:
         frozen = frozen_activations(model, training, **kw)
         n_train, n_train_moe = shape.num_trainable_layers.astype(np.float64), shape.num_trainable_moe_layers
         n_flow = n - shape.num_nograd_layers - n_train
         n_flow_moe = n_moe - shape.num_nograd_moe_layers - n_train_moe
-        trained = (layer.dense, layer.moe) if training.lora is None else (
-            layer.dense - frozen.adapted_dense, layer.moe - frozen.adapted_moe)
+        trained = (dense, moe) if training.lora is None else (dense - frozen.adapted_dense, moe - frozen.adapted_moe)
         kinds = [(n_train - n_train_moe, trained[0]), (n_train_moe.astype(np.float64), trained[1]),
-                 (n_flow - n_flow_moe, layer.dense - frozen.frozen_dense),
-                 (n_flow_moe.astype(np.float64), layer.moe - frozen.frozen_moe)]
+                 (n_flow - n_flow_moe, dense - frozen.frozen_dense),
+                 (n_flow_moe.astype(np.float64), moe - frozen.frozen_moe)]
         grad = n - shape.num_nograd_layers
         dequant = frozen.dequant + 0.0 * n
     saved = sum((count * size for count, size in kinds), 0.0 * n)
@@ -157,8 +173,12 @@ def _activations(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
     n = shape.num_layers.astype(np.float64)
     n_moe = shape.num_moe_layers.astype(np.float64)
     inflight = _inflight(stage, lay, modes)
-    layers = _layers(model, training, shape, layer, {**kw, "etp": lay.etp, "ep": lay.ep})
-    full_layers, biggest_layer, n_grad = layers.saved, layers.biggest, layers.grad
+    # Checkpointed layers run with use_cache=False (Transformers turns the cache off for gradient checkpointing).
+    no_cache = np.where(modes.full, layer.cache_delta, 0.0)
+    dense, moe = layer.dense - no_cache, layer.moe - no_cache
+    layers = _layers(model, training, shape, layer, dense, moe, {**kw, "etp": lay.etp, "ep": lay.ep})
+    full_layers, n_grad = layers.saved, layers.grad
+    biggest_layer = layer.kind_excess + layers.biggest
     k = lay.recompute_num_layers.astype(np.float64)
     if training.recompute_method is RecomputeMethod.BLOCK:
         recomputed = np.where(k > 0, np.minimum(k * lay.vpp, n_grad), n_grad)
@@ -182,15 +202,13 @@ def _activations(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
     embeddings_train, head_trains = trains(model, training)
     head = edge.head if head_trains else edge.head - frozen_activations(model, training, **kw).head
     acts = inflight * (saved_layers + first * edge.embedding * float(embeddings_train) + last * head)
-    if not megatron and training.attention is Attention.EAGER and model.causal:
-        # HF builds one additive (b, 1, s, s) causal mask in the model's dtype per forward, shared by the layers;
-        # checkpointed layers keep it as an input until their recomputation.
-        mask = lay.micro_batch_size * (lay.seq_len / lay.cp) * lay.seq_len * float(training.precision.param_bytes)
-        acts = acts + np.where(modes.full, inflight, 0.0) * mask
-        acts_fwd = acts + np.where(modes.full, 0.0, mask)
-    else:
-        acts_fwd = acts
-    acts_fwd = acts_fwd + dispatch + np.where(n > 0, layers.dequant, 0.0)
+    # torch: the attention masks the model builds once per forward live through it; checkpointed layers keep them
+    # as inputs until their recomputation (one set per micro-batch in flight).
+    acts = acts + np.where(modes.full, inflight, 0.0) * layer.masks
+    acts_fwd = acts + np.where(modes.full, 0.0, layer.masks) + dispatch + np.where(n > 0, layers.dequant, 0.0)
+    kv_layer = np.where(modes.full, 0.0, layer.kv_cache)
+    kv_extra = np.where(modes.full, 0.0, layer.kv_extra)
+    acts_fwd = acts_fwd + n * kv_extra  # the cache this forward fills, beyond what its layers save
     if training.precision.is_amp:
         # autocast caches a half copy of every weight a matmul casts until the forward ends; saved tensors keep
         # them until each layer's backward. With full recomputation a layer saves nothing, so at the start of
@@ -212,11 +230,24 @@ def _activations(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
         work = work + np.where(modes.full, 2.0 * chunk * per_layer, 0.0)
 
     one_mb = saved_layers + last * head
-    late = acts - one_mb + np.minimum(layer.layer_input, saved_layers) + work
-    # While a layer runs its backward, eager attention's probability gradient exists beside its saved tensors.
-    top = work + np.where(n_grad > 0, layer.score_grad, 0.0)
-    return _Activations(forward=acts_fwd, backward=acts, work=work, top=top, late=np.maximum(late, 0.0),
-                        inflight=inflight, host=inflight * offloaded)
+    # The first layer while it runs its backward: rebuilt (its chunk's input and working set) or as saved (nothing
+    # when no gradient reaches it).
+    per_layer_saved = np.where(n_grad >= n, np.where(n > 0, saved_layers / np.maximum(n, 1), 0.0), 0.0)
+    first_layer = np.where(modes.full, np.minimum(layer.layer_input, saved_layers), per_layer_saved) + work
+    # While a layer runs its backward, its MLP's gradient temporaries exist beside its saved tensors, and then,
+    # its MLP's saved tensors freed, eager attention's probability gradients.
+    mlp_temps = np.where(n_grad > 0, layer.mlp_grad, 0.0)
+    attn_temps = np.where(n_grad > 0, layer.score_grad - layer.freed_before_core, 0.0)
+    late = acts - one_mb + first_layer + mlp_temps
+    late_attn = acts - one_mb + first_layer + attn_temps
+    top = work + mlp_temps
+    top_attn = work + attn_temps
+    kv_first = np.where(n > 0, kv_layer - kv_extra, 0.0)
+    return _Activations(forward=acts_fwd, backward=acts, work=work, top=top, top_attention=top_attn,
+                        late=np.maximum(late, 0.0),
+                        late_attention=np.maximum(late_attn, 0.0),
+                        inflight=inflight, kv_cache=n * kv_layer, kv_extra=n * kv_extra, kv_first=kv_first,
+                        host=inflight * offloaded)
 
 
 def _offload(training: TrainingConfig, saved_layers: FloatArray, n_grad: FloatArray) -> tuple[FloatArray,
@@ -234,15 +265,77 @@ def _offload(training: TrainingConfig, saved_layers: FloatArray, n_grad: FloatAr
 
 
 def _logits(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays, modes: _Modes, shape: StageShape
-            ) -> tuple[FloatArray, FloatArray, FloatArray]:
+            ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
     """Logits and loss on the last stage: of the other live micro-batches, at the forward peak, at the backward
-    peak. One micro-batch at a time, except GPipe holding all of them."""
+    peak, and what the model output holds. One micro-batch at a time, except GPipe holding all of them."""
     last = shape.is_last.astype(np.float64)
     logits = logit_bytes(model, training, tp=lay.tp, cp=lay.cp, seq_len=lay.seq_len,
                          micro_batch_size=lay.micro_batch_size)
     logit_inflight = np.where(modes.gpipe & (lay.pp > 1), lay.num_microbatches, 1).astype(np.float64)
     others = last * (logit_inflight - 1) * logits.saved
-    return others, others + last * logits.forward_peak, others + last * logits.backward_peak
+    return others, others + last * logits.forward_peak, others + last * logits.backward_peak, last * logits.returned
+
+
+@dataclass(frozen=True)
+class _Outputs:
+    """What a loop that keeps the model output (``keep_outputs``) holds beyond the framework loop, per moment."""
+
+    logits: FloatArray
+    """The output's logits (or last hidden state), at every moment from its forward to the next one's end."""
+    forward: FloatArray
+    """At the next forward's end: the previous output's whole KV cache (the name is rebound after it returns)."""
+    passes: FloatArray
+    """While the saved tensors are live: the cache beyond them."""
+    late: FloatArray
+    """While the first layer runs its backward: the other layers' caches and the first's beyond its saved tensors."""
+    step: FloatArray
+    """At the optimizer step and the end of backward: the whole cache."""
+
+
+def _outputs(training: TrainingConfig, act: _Activations, returned: FloatArray) -> _Outputs:
+    keep = 1.0 if training.keep_outputs else 0.0
+    return _Outputs(logits=keep * returned, forward=keep * act.kv_cache, passes=keep * act.kv_extra,
+                    late=keep * (act.kv_cache - act.kv_first), step=keep * act.kv_cache)
+
+
+def _whole(value: FloatArray, shape: tuple[int, ...]) -> IntArray:
+    """Bytes rounded to whole bytes, as int64 of ``shape``."""
+    return np.broadcast_to(np.rint(value).astype(np.int64), shape)
+
+
+def _peak(phases: list[dict[str, FloatArray]], shape: tuple[int, ...]) -> tuple[IntArray, IntArray, dict[str, IntArray]]:
+    """The largest phase total of each row, its index and its categories, every category rounded to whole bytes
+    (so a breakdown sums to its peak). Categories equal in every phase are rounded once."""
+    memo: dict[int, FloatArray] = {}
+
+    def rint(v: FloatArray) -> FloatArray:
+        if id(v) not in memo:
+            memo[id(v)] = np.rint(v)
+        return memo[id(v)]
+
+    rounded = [{cat: rint(ph[cat]) for cat in MEMORY_CATEGORIES} for ph in phases]
+    totals = np.stack([np.broadcast_to(sum(ph.values()), shape) for ph in rounded])
+    phase = np.argmax(totals, axis=0)
+    breakdown = {}
+    for cat in MEMORY_CATEGORIES:
+        values = [ph[cat] for ph in rounded]
+        others = [i for i, v in enumerate(values) if v is not values[0]]
+        if not others:
+            chosen = values[0]
+        elif all(values[i] is values[others[0]] for i in others):  # two values: one where, not a choose
+            in_others = phase == others[0] if len(others) == 1 else np.isin(phase, others)
+            chosen = np.where(in_others, values[others[0]], values[0])
+        else:
+            chosen = np.choose(phase, [np.broadcast_to(v, shape) for v in values])
+        breakdown[cat] = np.broadcast_to(np.asarray(chosen).astype(np.int64), shape)
+    return np.max(totals, axis=0).astype(np.int64), phase, breakdown
+
+
+def _either(grads_a: FloatArray, acts_a: FloatArray, grads_b: FloatArray, acts_b: FloatArray
+            ) -> dict[str, FloatArray]:
+    """Gradients and activations of whichever of two moments holds more."""
+    pick_b = grads_b + acts_b > grads_a + acts_a
+    return {"gradients": np.where(pick_b, grads_b, grads_a), "activations": np.where(pick_b, acts_b, acts_a)}
 
 
 def stage_arrays(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays, stage: IntArray) -> StageArrays:
@@ -258,36 +351,40 @@ def stage_arrays(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
     comm_passes, comm_step = comm_buffers(per_param, training, lay, shape, states, layer, sh)
     grads = gradients(model, training, per_param, lay, shape, states, layer, sh)
     act = _activations(model, training, lay, modes, shape, held, stage)
-    logits_others, logits_fwd, logits_bwd = _logits(model, training, lay, modes, shape)
+    logits_others, logits_fwd, logits_bwd, returned = _logits(model, training, lay, modes, shape)
+    out = _outputs(training, act, returned)
     acts = act.backward
-    acts_late = 0.0 * acts if megatron else act.late  # Megatron: the grad buffer is always there
+    # Megatron: the grad buffer is always there, so the late moments are never above the others.
+    acts_late = 0.0 * acts if megatron else act.late
+    acts_late_attn = 0.0 * acts if megatron else act.late_attention
 
     common = {"parameters": states.params, "master_weights": states.master, "optimizer_states": states.optimizer,
               "workspaces": np.full(np.shape(states.params), float(workspace_bytes(model, training)))}
     zero = 0.0 * acts
     phases = [
-        {**common, "gradients": grads.passes, "activations": act.forward, "logits_loss": logits_fwd,
+        {**common, "gradients": grads.passes, "activations": act.forward + out.forward,
+         "logits_loss": logits_fwd + out.logits, "optimizer_temporaries": zero, "comm_buffers": comm_passes},
+        {**common, "gradients": grads.passes, "activations": acts + out.passes, "logits_loss": logits_bwd + out.logits,
          "optimizer_temporaries": zero, "comm_buffers": comm_passes},
-        {**common, "gradients": grads.passes, "activations": acts, "logits_loss": logits_bwd,
-         "optimizer_temporaries": zero, "comm_buffers": comm_passes},
-        {**common, "gradients": states.grads, "activations": zero, "logits_loss": zero,
+        {**common, "gradients": states.grads, "activations": out.step, "logits_loss": out.logits,
          "optimizer_temporaries": states.temporaries, "comm_buffers": comm_step},
-        {**common, "gradients": grads.late, "activations": acts_late, "logits_loss": logits_others,
+        {**common, **_either(grads.late, acts_late + out.late, grads.late_attention, acts_late_attn + out.late),
+         "logits_loss": logits_others + out.logits, "optimizer_temporaries": zero, "comm_buffers": comm_passes},
+        {**common, **_either(grads.top + grads.tied_buffer, acts + act.top + out.passes,
+                             grads.top_attention + grads.tied_buffer, acts + act.top_attention + out.passes),
+         "logits_loss": logits_others + out.logits, "optimizer_temporaries": zero, "comm_buffers": comm_passes},
+        {**common, "gradients": states.grads + grads.tied_buffer, "activations": out.step, "logits_loss": out.logits,
          "optimizer_temporaries": zero, "comm_buffers": comm_passes},
-        {**common, "gradients": grads.top + grads.tied_buffer, "activations": acts + act.top,
-         "logits_loss": logits_others, "optimizer_temporaries": zero, "comm_buffers": comm_passes},
     ]
     shape_all = np.broadcast(stage, lay.tp, lay.pp, lay.dp, lay.seq_len, lay.micro_batch_size).shape
-    rounded = [{k: np.broadcast_to(np.rint(v).astype(np.int64), shape_all) for k, v in ph.items()} for ph in phases]
-    totals = np.stack([sum(ph[cat] for cat in MEMORY_CATEGORIES) for ph in rounded])
-    phase = np.argmax(totals, axis=0)
-    breakdown = {cat: np.choose(phase, [ph[cat] for ph in rounded]) for cat in MEMORY_CATEGORIES}
+    peak, phase, breakdown = _peak(phases, shape_all)
     communicators = sum((np.asarray(x) > 1).astype(np.int64) for x in (lay.dp * lay.cp, lay.tp, lay.pp, lay.cp, lay.ep))
-    states_total = np.sum([rounded[2][cat] for cat in ("parameters", "gradients", "master_weights",
-                                                       "optimizer_states")], axis=0)
+    step = phases[2]
+    states_total = np.sum([_whole(step[cat], shape_all) for cat in ("parameters", "gradients", "master_weights",
+                                                                     "optimizer_states")], axis=0)
     act_peak = np.broadcast_to(np.rint(np.maximum(act.forward, acts + act.work)).astype(np.int64), shape_all)
     host = np.broadcast_to(np.rint(states.host + act.host).astype(np.int64), shape_all)
-    return StageArrays(breakdown=breakdown, peak_bytes=np.max(totals, axis=0), phase=phase,
+    return StageArrays(breakdown=breakdown, peak_bytes=peak, phase=phase,
                        model_state_bytes=states_total, activation_bytes=act_peak, host_bytes=host,
                        num_layers=np.broadcast_to(shape.num_layers, shape_all),
                        num_params=np.broadcast_to(states.num_params, shape_all),

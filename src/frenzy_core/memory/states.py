@@ -138,26 +138,33 @@ class LayerParams:
     """An MoE layer without its routed experts."""
     experts: FloatArray
     """The routed experts of an MoE layer."""
+    attention: FloatArray
+    """The attention part of a layer (with its norms)."""
     trainable_dense: FloatArray
     trainable_moe: FloatArray
     """A trainable MoE layer's trainable parameters, routed experts included."""
+    trainable_attention: FloatArray
+    """Of ``attention``, what trains in a layer that trains (LoRA: the attention adapters)."""
 
 
 def layer_params(model: ModelConfig, training: TrainingConfig, sh: Sharding) -> LayerParams:
     """One layer's local parameters (and its trainable ones, as a layer that trains has them)."""
     lc = layer_constants(model)
-    dense = (lc.attn_split + lc.mlp_split) / sh.tp + lc.attn_replicated + lc.mlp_replicated
-    moe = (lc.attn_split + lc.moe_shared_split) / sh.tp + lc.attn_replicated + lc.moe_shared_replicated \
-        + lc.moe_router
+    attention = lc.attn_split / sh.tp + lc.attn_replicated
+    dense = attention + lc.mlp_split / sh.tp + lc.mlp_replicated
+    moe = attention + lc.moe_shared_split / sh.tp + lc.moe_shared_replicated + lc.moe_router
     experts = lc.moe_experts / sh.expert_split
     if training.lora is None:
-        return LayerParams(dense=dense, moe=moe, experts=experts, trainable_dense=dense, trainable_moe=moe + experts)
+        return LayerParams(dense=dense, moe=moe, experts=experts, attention=attention, trainable_dense=dense,
+                           trainable_moe=moe + experts, trainable_attention=attention)
     shared = model.moe.shared_expert_ffn_hidden_size if model.moe is not None else 0
     ad_dense = adapter_counts(model, training.lora, model.ffn_hidden_size)
     ad_moe = adapter_counts(model, training.lora, shared)
-    return LayerParams(dense=dense, moe=moe, experts=experts,
+    ad_attn = adapter_counts(model, training.lora, 0)
+    return LayerParams(dense=dense, moe=moe, experts=experts, attention=attention,
                        trainable_dense=ad_dense.split / sh.tp + ad_dense.replicated,
-                       trainable_moe=ad_moe.split / sh.tp + ad_moe.replicated + 0.0 * experts)
+                       trainable_moe=ad_moe.split / sh.tp + ad_moe.replicated + 0.0 * experts,
+                       trainable_attention=ad_attn.split / sh.tp + ad_attn.replicated + 0.0 * sh.tp)
 
 
 def _reshard_group(training: TrainingConfig) -> int:
@@ -206,9 +213,13 @@ class Gradients:
     passes: FloatArray
     """While activations are live."""
     top: FloatArray
-    """While the top layer runs its backward (the head's gradient written)."""
+    """While the top layer runs its MLP's backward (the head's gradient written)."""
+    top_attention: FloatArray
+    """While it runs its attention's backward (its MLP's gradients written too)."""
     late: FloatArray
-    """While the stage's first layer runs its backward."""
+    """While the stage's first layer runs its MLP's backward."""
+    late_attention: FloatArray
+    """While the stage's first layer runs its attention's backward."""
     tied_buffer: FloatArray
     """torch's autograd input buffer of a tied head and embedding on one stage."""
 
@@ -238,23 +249,41 @@ def gradients(model: ModelConfig, training: TrainingConfig, per_param: StateByte
     head_grad = last * per_param.grad * (vh if head_trains else 0.0)
     if training.offload_params is not OffloadDevice.NONE:
         head_grad = 0.0 * head_grad  # written into the host copy as it is produced
-    top = np.maximum(passes, head_grad)
     # torch, tied head and embedding on one stage: the weight's gradient node has two inputs, so autograd holds the
-    # head's contribution in an input buffer until the embedding's arrives at the very end of backward
-    # (torch/csrc/autograd/input_buffer.cpp) - a second V x h gradient while the layers run their backward.
+    # head's contribution in its input buffer (torch/csrc/autograd/input_buffer.cpp) and writes .grad only when the
+    # embedding's arrives at the very end of backward: one V x h gradient while the layers run their backward, in
+    # the buffer, and two at the end (the buffered one and the embedding's).
     tied = not megatron and model.tied_embeddings and head_trains
     tied_buffer = first * head_grad * (1.0 if tied else 0.0)
+    head_written = head_grad - tied_buffer
+    top = np.maximum(passes, head_written)
     # Late backward: the stage's first layer is being recomputed; its own gradients and the embeddings' are not
     # written yet.
-    emb_grad = model.vocab_size * model.hidden_size / sh.tp * (1.0 - (last if model.tied_embeddings else 0.0))
+    emb_grad = model.vocab_size * model.hidden_size / sh.tp
     if model.position_embedding is PositionEmbedding.LEARNED:
         emb_grad = emb_grad + model.max_position_embeddings * model.hidden_size
     emb_grad = (emb_grad + model.type_vocab_size * model.hidden_size) * (1.0 if embeddings_train else 0.0)
     n = shape.num_layers.astype(np.float64)
+    n_moe = shape.num_moe_layers
     k_late = np.minimum(np.where(lay.recompute_num_layers > 0, lay.recompute_num_layers, 1), n)
+    # (the first layer's kind is known only when the stage's layers are all of one kind; else the smaller; a
+    # stage whose first layer is frozen writes no gradient for it)
+    moe_layer, dense_layer = layer.trainable_moe, layer.trainable_dense
     first_layer = np.where(shape.num_trainable_layers < n, 0.0, np.where(
-        shape.num_moe_layers > 0, np.minimum(layer.trainable_dense, layer.trainable_moe), layer.trainable_dense))
+        n_moe == shape.num_layers, moe_layer, np.where(n_moe > 0, np.minimum(dense_layer, moe_layer), dense_layer)))
     not_yet = k_late * first_layer + first * emb_grad
-    late = np.maximum(top, grads - per_param.grad * np.where(sh.zero >= 2, not_yet / sh.group, not_yet)) \
-        + tied_buffer
-    return Gradients(passes=passes, top=top, late=late, tied_buffer=tied_buffer)
+    sharded = sh.zero >= 2
+    late = np.maximum(top, grads - per_param.grad * np.where(sharded, not_yet / sh.group, not_yet)) + tied_buffer
+    # By the time the first layer's attention runs its backward, its MLP's gradients are written too.
+    first_trains = shape.num_trainable_layers >= n
+    not_yet_attn = np.minimum(not_yet, np.where(first_trains, layer.trainable_attention + (k_late - 1) * dense_layer,
+                                                0.0) + first * emb_grad)
+    late_attn = np.maximum(top, grads - per_param.grad * np.where(sharded, not_yet_attn / sh.group, not_yet_attn)
+                           ) + tied_buffer
+    # the top layer trains whenever any of the stage's layers does (the trainable ones are the last)
+    mlp_layer = np.where(shape.num_trainable_layers > 0, np.where(
+        n_moe == shape.num_layers, moe_layer, dense_layer) - layer.trainable_attention, 0.0)
+    top_attn = np.maximum(passes, np.minimum(
+        head_written + per_param.grad * np.where(sharded, mlp_layer / sh.group, mlp_layer), grads))
+    return Gradients(passes=passes, top=top, top_attention=np.where(n > 0, top_attn, top), late=late,
+                     late_attention=late_attn, tied_buffer=tied_buffer)

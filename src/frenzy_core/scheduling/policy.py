@@ -1,39 +1,65 @@
 """The policy interface every scheduler implements (the registry is ``frenzy_core.scheduling.policies``).
 
-The simulator calls ``start`` once, then, at each event time, ``on_finish`` for jobs that ended, ``submit``
-for jobs that arrived, and ``schedule`` for the placements to start now. A policy never changes the cluster
-itself: it reads ``ClusterState`` (or a copy) and returns placements, which the simulator checks and applies.
+An :class:`~frenzy_core.scheduling.OnlineScheduler` owns the cluster state and the running jobs; it calls
+``start`` once, then, at each ``advance``, ``on_finish`` for jobs that ended, ``submit`` for jobs that arrived
+(and for preempted or interrupted jobs, with their remaining work), ``cancel`` for withdrawn ones, and
+``schedule`` for the round's actions. A policy never changes the state itself: it reads ``state`` (or a copy)
+and ``running``, and returns actions, which the scheduler checks and applies in order.
 """
 
 from __future__ import annotations
 
 import abc
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
+from frenzy_core.scheduling.checkpoint import CheckpointModel
 from frenzy_core.scheduling.jobs import TrainingJob
+from frenzy_core.scheduling.messages import Action
+from frenzy_core.scheduling.plans import Placement
 from frenzy_core.scheduling.rates import RateBook
-from frenzy_core.scheduling.state import Allocation, ClusterState
-from frenzy_core.scheduling.workload import ThroughputFn
+from frenzy_core.scheduling.state import ClusterState
 
-__all__ = ["Placement", "Policy"]
+__all__ = ["Policy", "RunningJob"]
 
 
-@dataclass(frozen=True)
-class Placement:
-    """Start ``job_id`` now on ``allocation`` (all GPUs of ``gpu_type``) at ``tokens_per_s``; ``tokens_per_s``
-    None means no layout fits the allocation's memory: the job is placed and fails (an OOM placement)."""
+@dataclass
+class RunningJob:
+    """A job on its GPUs: progress is linear in time after ``stall_s`` (restoring a checkpoint) from the start
+    of its current run."""
 
-    job_id: str
-    gpu_type: str
-    allocation: Allocation = field(hash=False)
-    tokens_per_s: float | None
-    layout: str | None = None
-    """The layout it runs with, in words (``dp4 tp2 pp1 mbs2``), where the throughput function names it."""
+    job: TrainingJob
+    """As submitted (its whole work)."""
+    plan: Placement
+    started_s: float
+    """When the current run began (the latest start, resize or restart)."""
+    stall_s: float
+    """Seconds at the start of the run without progress (checkpoint save and restore)."""
+    done_tokens: float
+    """Tokens trained before the current run."""
+    saved_tokens: float
+    """Tokens in the job's last durable checkpoint before the current run."""
+    end: float = field(init=False)
+    """When the job ends if it keeps this run."""
 
-    @property
-    def num_gpus(self) -> int:
-        """GPUs the placement takes."""
-        return sum(self.allocation.values())
+    def __post_init__(self) -> None:
+        self.end = self.started_s + self.stall_s + (self.job.total_tokens - self.done_tokens) / self.plan.tokens_per_s
+
+    def tokens_at(self, now_s: float) -> float:
+        """Tokens trained by ``now_s`` (never more than the job's work)."""
+        productive = max(0.0, now_s - self.started_s - self.stall_s)
+        return min(float(self.job.total_tokens), self.done_tokens + self.plan.tokens_per_s * productive)
+
+    def remaining_s(self, now_s: float) -> float:
+        """Seconds left on this run from ``now_s``."""
+        return max(0.0, self.end - now_s)
+
+    def checkpointed_at(self, now_s: float, interval_s: float) -> float:
+        """Tokens in the last periodic checkpoint by ``now_s`` (one every ``interval_s`` of training)."""
+        productive = max(0.0, now_s - self.started_s - self.stall_s)
+        done = self.done_tokens + self.plan.tokens_per_s * interval_s * (productive // interval_s)
+        return max(self.saved_tokens, min(done, float(self.job.total_tokens)))
 
 
 class Policy(abc.ABC):
@@ -42,32 +68,57 @@ class Policy(abc.ABC):
     name: str
     """Registry name, e.g. ``fifo-requested``."""
     state: ClusterState
-    """The cluster's free GPUs (set by :meth:`start`; the simulator updates it)."""
-    throughput: ThroughputFn
-    """Tokens per second of a model on an allocation (set by :meth:`start`)."""
+    """The cluster's free GPUs (set by :meth:`start`; the scheduler updates it)."""
+    rates: RateBook
+    """Tokens/s per job, GPU type and count, and placements re-planned on free GPUs (set by :meth:`start`)."""
+    running: Mapping[str, RunningJob]
+    """The running jobs (set by :meth:`start`; the scheduler updates it)."""
+    checkpoint: CheckpointModel
+    """What stopping a job costs (set by :meth:`start`)."""
     seed: int
     """Seed for randomised policies (set by :meth:`start`)."""
-    rates: RateBook
-    """Tokens/s per job, GPU type and count, cached (set by :meth:`start`)."""
 
     def __init__(self) -> None:
         self.rejected: dict[str, str] = {}
 
-    def start(self, state: ClusterState, throughput: ThroughputFn, seed: int) -> None:
+    def params(self) -> dict[str, Any]:
+        """Constructor arguments that rebuild this policy (saved with a scheduler's state)."""
+        return {}
+
+    def start(self, state: ClusterState, rates: RateBook, running: Mapping[str, RunningJob],
+              checkpoint: CheckpointModel, seed: int) -> None:
         """Called once before the first event; keeps what the policy needs."""
         self.state = state
-        self.throughput = throughput
+        self.rates = rates
+        self.running = running
+        self.checkpoint = checkpoint
         self.seed = seed
-        self.rates = RateBook(throughput, state.gpu_types)
 
     @abc.abstractmethod
     def submit(self, job: TrainingJob, now: float) -> None:
-        """A job arrived."""
+        """A job arrived, or came back with ``job.total_tokens`` left to train (preempted or interrupted)."""
+
+    @abc.abstractmethod
+    def cancel(self, job_id: str) -> None:
+        """A queued job was withdrawn."""
 
     @abc.abstractmethod
     def on_finish(self, job_id: str, now: float) -> None:
-        """A running job ended (finished or failed); its GPUs are already free."""
+        """A running job ended or was cancelled; its GPUs are already free."""
 
     @abc.abstractmethod
-    def schedule(self, now: float) -> list[Placement]:
-        """Placements to start now; together they must fit the free GPUs."""
+    def schedule(self, now: float) -> list[Action]:
+        """Actions for now, applied in order: each Start or Resize must fit the GPUs free after the ones before."""
+
+    def saved(self) -> dict[str, Any]:
+        """Internal state beyond the queue that a restored policy needs to decide the same (plain JSON data)."""
+        return {}
+
+    def restore(self, data: dict[str, Any]) -> None:
+        """Take back what :meth:`saved` returned (called before the queue is resubmitted)."""
+        if data:
+            raise NotImplementedError(f"policy {self.name!r} saved state it cannot restore")
+
+    def queued(self) -> list[TrainingJob]:
+        """The waiting jobs, in the policy's order (saved with a scheduler's state; resubmitted in this order)."""
+        raise NotImplementedError(f"policy {self.name!r} does not list its queue, so its state cannot be saved")

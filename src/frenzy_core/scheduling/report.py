@@ -22,10 +22,11 @@ def _ms(seconds: float | None) -> str:
 
 
 def compare(results: Sequence[SimulationResult]) -> str:
-    """A plain-text table, one row per result: jobs finished, OOM, unschedulable, JCT (h), queue delay (h),
-    makespan (h), mean GPU utilisation, median round latency (ms), and avg JCT relative to the first row."""
-    head = ["policy", "finished", "OOM", "unsched", "avg JCT h", "median JCT h", "p99 JCT h", "avg queue h",
-            "makespan h", "util %", "round ms", "vs first"]
+    """A plain-text table, one row per result: jobs finished, placement violations, unschedulable, JCT (h),
+    queue delay (h), makespan (h), mean GPU utilisation, goodput (tokens per GPU-hour), median round latency
+    (ms), and avg JCT relative to the first row."""
+    head = ["policy", "finished", "violations", "unsched", "avg JCT h", "median JCT h", "p99 JCT h", "avg queue h",
+            "makespan h", "util %", "Mtok/GPU-h", "round ms", "vs first"]
     base = results[0].avg_jct_s if results else None
     rows = []
     for r in results:
@@ -33,10 +34,11 @@ def compare(results: Sequence[SimulationResult]) -> str:
         busy = (sum(util[t] * r.utilisation.capacity_gpus[t] for t in util) / max(
             1, sum(r.utilisation.capacity_gpus.values()))) if util and r.utilisation else None
         rel = "-" if base is None or r.avg_jct_s is None else f"{r.avg_jct_s / base - 1:+.1%}"
-        rows.append([r.policy, str(r.finished), str(r.oom_placements), str(len(r.unschedulable)),
+        good = r.goodput_tokens_per_gpu_hour
+        rows.append([r.policy, str(r.finished), str(r.violations), str(len(r.unschedulable)),
                      _hours(r.avg_jct_s), _hours(r.median_jct_s), _hours(r.p99_jct_s), _hours(r.avg_queue_delay_s),
-                     _hours(r.makespan_s), "-" if busy is None else f"{100 * busy:.1f}", _ms(r.median_round_s),
-                     rel])
+                     _hours(r.makespan_s), "-" if busy is None else f"{100 * busy:.1f}",
+                     "-" if good is None else f"{good / 1e6:.2f}", _ms(r.median_round_s), rel])
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
     lines = ["  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(head, widths)))]
     lines += ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))

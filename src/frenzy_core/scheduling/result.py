@@ -18,10 +18,10 @@ class JobStatus(str, enum.Enum):
 
     FINISHED = "finished"
     """Ran to completion."""
-    OOM = "oom"
-    """Placed on an allocation where no layout fits in memory: failed at once (only with ``allow_oom``)."""
     UNSCHEDULABLE = "unschedulable"
-    """Never placed (the policy rejected it, or it still waited when no event was left)."""
+    """Never finished: the policy rejected it, or it still waited when no event was left."""
+    CANCELLED = "cancelled"
+    """Withdrawn by the manager (``OnlineScheduler.cancel``)."""
 
 
 class JobRecord(FrozenModel):
@@ -37,6 +37,15 @@ class JobRecord(FrozenModel):
     tokens_per_s: float | None = Field(default=None, description="Throughput of the layout it ran with.")
     layout: str | None = Field(default=None, description="That layout in words, where the policy named it.")
     reason: str | None = Field(default=None, description="Why it failed or was never placed.")
+    work_tokens: int = Field(default=0, ge=0, description="Tokens the job had to train.")
+    gpu_seconds: float = Field(default=0.0, ge=0, description=(
+        "GPU-seconds held over all its runs (checkpoint stalls and work later lost included)."))
+    preemptions: int = Field(default=0, ge=0, description="Times a policy stopped it to requeue it.")
+    interruptions: int = Field(default=0, ge=0, description="Runs cut short by a node going down.")
+    resizes: int = Field(default=0, ge=0, description="Times a policy moved it to other GPUs while running.")
+    lost_tokens: float = Field(default=0.0, ge=0, description="Work lost to interruptions (since a checkpoint).")
+    violation: str | None = Field(default=None, description=(
+        "Why a placement of it did not fit its layout on its GPUs (simulate with allow_violations only)."))
 
     @property
     def jct_s(self) -> float | None:
@@ -83,7 +92,15 @@ class SimulationResult(FrozenModel):
     p99_jct_s: float | None = Field(description="99th percentile (linear interpolation) of the same.")
     avg_queue_delay_s: float | None = Field(default=None, description="Mean submit-to-start of placed jobs.")
     makespan_s: float = Field(ge=0, description="First arrival to last completion (0 without completions).")
-    oom_placements: int = Field(ge=0, description="Placements where no layout fit in memory.")
+    violations: int = Field(ge=0, description=(
+        "Placements whose layout does not fit its GPUs (memory, tensor-parallel groups inside nodes, world size) "
+        "or that claim more than the layout's rate there; 0 unless simulated with allow_violations."))
+    goodput_tokens_per_gpu_hour: float | None = Field(default=None, description=(
+        "Tokens of finished jobs per GPU-hour held by all jobs (restarts and lost work cost GPU time)."))
+    preemptions: int = Field(default=0, ge=0, description="Policy preemptions, all jobs.")
+    resizes: int = Field(default=0, ge=0, description="Policy resizes of running jobs, all jobs.")
+    interruptions: int = Field(default=0, ge=0, description="Job runs cut short by node failures.")
+    node_failures: int = Field(default=0, ge=0, description="Node failures simulated.")
     unschedulable: list[str] = Field(description="Ids of jobs never placed (reasons in their records).")
     jobs: list[JobRecord] = Field(description="One record per job, in submission order.")
     utilisation: Utilisation | None = Field(default=None, description="Busy GPUs per type over time.")
@@ -120,12 +137,14 @@ class SimulationResult(FrozenModel):
 
 
 def summarise(policy: str, records: list[JobRecord], utilisation: Utilisation,
-              round_latency_s: list[float]) -> SimulationResult:
+              round_latency_s: list[float], node_failures: int = 0) -> SimulationResult:
     """The summary figures of a simulation's records."""
     jct = np.array([r.jct_s for r in records if r.jct_s is not None], dtype=np.float64)
     delays = np.array([r.queue_delay_s for r in records if r.queue_delay_s is not None], dtype=np.float64)
     ended = [r.finish_time_s for r in records if r.finish_time_s is not None]
     first = min((r.submit_time_s for r in records), default=0.0)
+    useful = sum(r.work_tokens for r in records if r.status is JobStatus.FINISHED)
+    gpu_s = sum(r.gpu_seconds for r in records)
     return SimulationResult(
         policy=policy,
         avg_jct_s=float(jct.mean()) if jct.size else None,
@@ -133,7 +152,12 @@ def summarise(policy: str, records: list[JobRecord], utilisation: Utilisation,
         p99_jct_s=_percentile(jct, 99),
         avg_queue_delay_s=float(delays.mean()) if delays.size else None,
         makespan_s=max(ended) - first if ended else 0.0,
-        oom_placements=sum(r.status is JobStatus.OOM for r in records),
+        violations=sum(r.violation is not None for r in records),
+        goodput_tokens_per_gpu_hour=useful / (gpu_s / 3600.0) if gpu_s else None,
+        preemptions=sum(r.preemptions for r in records),
+        resizes=sum(r.resizes for r in records),
+        interruptions=sum(r.interruptions for r in records),
+        node_failures=node_failures,
         unschedulable=[r.id for r in records if r.status is JobStatus.UNSCHEDULABLE],
         jobs=records,
         utilisation=utilisation,

@@ -1,27 +1,35 @@
-"""Default throughput of an allocation: the planner's fastest layout on that many GPUs of one type.
+"""Throughput of an allocation by the planner: what a job gets on a set of GPUs, and on the GPUs a cluster offers.
 
-:class:`PlannedThroughput` answers the same question for every GPU count at once: one vectorised candidate
-table per (model, recipe, GPU type), reduced to the best tokens/s per world size. Policies that weigh many
-counts per job use :meth:`PlannedThroughput.curve`; a plain call is one entry of that curve.
+The one module of ``scheduling`` that reads planner internals (candidate tables). Two questions:
+
+* :meth:`PlannedThroughput.best_on`: the fastest layout that fits a :class:`GPUGroup` (given GPUs on given nodes
+  with their links) -- what :func:`plan_job` returns on a cluster of exactly those GPUs (tested), from one
+  vectorised candidate table per (model, recipe, GPU type, node size, links), shared by every group.
+* :meth:`PlannedThroughput.curve` (and ``__call__``): the best rate per GPU count on the smallest cluster of the
+  type's typical nodes, for converting trace durations to work (:func:`jobs_from_trace`).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Protocol, runtime_checkable
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
+from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.training import TrainingConfig
 from frenzy_core.errors import InfeasiblePlanError
 from frenzy_core.hardware.cluster import Cluster
+from frenzy_core.hardware.gpu import Links
 from frenzy_core.hardware.gpus import get_gpu_spec
+from frenzy_core.scheduling.plans import RunLayout
 
-__all__ = ["PlannedThroughput", "ThroughputCurve", "homogeneous_cluster", "planned_tokens_per_s"]
+__all__ = ["GPUGroup", "PlannedThroughput", "homogeneous_cluster", "planned_tokens_per_s"]
 
 _MIN_CURVE_GPUS = 64
-"""Smallest curve computed (counts are rounded up to a power of two at least this): one table serves most jobs."""
+"""Smallest table computed (counts are rounded up to a power of two at least this): one table serves most jobs."""
 
 
 def homogeneous_cluster(gpu_type: str, num_gpus: int) -> Cluster:
@@ -42,35 +50,132 @@ def planned_tokens_per_s(model: ModelConfig, training: TrainingConfig, gpu_type:
     return float(plan.time.tokens_per_s)
 
 
-@runtime_checkable
-class ThroughputCurve(Protocol):
-    """A throughput function that also rates every GPU count of one type at once and names the layouts."""
+@dataclass(frozen=True)
+class GPUGroup:
+    """GPUs of one type spread over nodes, as the planner sees them: what each node offers, and the node size
+    and links the time model reads (the largest node and slowest links, as :meth:`Cluster.links` reads a
+    cluster)."""
 
-    def __call__(self, model: ModelConfig, training: TrainingConfig, gpu_type: str, num_gpus: int) -> float:
-        """Tokens/s of ``num_gpus`` GPUs; raises InfeasiblePlanError when no layout fits."""
+    free: tuple[int, ...]
+    """GPUs the job may use on each node (sorted, largest first, to share cache entries)."""
+    links: Links
 
-    def curve(self, model: ModelConfig, training: TrainingConfig, gpu_type: str, max_gpus: int) -> np.ndarray:
-        """Tokens/s for 0..``max_gpus`` GPUs (index = count); NaN where no layout fits."""
+    @staticmethod
+    def of(free: Sequence[int], links: Links) -> GPUGroup:
+        return GPUGroup(tuple(sorted((int(f) for f in free if f > 0), reverse=True)),
+                        Links(int(links.gpus_per_node), float(links.intra_node_bytes_per_s),
+                              float(links.inter_node_bytes_per_s)))
 
-    def layout(self, model: ModelConfig, training: TrainingConfig, gpu_type: str, num_gpus: int) -> str | None:
-        """The layout the rate of ``num_gpus`` GPUs comes from, in words; None when none fits."""
+    def cluster(self, gpu_type: str) -> Cluster:
+        """The cluster :func:`plan_job` would be given for exactly these GPUs: one node per entry of ``free``
+        with that many GPUs, all free, with these links."""
+        nodes = [{"gpu": gpu_type, "gpus_per_node": f, "intra_node_bytes_per_s": self.links.intra_node_bytes_per_s,
+                  "inter_node_bytes_per_s": self.links.inter_node_bytes_per_s} for f in self.free]
+        return Cluster.from_dict({"name": "allocation", "nodes": nodes})
 
 
-def _placeable(tp: np.ndarray, world: np.ndarray, gpus_per_node: int) -> np.ndarray:
-    """Whether the smallest cluster of typical nodes holding ``world`` GPUs has room for its TP groups (a TP
-    group stays in one node): the check :func:`planned_tokens_per_s`'s placement makes on that cluster."""
-    nodes = -(-world // gpus_per_node)
-    return world // tp <= nodes * (gpus_per_node // tp)
+@dataclass(frozen=True)
+class _Table:
+    """One candidate table of a (model, recipe, GPU type, node size, links), sorted for look-ups: by world
+    size, then the planner's ranking (tokens/s at 1 token/s resolution, then canonical order)."""
+
+    world: np.ndarray
+    tp: np.ndarray
+    tokens_per_s: np.ndarray
+    layout: np.ndarray
+    """Index into ``layouts``."""
+    layouts: LayoutArrays
+    device_bytes: np.ndarray
+    """Per layout."""
+    training: TrainingConfig
+
+    def rows(self, world: int) -> slice:
+        lo, hi = np.searchsorted(self.world, [world, world + 1])
+        return slice(int(lo), int(hi))
+
+    def run_layout(self, row: int) -> RunLayout:
+        i = int(self.layout[row])
+        return RunLayout(parallel=self.layouts.parallel(i), training=self.layouts.training(i, self.training),
+                         tokens_per_s=float(self.tokens_per_s[row]), device_bytes=int(self.device_bytes[i]),
+                         description=self.layouts.describe(i, compact=True))
+
+
+def _blocks(free: tuple[int, ...], tp: np.ndarray) -> np.ndarray:
+    """Whole tensor-parallel groups of each ``tp`` that nodes with ``free`` GPUs hold (a group stays in a node)."""
+    f = np.asarray(free, dtype=np.int64)
+    sizes, where = np.unique(tp, return_inverse=True)
+    return np.array([int((f // t).sum()) for t in sizes.tolist()], dtype=np.int64)[where]
 
 
 class PlannedThroughput:
-    """:func:`planned_tokens_per_s` for all counts at once, computed once per (model, recipe, GPU type) and
-    kept for the life of the object (share one object between simulations of the same workload)."""
+    """The planner's answers for scheduling, each computed once and kept for the life of the object (share one
+    object between simulations of the same workload). Also a plain throughput function (``__call__``)."""
 
     def __init__(self) -> None:
-        self._curves: dict[tuple[ModelConfig, TrainingConfig, str], np.ndarray] = {}
-        self._layouts: dict[tuple[ModelConfig, TrainingConfig, str], list[str | None]] = {}
+        self._tables: dict[tuple[object, ...], tuple[int, _Table]] = {}
+        self._best: dict[tuple[object, ...], RunLayout | None] = {}
+        self._curves: dict[tuple[object, ...], tuple[np.ndarray, np.ndarray, _Table]] = {}
 
+    # -- on given GPUs -----------------------------------------------------------------------------------------
+    def best_on(self, model: ModelConfig, training: TrainingConfig, gpu_type: str, group: GPUGroup,
+                num_gpus: int) -> RunLayout | None:
+        """The fastest layout of exactly ``num_gpus`` GPUs that fits in memory and whose tensor-parallel groups
+        fit whole inside the nodes of ``group`` (None: none). With ``num_gpus`` = all of the group's GPUs this
+        is :func:`plan_job` on ``group.cluster(gpu_type)`` (the test suite checks it)."""
+        if sum(group.free) < num_gpus:
+            return None
+        key = (model, training, gpu_type, group, num_gpus)
+        if key not in self._best:
+            table = self._table(model, training, gpu_type, group, num_gpus)
+            rows = table.rows(num_gpus)
+            tp = table.tp[rows]
+            ok = np.flatnonzero(_blocks(group.free, tp) * tp >= num_gpus)
+            self._best[key] = table.run_layout(rows.start + int(ok[0])) if ok.size else None
+        return self._best[key]
+
+    def curve_on(self, model: ModelConfig, training: TrainingConfig, gpu_type: str, group: GPUGroup,
+                 max_gpus: int) -> np.ndarray:
+        """Tokens/s of the best layout per GPU count 0..``max_gpus`` placeable on ``group`` (NaN: none)."""
+        return self._curve_on(model, training, gpu_type, group, max_gpus)[0][: max_gpus + 1]
+
+    def tps_on(self, model: ModelConfig, training: TrainingConfig, gpu_type: str, group: GPUGroup,
+               num_gpus: int) -> list[int]:
+        """Tensor-parallel sizes of the layouts of ``num_gpus`` GPUs placeable on ``group``, best layout first
+        (each size once): the granularities worth asking the free GPUs for."""
+        table = self._curve_on(model, training, gpu_type, group, num_gpus)[2]
+        rows = table.rows(num_gpus)
+        tp = table.tp[rows]
+        ok = _blocks(group.free, tp) * tp >= num_gpus
+        return [int(t) for t in dict.fromkeys(tp[ok].tolist())]
+
+    def _curve_on(self, model: ModelConfig, training: TrainingConfig, gpu_type: str, group: GPUGroup,
+                  max_gpus: int) -> tuple[np.ndarray, np.ndarray, _Table]:
+        key = (model, training, gpu_type, group)
+        known = self._curves.get(key)
+        if known is None or known[0].size <= max_gpus:
+            table = self._table(model, training, gpu_type, group, max_gpus)
+            ok = np.flatnonzero(_blocks(group.free, table.tp) * table.tp >= table.world)
+            size = int(table.world.max(initial=max_gpus))
+            rates, best = np.full(size + 1, np.nan), np.full(size + 1, -1, dtype=np.int64)
+            worlds, first = np.unique(table.world[ok], return_index=True)  # rows are ranked within a world
+            rates[worlds], best[worlds] = table.tokens_per_s[ok[first]], ok[first]
+            known = self._curves[key] = (rates, best, table)
+        return known
+
+    def _table(self, model: ModelConfig, training: TrainingConfig, gpu_type: str, group: GPUGroup,
+               max_gpus: int) -> _Table:
+        """The table of nodes of ``group.gpus_per_node`` GPUs with its links, holding ``max_gpus`` GPUs or more
+        (a power of two, at least 64, when the recipe fixes the global batch; exactly ``max_gpus`` otherwise, as
+        the planner's data-parallel sizes then depend on the cluster's GPU count)."""
+        fixed = training.global_batch_size is not None
+        key: tuple[object, ...] = (model, training, gpu_type, group.links) + (() if fixed else (max_gpus,))
+        known = self._tables.get(key)
+        if known is None or known[0] < max_gpus:
+            size = max(_MIN_CURVE_GPUS, 1 << max(max_gpus - 1, 1).bit_length()) if fixed else max_gpus
+            known = self._tables[key] = (size, _build(model, training, gpu_type, group, size))
+        return known[1]
+
+    # -- on typical nodes (trace conversion) ---------------------------------------------------------------------
     def __call__(self, model: ModelConfig, training: TrainingConfig, gpu_type: str, num_gpus: int) -> float:
         rate = float(self.curve(model, training, gpu_type, num_gpus)[num_gpus])
         if math.isnan(rate):
@@ -78,40 +183,55 @@ class PlannedThroughput:
         return rate
 
     def curve(self, model: ModelConfig, training: TrainingConfig, gpu_type: str, max_gpus: int) -> np.ndarray:
-        gpu_id = get_gpu_spec(gpu_type).id
-        key = (model, training, gpu_id)
+        """:func:`planned_tokens_per_s` for 0..``max_gpus`` GPUs at once (index = count; NaN: nothing fits), each
+        on the smallest cluster of the type's typical nodes that holds it."""
+        return self._typical(model, training, gpu_type, max_gpus)[0][: max_gpus + 1]
+
+    def layout(self, model: ModelConfig, training: TrainingConfig, gpu_type: str, num_gpus: int) -> RunLayout | None:
+        """The layout behind ``curve``'s rate for ``num_gpus`` GPUs; None when none fits."""
+        _, best, table = self._typical(model, training, gpu_type, num_gpus)
+        return None if best[num_gpus] < 0 else table.run_layout(int(best[num_gpus]))
+
+    def _typical(self, model: ModelConfig, training: TrainingConfig, gpu_type: str, max_gpus: int
+                 ) -> tuple[np.ndarray, np.ndarray, _Table]:
+        spec = get_gpu_spec(gpu_type)
+        key = (model, training, spec.id, "typical")
         known = self._curves.get(key)
-        if known is None or known.size <= max_gpus:
-            size = max(_MIN_CURVE_GPUS, 1 << max(max_gpus - 1, 1).bit_length())
-            known, self._layouts[key] = self._compute(model, training, gpu_id, size)
-            self._curves[key] = known
-        return known[: max_gpus + 1]
+        if known is None or known[0].size <= max_gpus:
+            group = GPUGroup.of((), spec.links)
+            table = self._table(model, training, spec.id, group, max_gpus)
+            ok = np.flatnonzero(_placeable(table.tp, table.world, spec.gpus_per_node))
+            size = int(table.world.max(initial=max_gpus))
+            rates, best = np.full(size + 1, np.nan), np.full(size + 1, -1, dtype=np.int64)
+            worlds, first = np.unique(table.world[ok], return_index=True)
+            rates[worlds], best[worlds] = table.tokens_per_s[ok[first]], ok[first]
+            known = self._curves[key] = (rates, best, table)
+        return known
 
-    def layout(self, model: ModelConfig, training: TrainingConfig, gpu_type: str, num_gpus: int) -> str | None:
-        """The layout behind ``curve``'s rate for ``num_gpus`` GPUs, in words (``dp4 tp2 pp1 mbs2 selective``);
-        None when none fits."""
-        self.curve(model, training, gpu_type, num_gpus)
-        return self._layouts[(model, training, get_gpu_spec(gpu_type).id)][num_gpus]
 
-    @staticmethod
-    def _compute(model: ModelConfig, training: TrainingConfig, gpu_id: str, max_gpus: int
-                 ) -> tuple[np.ndarray, list[str | None]]:
-        """Best tokens/s per world size 0..max_gpus from one candidate table (NaN: nothing fits), and the layout
-        of each."""
-        from frenzy_core.planning.search import make_search
+def _build(model: ModelConfig, training: TrainingConfig, gpu_type: str, group: GPUGroup, total: int) -> _Table:
+    """The planner's candidate table on ``total`` GPUs in nodes of ``group.links.gpus_per_node`` (the last node
+    holds the rest) with ``group``'s links, every GPU free; rows that fit, ranked within each world size."""
+    from frenzy_core.planning.search import make_search
 
-        search = make_search(model, homogeneous_cluster(gpu_id, max_gpus), training, "throughput",
-                             {"max_gpus": max_gpus, "gpu_types": [gpu_id]})
-        table = search.table()
-        out = np.full(max_gpus + 1, np.nan)
-        names: list[str | None] = [None] * (max_gpus + 1)
-        ok = np.flatnonzero(_placeable(table.tp, table.world, search.pool.max_node_size(gpu_id))
-                            & np.isfinite(table.tokens_per_s))
-        # fastest first (ties: the planner's canonical order); the first row of each world size is its best
-        ranked = ok[np.lexsort((table.order[ok], -table.tokens_per_s[ok]))]
-        worlds, first = np.unique(table.world[ranked], return_index=True)
-        for world, row in zip(worlds, ranked[first]):
-            out[world] = table.tokens_per_s[row]
-            names[int(world)] = table.layouts.describe(int(table.layout[row]), compact=True)
-        return out, names
+    gpn = group.links.gpus_per_node
+    full, rest = divmod(total, gpn)
+    links = {"gpu": gpu_type, "intra_node_bytes_per_s": group.links.intra_node_bytes_per_s,
+             "inter_node_bytes_per_s": group.links.inter_node_bytes_per_s}
+    nodes = ([{**links, "gpus_per_node": gpn, "count": full}] if full else []) + (
+        [{**links, "gpus_per_node": rest}] if rest else [])
+    cluster = Cluster.from_dict({"name": f"{total} x {gpu_type}", "nodes": nodes})
+    search = make_search(model, cluster, training, "throughput", {"max_gpus": total, "gpu_types": [gpu_type]})
+    table = search.table()
+    ok = np.flatnonzero(np.isfinite(table.tokens_per_s) & (table.tokens_per_s > 0))
+    ranked = ok[np.lexsort((table.order[ok], -np.rint(table.tokens_per_s[ok]), table.world[ok]))]
+    return _Table(world=table.world[ranked], tp=table.tp[ranked], tokens_per_s=table.tokens_per_s[ranked],
+                  layout=table.layout[ranked], layouts=table.layouts, device_bytes=table.device_bytes,
+                  training=search.training)
 
+
+def _placeable(tp: np.ndarray, world: np.ndarray, gpus_per_node: int) -> np.ndarray:
+    """Whether the smallest cluster of typical nodes holding ``world`` GPUs has room for its TP groups (a TP
+    group stays in one node): the check :func:`planned_tokens_per_s`'s placement makes on that cluster."""
+    nodes = -(-world // gpus_per_node)
+    return world // tp <= nodes * (gpus_per_node // tp)

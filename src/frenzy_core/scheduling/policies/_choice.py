@@ -14,8 +14,9 @@ Constraints
 Objective
     maximise sum v_{j,o} x_{j,o}.
 
-A greedy pass (options by value per GPU, then value) gives a feasible hint; when it already starts every job
-with its best option it is optimal and CP-SAT is skipped. CP-SAT runs on one worker with a fixed seed and a
+When every job's most valuable option fits together, that is optimal and no solver runs. Otherwise a greedy
+pass (options by value per GPU, then value) gives a feasible hint; when it already starts every job with its
+best option it is optimal and CP-SAT is skipped. CP-SAT runs on one worker with a fixed seed and a
 deterministic time limit, so the same round always gets the same answer; the better of the two is kept.
 """
 
@@ -26,6 +27,27 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["Choice", "choose"]
+
+
+def _prune(items: np.ndarray, gpu: np.ndarray, count: np.ndarray, value: np.ndarray, free: np.ndarray) -> np.ndarray:
+    """The options some optimal choice may use: of each (type g, count c), the best floor(F_g / c) + S by value
+    (ties: option order), S = sum_g floor(F_g / least count on g) the most jobs any choice starts. Exact: an
+    optimum using a worse option o of (g, c) leaves, among those kept, one of a job it does not start (at most S
+    kept options belong to started jobs, fewer than floor(F_g / c) are (g, c) options it uses), worth at least
+    v_o, and swapping them keeps every constraint."""
+    if not items.size:
+        return items
+    g, c, v = gpu[items], count[items], value[items]
+    least = np.full(free.size, np.iinfo(np.int64).max)
+    np.minimum.at(least, g, c)
+    on = least < np.iinfo(np.int64).max
+    most_jobs = int((free[on] // least[on]).sum())
+    order = np.lexsort((items, -v, c, g))
+    g, c = g[order], c[order]
+    start = np.r_[0, np.flatnonzero((np.diff(g) != 0) | (np.diff(c) != 0)) + 1]
+    rank = np.arange(order.size) - np.repeat(start, np.diff(np.r_[start, order.size]))
+    keep = rank < free[g] // c + most_jobs
+    return np.sort(items[order[keep]])
 
 
 @dataclass(frozen=True)
@@ -43,10 +65,16 @@ def choose(owner: np.ndarray, gpu: np.ndarray, count: np.ndarray, value: np.ndar
     """Pick at most one option per job within ``free`` GPUs per type, maximising the summed integer values.
     Options are flat arrays: ``owner`` (job index), ``gpu`` (type index), ``count``, ``value``."""
     picks = np.full(num_jobs, -1, dtype=np.int64)
-    # -- data: options that fit now and are worth something --------------------------------------------
-    items = np.flatnonzero((count <= free[gpu]) & (value > 0))
+    # -- data: options that fit now and are worth something, pruned exactly ----------------------------------
+    items = _prune(np.flatnonzero((count <= free[gpu]) & (value > 0)), gpu, count, value, free)
     if not items.size:
         return Choice(picks, 0, "none")
+    # -- every job its best option, when those fit together: optimal -----------------------------------------
+    top = items[np.lexsort((items, -value[items], owner[items]))]
+    top = top[np.r_[True, owner[top][1:] != owner[top][:-1]]]  # each job's most valuable option (ties: first)
+    if (np.bincount(gpu[top], weights=count[top], minlength=free.size) <= free).all():
+        picks[owner[top]] = top
+        return Choice(picks, int(value[top].sum()), "greedy")
     # -- greedy: value per GPU, then value, then option order -------------------------------------------
     order = items[np.lexsort((items, -value[items], -value[items] / count[items]))]
     left = free.astype(np.int64).copy()

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import abc
+import bisect
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from frenzy_core.scheduling.jobs import TrainingJob
-from frenzy_core.scheduling.policy import Placement, Policy
+from frenzy_core.scheduling.messages import Start
+from frenzy_core.scheduling.policy import Policy
 from frenzy_core.scheduling.rates import JobOptions, power_of_two_counts
 from frenzy_core.scheduling.state import ClusterState
 
@@ -27,11 +30,15 @@ def elastic_counts(job: TrainingJob, usable: int) -> list[int]:
     """Counts a resizing policy weighs for ``job`` on a type with ``usable`` GPUs: the request, and powers of two
     from the request over ``ELASTIC_FACTOR`` to ``ELASTIC_FACTOR`` times it (every power of two up to the usable
     GPUs without a request)."""
-    if job.request is None:
+    return _elastic_counts(None if job.request is None else job.request.num_gpus, usable)
+
+
+@functools.lru_cache(maxsize=4096)
+def _elastic_counts(requested: int | None, usable: int) -> list[int]:
+    if requested is None:
         return power_of_two_counts(usable)
-    n = job.request.num_gpus
-    low = -(-n // ELASTIC_FACTOR)
-    return [c for c in power_of_two_counts(min(usable, ELASTIC_FACTOR * n), [n]) if c >= low]
+    low = -(-requested // ELASTIC_FACTOR)
+    return [c for c in power_of_two_counts(min(usable, ELASTIC_FACTOR * requested), [requested]) if c >= low]
 
 
 @dataclass(frozen=True)
@@ -102,6 +109,8 @@ class QueuePolicy(Policy):
         """The options of the queue's first ``len(queue) - len(_pending)`` jobs; None until first asked for."""
         self._pending: list[TrainingJob] = []
         """Jobs queued since the table was last brought up to date."""
+        self._arrival: dict[str, int] = {}
+        """Job id -> arrival number: a job that comes back (preempted, interrupted) regains its place."""
 
     def table(self) -> QueueTable:
         """The queued jobs' options as flat arrays (built on first use, then kept in step with the queue)."""
@@ -120,7 +129,8 @@ class QueuePolicy(Policy):
     def counted_options(self, job: TrainingJob, allowed: list[str],
                         counts: Callable[[str], Sequence[int]]) -> JobOptions:
         """Every count ``counts(type)`` of every allowed type, kept where the job fits in memory."""
-        return self.rates.options(job, [counts(t) if t in allowed else [] for t in self.state.gpu_types])
+        return self.rates.options(job, [counts(t) if t in allowed else [] for t in self.state.gpu_types],
+                                  job.total_tokens)
 
     def allowed_types(self, job: TrainingJob) -> list[str]:
         """GPU types the job may run on: the one it asked for, else every type of the cluster."""
@@ -141,9 +151,27 @@ class QueuePolicy(Policy):
                                      f"{self.name} may give it on {', '.join(allowed)}")
             return
         self.options[job.id] = options
-        self.queue.append(job)
-        if self._table is not None:
-            self._pending.append(job)
+        number = self._arrival.setdefault(job.id, len(self._arrival))
+        if not self.queue or self._arrival[self.queue[-1].id] < number:
+            self.queue.append(job)
+            if self._table is not None:
+                self._pending.append(job)
+            return
+        at = bisect.bisect([self._arrival[j.id] for j in self.queue], number)
+        self.queue.insert(at, job)
+        self._table, self._pending = None, []
+
+    def cancel(self, job_id: str) -> None:
+        self.dequeue({job_id})
+
+    def queued(self) -> list[TrainingJob]:
+        return list(self.queue)
+
+    def saved(self) -> dict[str, Any]:
+        return {"arrival": list(self._arrival)}
+
+    def restore(self, data: dict[str, Any]) -> None:
+        self._arrival = {job_id: i for i, job_id in enumerate(data["arrival"])}
 
     def on_finish(self, job_id: str, now: float) -> None:
         """Nothing to update: the freed GPUs are visible in the cluster state."""
@@ -161,26 +189,26 @@ class QueuePolicy(Policy):
             keep = np.array([j.id not in started for j in self.queue], dtype=bool)
             self.queue = [j for j, kept in zip(self.queue, keep) if kept]
         for job_id in started:
-            del self.options[job_id]
+            self.options.pop(job_id, None)
         if table is not None:
             self._table = table.kept(keep)
 
-    def place_row(self, table: QueueTable, row: int, free: ClusterState) -> Placement:
+    def place_row(self, table: QueueTable, row: int, free: ClusterState) -> Start | None:
         """:meth:`place` for row ``row`` of the queue table."""
         j = int(table.owner[row])
         return self.place(self.queue[j], row - int(table.first[j]), free)
 
-    def place(self, job: TrainingJob, option: int, free: ClusterState) -> Placement:
-        """Start ``job`` with its option ``option`` on ``free`` (best fit), which must have room for it."""
+    def place(self, job: TrainingJob, option: int, free: ClusterState) -> Start | None:
+        """Start ``job`` with its option ``option`` on GPUs of ``free`` (taken there), re-planned on them; None
+        when no free GPUs of that type and count fit a layout of the job (fragmented nodes)."""
         opts = self.options[job.id]
         gpu_type = self.state.gpu_types[int(opts.gpu[option])]
-        allocation = free.find(gpu_type, int(opts.count[option]))  # best fit
-        assert allocation is not None, "the round's choice exceeds the free GPUs of its type"
-        free.take(allocation)
-        count = int(opts.count[option])
-        return Placement(job.id, gpu_type, allocation, float(opts.tokens_per_s[option]),
-                         self.rates.layout(job, gpu_type, count))
+        plan = self.rates.place(job, gpu_type, int(opts.count[option]), free)
+        if plan is None:
+            return None
+        free.take(plan.nodes)
+        return Start(job_id=job.id, plan=plan)
 
     def free_per_type(self, free: ClusterState) -> np.ndarray:
         """Free GPUs of each type, in cluster order of types."""
-        return np.array([free.free_gpus(t) for t in self.state.gpu_types], dtype=np.int64)
+        return free.free_per_type()

@@ -2,8 +2,8 @@
 
 The baseline of request-based cluster schedulers (Philly, Slurm without backfill): the queue's head waits
 until its request is free, and nothing behind it may pass. A request without a GPU type takes the first type,
-in cluster order, with enough free GPUs on which the job fits in memory. The job runs with the fastest layout
-of that allocation that fits. A request that fits in memory on no type it allows is rejected on arrival.
+in cluster order, whose free GPUs hold a layout of the job that fits in memory. The job runs with the fastest
+layout of those GPUs (re-planned on them). A request that fits in memory on no type it allows is rejected on arrival.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from frenzy_core.scheduling.jobs import TrainingJob
+from frenzy_core.scheduling.messages import Action
 from frenzy_core.scheduling.policies._queue import QueuePolicy
-from frenzy_core.scheduling.policy import Placement
 from frenzy_core.scheduling.rates import JobOptions
 
 __all__ = ["FifoRequested"]
@@ -41,16 +41,20 @@ class FifoRequested(QueuePolicy):
             return
         super().submit(job, now)
 
-    def schedule(self, now: float) -> list[Placement]:
-        placements: list[Placement] = []
+    def schedule(self, now: float) -> list[Action]:
+        starts: list[Action] = []
         free = self.state.copy()  # what is left after the placements made so far in this call
         left = self.free_per_type(free)
         for job in self.queue:
             opts = self.options[job.id]  # one option per type that fits, in cluster order of types
-            fits = np.flatnonzero(opts.count <= left[opts.gpu])
-            if not fits.size:
+            started = None
+            for o in np.flatnonzero(opts.count <= left[opts.gpu]):  # the first type whose free GPUs fit a layout
+                started = self.place(job, int(o), free)
+                if started is not None:
+                    left[opts.gpu[o]] -= opts.count[o]
+                    break
+            if started is None:
                 break  # the head waits; nothing behind it passes
-            placements.append(self.place(job, int(fits[0]), free))
-            left[opts.gpu[fits[0]]] -= opts.count[fits[0]]
-        self.dequeue({p.job_id for p in placements})
-        return placements
+            starts.append(started)
+        self.dequeue({a.job_id for a in starts})
+        return starts

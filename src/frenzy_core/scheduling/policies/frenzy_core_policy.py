@@ -20,15 +20,18 @@ layout's throughput. No preemption: a started job keeps its allocation.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from frenzy_core.scheduling.jobs import TrainingJob
+from frenzy_core.scheduling.messages import Action, Start
 from frenzy_core.scheduling.policies._choice import choose
+from frenzy_core.scheduling.policies._elastic import grow, make_room
 from frenzy_core.scheduling.policies._queue import QueuePolicy, QueueTable, elastic_counts
-from frenzy_core.scheduling.policy import Placement
+from frenzy_core.scheduling.policy import RunningJob
 from frenzy_core.scheduling.rates import JobOptions
 from frenzy_core.scheduling.state import ClusterState
-from frenzy_core.scheduling.workload import ThroughputFn
 
 __all__ = ["DEFAULT_ROUND_BUDGET", "DEFAULT_STARVATION_FACTOR", "FrenzyCore"]
 
@@ -40,6 +43,9 @@ the 100 ms round target; deterministic, unlike a wall-clock limit, so runs repea
 DEFAULT_STRETCH = 1.25
 """An option is started now only if its run time is at most this many times the time until the job's
 earliest-completing option would finish (waiting for a faster type or more GPUs otherwise; our choice)."""
+DEFAULT_MIN_GAIN = 0.2
+"""A running job grows onto idle GPUs only if it then ends at least this share of its remaining time sooner,
+restart included (our choice: a move must pay clearly, since GPUs it takes may be wanted by the next arrival)."""
 VALUE_SCALE = 10**9
 """The fastest-finishing option of a round is worth this much; others in proportion (integer data)."""
 
@@ -50,31 +56,29 @@ class FrenzyCore(QueuePolicy):
     name = "frenzy-core"
 
     def __init__(self, starvation_factor: float = DEFAULT_STARVATION_FACTOR,
-                 round_budget: float = DEFAULT_ROUND_BUDGET, stretch: float = DEFAULT_STRETCH) -> None:
+                 round_budget: float = DEFAULT_ROUND_BUDGET, stretch: float = DEFAULT_STRETCH,
+                 preemption: bool = True, min_gain: float = DEFAULT_MIN_GAIN) -> None:
         super().__init__()
         self.starvation_factor = starvation_factor
         self.round_budget = round_budget
         self.stretch = stretch
-        self.running: dict[str, tuple[float, int, int]] = {}
-        """Job id -> (expected end, GPU type index, GPUs) of the jobs this policy started."""
-        self.capacity: dict[str, int] = {}
-        """GPU type -> GPUs usable at the start."""
+        self.preemption = preemption
+        self.min_gain = min_gain
+        self._idle_seen: list[int] = []
+        """Per type, the idle GPUs (free, wanted by no queued job) after the last growth attempt."""
+
+    def params(self) -> dict[str, float | bool]:
+        return {"starvation_factor": self.starvation_factor, "round_budget": self.round_budget,
+                "stretch": self.stretch, "preemption": self.preemption, "min_gain": self.min_gain}
 
     def job_options(self, job: TrainingJob, allowed: list[str]) -> JobOptions:
         return self.counted_options(job, allowed, lambda t: elastic_counts(job, self.state.usable_gpus(t)))
 
-    def start(self, state: ClusterState, throughput: ThroughputFn, seed: int) -> None:
-        super().start(state, throughput, seed)
-        self.capacity = {t: state.usable_gpus(t) for t in state.gpu_types}
-
-    def on_finish(self, job_id: str, now: float) -> None:
-        self.running.pop(job_id, None)
-
     def _release_times(self, now: float) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per type: expected end times of the running jobs (sorted) and the GPUs free after each, from now."""
         out = []
-        for g, t in enumerate(self.state.gpu_types):
-            ends = sorted((end, n) for end, gg, n in self.running.values() if gg == g)
+        for t in self.state.gpu_types:
+            ends = sorted((r.end, r.plan.num_gpus) for r in self.running.values() if r.plan.gpu_type == t)
             times = np.array([now] + [max(now, e) for e, _ in ends])
             freed = self.state.free_gpus(t) + np.concatenate([[0], np.cumsum([n for _, n in ends])])
             out.append((times, freed.astype(np.int64)))
@@ -89,15 +93,32 @@ class FrenzyCore(QueuePolicy):
             start[on_g] = np.where(k < times.size, times[np.minimum(k, times.size - 1)], np.inf)
         return start
 
+    def _expected_finish(self, table: QueueTable, area: np.ndarray, now: float) -> np.ndarray:
+        """When each option would finish if the job waited for it: its GPUs free up as the running jobs end as
+        expected, then the queued jobs with less work (GPU-seconds) whose best option is on the same type go
+        first, sharing the type's GPUs; then it runs."""
+        every = np.arange(table.owner.size)
+        start = self._earliest_start(table, every, now)
+        best = np.full(len(self.queue), -1, dtype=np.int64)
+        by_area = np.lexsort((every, table.count * table.run_s, table.owner))  # each job's least-area option first
+        best[table.owner[by_area[::-1]]] = by_area[::-1]
+        ahead = np.zeros(len(self.queue))
+        order = np.argsort(area, kind="stable")
+        for g, t in enumerate(self.state.gpu_types):
+            mine = order[table.gpu[best[order]] == g]
+            ahead[mine] = (np.cumsum(area[mine]) - area[mine]) / max(1, self.state.usable_gpus(t))
+        return start + ahead[table.owner] + table.run_s
+
     def _serve_starving(self, table: QueueTable, starving: np.ndarray, now: float, left: np.ndarray,
-                        free: ClusterState) -> tuple[list[Placement], set[int]]:
+                        free: ClusterState, expected: np.ndarray) -> tuple[list[Action], set[int], int | None]:
         """Starving jobs, oldest first: each starts with its fastest option that fits now and is within the
         stretch of its earliest completion; the first that cannot reserves its best type. Returns the
-        placements and the reserved type indices."""
-        placements: list[Placement] = []
+        placements, the reserved type indices and the queue position of the job that reserved."""
+        placements: list[Action] = []
         reserved: set[int] = set()
+        waiting: int | None = None
         rows = np.flatnonzero(starving[table.owner])
-        finish = self._earliest_start(table, rows, now) + table.run_s[rows]
+        finish = expected[rows]
         owners = table.owner[rows]
         best_finish = np.full(len(self.queue), np.inf)
         np.minimum.at(best_finish, owners, finish)
@@ -117,45 +138,96 @@ class FrenzyCore(QueuePolicy):
                 lo, hi = np.searchsorted(owners, [bad[0], bad[0] + 1])
                 reserved.add(int(table.gpu[rows[lo + int(np.argmin(finish[lo:hi]))]]))
                 blocked[list(reserved)] = True
-                done = int(bad[0]) + 1
+                waiting = done = int(bad[0])
+                done += 1
                 continue
             if not good.size:
                 break
             mine = ok & (owners == good[0])
             row = int(rows[mine][np.argmin(table.run_s[rows][mine])])
-            placements.append(self.place_row(table, row, free))
-            left[table.gpu[row]] -= table.count[row]
+            started = self.place_row(table, row, free)
+            if started is not None:  # None: the type's free GPUs are too fragmented for its layouts
+                placements.append(started)
+                left[table.gpu[row]] -= table.count[row]
             done = int(good[0]) + 1
-        return placements, reserved
+        return placements, reserved, waiting
 
-    def schedule(self, now: float) -> list[Placement]:
+    def schedule(self, now: float) -> list[Action]:
         free = self.state.copy()
+        if not self.queue:
+            return self._grow(free, now) if self.preemption else []
         left = self.free_per_type(free)
         table = self.table()
-        if not (table.count <= left[table.gpu]).any():
+        if not (table.count <= left[table.gpu]).any() and not (self.preemption and self.running):
             return []  # nothing can start, and a reservation would change nothing this round
         fast = table.per_job_min(table.run_s)
+        area = table.per_job_min(table.count * table.run_s)
+        expected = self._expected_finish(table, area, now)
         waited = now - table.submit_s
         starving = waited >= self.starvation_factor * fast
-        placements, reserved = self._serve_starving(table, starving, now, left, free) if starving.any() else ([], set())
+        placements: list[Action] = []
+        reserved: set[int] = set()
+        if starving.any():
+            placements, reserved, waiting = self._serve_starving(table, starving, now, left, free, expected)
+            if waiting is not None and self.preemption:
+                moves = self._make_room(table, waiting, starving, free, now)
+                if moves:
+                    placements += moves
+                    reserved = set()
+                    left = self.free_per_type(free)
         for g in reserved:
             left[g] = 0
         if left.any():
             # value: (least queued GPU-seconds / the job's) x (its fastest run / this run), within the stretch
-            area = table.per_job_min(table.count * table.run_s)
-            horizon = float(area.sum()) / sum(self.capacity.values())  # draining the queue at full speed
             fast_o, area_o = fast[table.owner], area[table.owner]
-            ok = (table.run_s - fast_o <= np.maximum((self.stretch - 1.0) * fast_o, horizon)) & ~starving[table.owner]
+            best_finish = table.per_job_min(expected)[table.owner]
+            ok = (table.run_s <= self.stretch * (best_finish - now)) & ~starving[table.owner]
             worth = VALUE_SCALE * (float(area.min()) / area_o) * (fast_o / table.run_s)
             values = np.where(ok, np.maximum(1, np.rint(worth)), 0).astype(np.int64)
             choice = choose(table.owner, table.gpu, table.count, values, left, len(self.queue),
                             deterministic_time=self.round_budget, seed=self.seed)
-            placements += [self.place_row(table, int(row), free) for row in choice.picks if row >= 0]
-        for p in placements:
-            assert p.tokens_per_s is not None
-            opts = self.options[p.job_id]
-            work_tokens = float(opts.run_s[0] * opts.tokens_per_s[0])
-            self.running[p.job_id] = (now + work_tokens / p.tokens_per_s,
-                                      self.state.gpu_types.index(p.gpu_type), p.num_gpus)
-        self.dequeue({p.job_id for p in placements})
+            placements += [a for a in (self.place_row(table, int(r), free) for r in choice.picks if r >= 0)
+                           if a is not None]
+        self.dequeue({a.job_id for a in placements if isinstance(a, Start)})
+        if self.preemption:
+            placements += self._grow(free, now)
         return placements
+
+    def _counts(self, job: TrainingJob, gpu_type: str) -> list[int]:
+        return elastic_counts(job, self.state.usable_gpus(gpu_type))
+
+    def _grow(self, free: ClusterState, now: float) -> list[Action]:
+        """Grow running jobs onto free GPUs that no queued job may use at all (growing where queued jobs wait
+        would take the GPUs they drain towards), on the types where more such GPUs are free than at the last
+        attempt: a move that did not pay then pays less later (its restart is the same, its remaining time
+        shorter), so only newly idle GPUs can make one pay."""
+        idle = self.free_per_type(free)
+        idle[np.unique(self.table().gpu)] = 0
+        seen = np.asarray(self._idle_seen or [0] * idle.size)
+        types = [t for g, t in enumerate(self.state.gpu_types) if idle[g] > seen[g]]
+        moves = grow(self, free, now, types, self._counts, self.min_gain) if types else []
+        after = self.free_per_type(free)
+        self._idle_seen = np.where(idle > 0, after, 0).tolist()
+        return moves
+
+    def saved(self) -> dict[str, Any]:
+        return {**super().saved(), "idle_seen": self._idle_seen}
+
+    def restore(self, data: dict[str, Any]) -> None:
+        super().restore(data)
+        self._idle_seen = list(data["idle_seen"])
+
+    def _protected(self, run: RunningJob, now: float) -> bool:
+        """A run that is itself past the starvation bound (its wait and run so far against its fastest run) is
+        never preempted: the bound holds for preempted jobs too, and two long jobs cannot take turns."""
+        fastest = float(self.rates.rates(run.job, run.plan.gpu_type, [run.plan.num_gpus])[0])
+        fastest_s = run.job.total_tokens / max(fastest, run.plan.tokens_per_s)
+        return now - run.job.submit_time_s >= self.starvation_factor * fastest_s
+
+    def _make_room(self, table: QueueTable, waiting: int, starving: np.ndarray, free: ClusterState,
+                   now: float) -> list[Action]:
+        """Preempt for the starving job at queue position ``waiting``: its options fastest first."""
+        lo, hi = int(table.first[waiting]), int(table.first[waiting] + table.sizes[waiting])
+        rows = sorted(range(lo, hi), key=lambda r: (table.run_s[r], r))
+        options = [(self.state.gpu_types[int(table.gpu[r])], int(table.count[r]), float(table.run_s[r])) for r in rows]
+        return make_room(self, self.queue[waiting], options, free, now, lambda run: self._protected(run, now))

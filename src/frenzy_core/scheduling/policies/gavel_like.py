@@ -17,8 +17,8 @@ from __future__ import annotations
 import numpy as np
 
 from frenzy_core.scheduling.jobs import TrainingJob
+from frenzy_core.scheduling.messages import Action
 from frenzy_core.scheduling.policies._queue import QueuePolicy
-from frenzy_core.scheduling.policy import Placement
 from frenzy_core.scheduling.rates import JobOptions, power_of_two_counts
 
 __all__ = ["GavelLike"]
@@ -71,20 +71,23 @@ class GavelLike(QueuePolicy):
         assert status in (pywraplp.Solver.OPTIMAL, pywraplp.Solver.FEASIBLE), "the LP is always feasible (X = 0)"
         return [(round(var.solution_value(), 9), j, o) for (j, o), var in x.items()]  # type: ignore[attr-defined]
 
-    def schedule(self, now: float) -> list[Placement]:
+    def schedule(self, now: float) -> list[Action]:
         free = self.state.copy()
         left = self.free_per_type(free)
         if not self.queue or not left.any():
             return []
-        placements: list[Placement] = []
+        starts: list[Action] = []
         started: set[int] = set()
         for _x, j, o in sorted(self._allocation(left), key=lambda t: (-t[0], t[1], t[2])):
             opts = self.options[self.queue[j].id]
             g, n = int(opts.gpu[o]), int(opts.count[o])
             if j in started or n > left[g]:
                 continue
-            placements.append(self.place(self.queue[j], o, free))
+            action = self.place(self.queue[j], o, free)
+            if action is None:
+                continue  # the type's free GPUs are too fragmented for this job's layouts
+            starts.append(action)
             left[g] -= n
             started.add(j)
-        self.dequeue({p.job_id for p in placements})
-        return placements
+        self.dequeue({a.job_id for a in starts})
+        return starts

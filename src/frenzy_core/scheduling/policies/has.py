@@ -21,8 +21,8 @@ import numpy as np
 from frenzy_core.hardware.gpus import get_gpu_spec
 from frenzy_core.planning import marp_configs
 from frenzy_core.scheduling.jobs import TrainingJob
+from frenzy_core.scheduling.messages import Action
 from frenzy_core.scheduling.policies._queue import QueuePolicy
-from frenzy_core.scheduling.policy import Placement
 from frenzy_core.scheduling.rates import JobOptions
 
 __all__ = ["FrenzyHAS"]
@@ -33,8 +33,21 @@ class FrenzyHAS(QueuePolicy):
 
     name = "frenzy-has"
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._lists: dict[tuple[int, tuple[str, ...]], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        """(model and recipe, allowed types) -> the option arrays (MARP's list depends on nothing else)."""
+
     def job_options(self, job: TrainingJob, allowed: list[str]) -> JobOptions:
         """(type, count) pairs in HAS's priority order: MARP's list, then memory size ascending."""
+        key = (self.rates.key(job), tuple(allowed))
+        if key not in self._lists:
+            self._lists[key] = self._priority_list(job, allowed)
+        gpu, count, tokens = self._lists[key]
+        return JobOptions(gpu=gpu, count=count, tokens_per_s=tokens,
+                          run_s=job.total_tokens / tokens if tokens.size else tokens)
+
+    def _priority_list(self, job: TrainingJob, allowed: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         training = job.training.replace(global_batch_size=job.training.micro_batch_size)
         configs = marp_configs(job.model, training)  # the batch is set, so MARP accepts it
         memory = {t: get_gpu_spec(t).nominal_memory_bytes for t in allowed}
@@ -48,17 +61,16 @@ class FrenzyHAS(QueuePolicy):
                 if (t, cfg.num_gpus) in seen:
                     continue
                 seen.add((t, cfg.num_gpus))
-                r = self.rates.rate(job, t, cfg.num_gpus)
+                r = self.rates.rate(job, t, cfg.num_gpus)  # None: no layout fits the type's nodes
                 if r is not None:
                     gpu.append(self.state.gpu_types.index(t))
                     count.append(cfg.num_gpus)
                     rate.append(r)
-        tokens = np.asarray(rate, dtype=np.float64)
-        return JobOptions(gpu=np.asarray(gpu, dtype=np.int64), count=np.asarray(count, dtype=np.int64),
-                          tokens_per_s=tokens, run_s=job.total_tokens / tokens if tokens.size else tokens)
+        return (np.asarray(gpu, dtype=np.int64), np.asarray(count, dtype=np.int64),
+                np.asarray(rate, dtype=np.float64))
 
-    def schedule(self, now: float) -> list[Placement]:
-        placements: list[Placement] = []
+    def schedule(self, now: float) -> list[Action]:
+        starts: list[Action] = []
         free = self.state.copy()
         left = self.free_per_type(free)
         table = self.table()
@@ -67,9 +79,11 @@ class FrenzyHAS(QueuePolicy):
         # only jobs with a configuration that fits the free GPUs before any placement can start
         for j in np.unique(table.owner[table.count <= left[table.gpu]]):
             rows = np.arange(first[j], ends[j])
-            fits = rows[table.count[rows] <= left[table.gpu[rows]]]
-            if fits.size:  # the first configuration in priority order that has room
-                placements.append(self.place_row(table, int(fits[0]), free))
-                left[table.gpu[fits[0]]] -= table.count[fits[0]]
-        self.dequeue({p.job_id for p in placements})
-        return placements
+            for row in rows[table.count[rows] <= left[table.gpu[rows]]]:  # first in priority order that has room
+                started = self.place_row(table, int(row), free)
+                if started is not None:
+                    starts.append(started)
+                    left[table.gpu[row]] -= table.count[row]
+                    break
+        self.dequeue({a.job_id for a in starts})
+        return starts

@@ -16,9 +16,9 @@ from __future__ import annotations
 import numpy as np
 
 from frenzy_core.scheduling.jobs import TrainingJob
+from frenzy_core.scheduling.messages import Action
 from frenzy_core.scheduling.policies._choice import choose
 from frenzy_core.scheduling.policies._queue import QueuePolicy, elastic_counts
-from frenzy_core.scheduling.policy import Placement
 from frenzy_core.scheduling.rates import JobOptions
 
 __all__ = ["SIA_LAMBDA", "SIA_P", "SiaLike"]
@@ -44,7 +44,10 @@ class SiaLike(QueuePolicy):
     def job_options(self, job: TrainingJob, allowed: list[str]) -> JobOptions:
         return self.counted_options(job, allowed, lambda t: elastic_counts(job, self.state.usable_gpus(t)))
 
-    def schedule(self, now: float) -> list[Placement]:
+    def params(self) -> dict[str, float]:
+        return {"round_budget": self.round_budget}
+
+    def schedule(self, now: float) -> list[Action]:
         free = self.state.copy()
         left = self.free_per_type(free)
         if not self.queue or not left.any():
@@ -54,6 +57,7 @@ class SiaLike(QueuePolicy):
         values = np.rint(_SCALE * (SIA_LAMBDA - (table.tokens_per_s / least) ** SIA_P)).astype(np.int64)
         choice = choose(table.owner, table.gpu, table.count, values, left, len(self.queue),
                         deterministic_time=self.round_budget, seed=self.seed)
-        placements = [self.place_row(table, int(row), free) for row in choice.picks if row >= 0]
-        self.dequeue({p.job_id for p in placements})
-        return placements
+        starts: list[Action] = [a for a in (self.place_row(table, int(row), free) for row in choice.picks if row >= 0)
+                  if a is not None]
+        self.dequeue({a.job_id for a in starts})
+        return starts

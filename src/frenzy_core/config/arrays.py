@@ -115,13 +115,13 @@ class LayoutArrays:
     sequence_parallel: IntArray
     schedule: IntArray
     """:attr:`PipelineSchedule.code`."""
-    etp: IntArray | None = None
+    etp: IntArray = None  # type: ignore[assignment]  # filled with zeros in __post_init__
     """Expert tensor-parallel ranks; 0: = tp."""
-    shard_group_size: IntArray | None = None
+    shard_group_size: IntArray = None  # type: ignore[assignment]  # filled with zeros in __post_init__
     """GPUs of a ZeRO shard group (HSDP); 0: all dp x cp replicas."""
-    microbatch_group_size: IntArray | None = None
+    microbatch_group_size: IntArray = None  # type: ignore[assignment]  # filled with zeros in __post_init__
     """Interleaved schedule's micro-batch group per virtual stage; 0: pp."""
-    stage_split: IntArray | None = None
+    stage_split: IntArray = None  # type: ignore[assignment]  # filled with zeros in __post_init__
     """Index into :attr:`splits`: the layers of each pipeline chunk (0: the even split)."""
     splits: Splits = (EVEN_SPLIT,)
     """Chunk layer counts the rows refer to; ``splits[0]`` is the even split."""
@@ -317,9 +317,9 @@ class LayoutArrays:
 
     def parallel(self, i: int) -> ParallelConfig:
         """Row ``i`` as a :class:`ParallelConfig`."""
-        return ParallelConfig(**{k: int(getattr(self, k)[i]) for k in _PARALLEL},
-                              **{k: int(getattr(self, k)[i]) or None for k in _OPTIONAL},
-                              stage_layers=self.stage_layers(i),
+        fields: dict[str, Any] = {k: int(getattr(self, k)[i]) for k in _PARALLEL}
+        fields.update({k: int(getattr(self, k)[i]) or None for k in _OPTIONAL})
+        return ParallelConfig(**fields, stage_layers=self.stage_layers(i),
                               schedule=PipelineSchedule.from_code(int(self.schedule[i])))
 
     def training(self, i: int, base: TrainingConfig) -> TrainingConfig:

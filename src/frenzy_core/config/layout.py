@@ -122,11 +122,19 @@ def _microbatches(a: LayoutArrays) -> npt.NDArray[np.int64]:
     return a.global_batch_size // np.maximum(a.micro_batch_size * a.dp, 1)
 
 
+def _unset_or_positive(field: str) -> LayoutRule:
+    """A column whose 0 means unset (None in the configs): negative values are refused."""
+    name = field.partition(".")[2]
+
+    def ok(m: ModelConfig, a: LayoutArrays) -> npt.NDArray[np.bool_]:
+        return np.asarray(getattr(a, name) >= 0)
+
+    return LayoutRule(f"{name}_range", (field,), ok, lambda r: f"{r.show(field)} must be >= 1 (0: unset)")
+
+
 BOUND_RULES: tuple[LayoutRule, ...] = (
     *(_positive(f"parallel.{k}") for k in ("dp", "tp", "pp", "vpp", "cp", "ep")),
-    *(LayoutRule(f"{k}_range", (f"parallel.{k}",), lambda m, a, k=k: getattr(a, k) >= 0,
-                 lambda r, k=k: f"{r.show(f'parallel.{k}')} must be >= 1 (0: unset)")
-      for k in ("etp", "shard_group_size", "microbatch_group_size")),
+    *(_unset_or_positive(f"parallel.{k}") for k in ("etp", "shard_group_size", "microbatch_group_size")),
     LayoutRule("stage_split_range", ("parallel.stage_split",),
                lambda m, a: (a.stage_split >= 0) & (a.stage_split < len(a.splits)),
                lambda r: f"{r.show('parallel.stage_split')} indexes none of the layouts' {len(r.layouts.splits)} "

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -121,8 +122,9 @@ def _layouts(grid: np.ndarray, training: TrainingConfig) -> LayoutArrays:
                "distributed_optimizer": dopt, "recompute": rc,
                "recompute_num_layers": np.full_like(dp, training.recompute_num_layers or 0),
                "sequence_parallel": sp, "schedule": schedule}
-    return LayoutArrays(**{k: np.ascontiguousarray(columns[k], dtype=np.int64) for k in LAYOUT_COLUMNS
-                           if k in columns})
+    arrays: dict[str, Any] = {k: np.ascontiguousarray(columns[k], dtype=np.int64) for k in LAYOUT_COLUMNS
+                              if k in columns}
+    return LayoutArrays(**arrays)
 
 
 @dataclass(frozen=True)

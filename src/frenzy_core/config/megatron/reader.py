@@ -128,24 +128,17 @@ def _parallel(r: FlagReader, world_size: int) -> ParallelConfig:
         )
     dp = world_size // (tp * pp * cp)
     vpp = _virtual_stages(r, pp)
-    if ep > 1 and (dp * cp) % ep != 0:
-        etp = r.positive("--expert-tensor-parallel-size")
-        if etp is not None and etp != tp and (tp * dp * cp) % (etp * ep) == 0:
-            # Megatron-Core lays experts out as etp x ep x expert-dp = tp x cp x dp;
-            # ParallelConfig keeps etp = tp.
-            raise ConfigError(
-                f"--expert-tensor-parallel-size={etp} with --expert-model-parallel-size={ep} is not "
-                f"supported: the configs take expert-parallel ranks from data x context parallel = {dp * cp} "
-                f"(expert tensor parallelism = --tensor-model-parallel-size={tp})",
-                field="--expert-tensor-parallel-size",
-                value=etp,
-            )
+    etp = r.positive("--expert-tensor-parallel-size")
+    # Megatron-Core lays routed experts out as etp x ep x expert-dp = tp x cp x dp (parallel_state.py)
+    expert_tp = tp if etp is None else etp
+    if (tp * dp * cp) % (expert_tp * ep) != 0:
         raise ConfigError(
-            f"--expert-model-parallel-size={ep} must divide data x context parallel = {dp * cp}",
+            f"--expert-model-parallel-size x --expert-tensor-parallel-size = {ep} x {expert_tp} must divide "
+            f"tensor x data x context parallel = {tp * dp * cp}",
             field="--expert-model-parallel-size",
             value=ep,
         )
-    return ParallelConfig(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep)
+    return ParallelConfig(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=None if etp in (None, tp) else etp)
 
 
 def _virtual_stages(r: FlagReader, pp: int) -> int:
@@ -197,6 +190,8 @@ def _training(r: FlagReader, parallel: ParallelConfig, problems: list[tuple[str,
         micro_batch_size=mbs,
         global_batch_size=gbs,
         precision=_precision(r),
+        # Transformer Engine keeps the weights as fp8 tensors (row- and column-wise data), no bf16 copy
+        fp8_param_gather=r.switch("--fp8-param-gather"),
         optimizer=_optimizer(r, problems),
         optimizer_impl=OptimizerImpl.FUSED,
         distributed_optimizer=r.switch("--use-distributed-optimizer"),

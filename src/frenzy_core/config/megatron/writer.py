@@ -156,6 +156,7 @@ def _training_flags(training: TrainingConfig) -> list[str]:
     if training.global_batch_size is not None:
         out += ["--global-batch-size", str(training.global_batch_size)]
     out += list(PRECISION_SWITCHES[training.precision])
+    out += ["--fp8-param-gather"] if training.fp8_param_gather else []
     if training.optimizer in (Optimizer.SGD_MOMENTUM, Optimizer.SGD):
         out += ["--optimizer", "sgd", *(["--sgd-momentum", "0.0"] if training.optimizer is Optimizer.SGD else [])]
     if training.effective_zero_stage == 1:  # Megatron's distributed optimizer is ZeRO-1
@@ -178,6 +179,7 @@ def _parallel_flags(parallel: ParallelConfig) -> list[str]:
     if parallel.vpp > 1:
         out += ["--num-virtual-stages-per-pipeline-rank", str(parallel.vpp)]
     out += ["--context-parallel-size", str(parallel.cp)]
+    out += ["--expert-tensor-parallel-size", str(parallel.etp)] if parallel.etp is not None else []
     return out + (["--expert-model-parallel-size", str(parallel.ep)] if parallel.ep > 1 else [])
 
 

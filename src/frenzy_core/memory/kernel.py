@@ -76,14 +76,26 @@ class _Modes:
                    interleaved=layouts.schedule == PipelineSchedule.INTERLEAVED.code)
 
 
-def _inflight(stage: IntArray, lay: LayoutArrays, modes: _Modes) -> FloatArray:
-    """Micro-batches of the stage's layers live at its peak (interleaved: chunk-micro-batches / vpp)."""
+def _inflight(model: ModelConfig, stage: IntArray, lay: LayoutArrays, modes: _Modes) -> FloatArray:
+    """Micro-batches of the stage's layers live at its peak (interleaved: chunk-micro-batches weighted by their
+    chunk's share of the stage's layers)."""
     pp, m, vpp = lay.pp, lay.num_microbatches, lay.vpp
     one_f_one_b = np.minimum(pp - stage, m)
     # Megatron schedules.py, interleaved: warm-up (pp - rank - 1) * 2 + (vpp - 1) * g chunk-micro-batches (g: the
     # micro-batch group per virtual stage, pp by default), plus the one forward before the first backward;
-    # capped by all m * vpp of them.
-    inter = np.minimum(2 * (pp - stage - 1) + (vpp - 1) * lay.microbatch_group + 1, m * vpp) / vpp
+    # capped by all m * vpp of them. They run g at a time per model chunk, chunk 0 first, so with chunks of
+    # unequal length the early chunks' layers hold more of them.
+    g = lay.microbatch_group
+    warm = np.minimum(2 * (pp - stage - 1) + (vpp - 1) * g + 1, m * vpp)
+    cycles, rest = warm // np.maximum(g * vpp, 1), warm % np.maximum(g * vpp, 1)
+    weighted = np.zeros(np.broadcast(stage, pp).shape, dtype=np.float64)
+    layers = np.zeros_like(weighted)
+    for j in range(int(np.max(vpp, initial=1))):
+        _, size = lay.chunk_span(model.num_layers, stage + j * pp)
+        size = np.where(j < vpp, size, 0)
+        weighted += (cycles * g + np.clip(rest - j * g, 0, g)) * size
+        layers += size
+    inter = np.where(layers > 0, weighted / np.maximum(layers, 1), warm / vpp)
     out = np.where(modes.interleaved, inter, np.where(modes.gpipe, m, one_f_one_b))
     return np.asarray(np.where(pp == 1, 1, out), dtype=np.float64)
 
@@ -172,7 +184,7 @@ def _activations(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
     edge = edge_activations(model, training, **kw)
     n = shape.num_layers.astype(np.float64)
     n_moe = shape.num_moe_layers.astype(np.float64)
-    inflight = _inflight(stage, lay, modes)
+    inflight = _inflight(model, stage, lay, modes)
     # Checkpointed layers run with use_cache=False (Transformers turns the cache off for gradient checkpointing).
     no_cache = np.where(modes.full, layer.cache_delta, 0.0)
     dense, moe = layer.dense - no_cache, layer.moe - no_cache

@@ -87,6 +87,12 @@ class LoRAConfig(FrozenModel):
             raise ValueError(f"target_modules {[t.value for t in self.target_modules]} names a projection twice")
         return self
 
+    def __hash__(self) -> int:
+        # module_ranks is a dict: hash its items (the configs are cache keys of the estimator's terms)
+        return hash((self.rank, self.target_modules, tuple(sorted((t.value, r) for t, r in self.module_ranks.items())),
+                     self.dropout, self.base_quantization, self.double_quant, self.quant_block_size,
+                     self.double_quant_block_size))
+
     def rank_of(self, target: LoRATarget) -> int:
         """The rank of ``target``'s adapter (0 when it has none)."""
         if target not in self.target_modules:

@@ -13,7 +13,7 @@ import numpy.typing as npt
 
 from frenzy_core.config.finetune import LoRATarget
 from frenzy_core.config.hf import ModuleLayout, module_layout
-from frenzy_core.config.model import ArchKind, MLPKind, ModelConfig, NormKind, PositionEmbedding
+from frenzy_core.config.model import ArchKind, MLPKind, ModelConfig, NormKind, NormPlacement, PositionEmbedding
 from frenzy_core.config.training import Attention, Framework, Precision, TrainingConfig
 from frenzy_core.memory.torch_attention import FP32, MASK_BYTES
 from frenzy_core.memory.torch_layers import norm_bytes, torch_layer
@@ -342,12 +342,26 @@ def frozen_activations(model: ModelConfig, training: TrainingConfig, *, tp: npt.
         largest = max(n_in * n_out for n_in, n_out in projection_shapes(model, f).values())
         dequant = bm * largest / tp_a + 0.0 * tokens
     head_in = (bm * h * rep if megatron else (2 * h if amp else bs * h)) if model.lm_head else 0
+    norm = _frozen_norm(model, training)
+    norms = norm * {NormPlacement.SHARED: 1, NormPlacement.SANDWICH: 4}.get(model.norm_placement, 2)
+    head_norm = norm if (lora is not None and model.final_norm) else 0.0  # LoRA freezes the final norm too
     return FrozenActivations(
-        frozen_dense=tokens * _linear_inputs(model, training, {}, f, None, tp_a, rep),
-        frozen_moe=tokens * _linear_inputs(model, training, {}, shared, ex, tp_a, rep),
-        adapted_dense=tokens * (_linear_inputs(model, training, keep_d, f, None, tp_a, rep) - add_d),
-        adapted_moe=tokens * (_linear_inputs(model, training, keep_m, shared, ex, tp_a, rep) - add_m),
-        head=tokens * head_in, dequant=np.asarray(dequant))
+        frozen_dense=tokens * (_linear_inputs(model, training, {}, f, None, tp_a, rep) + norms),
+        frozen_moe=tokens * (_linear_inputs(model, training, {}, shared, ex, tp_a, rep) + norms),
+        adapted_dense=tokens * (_linear_inputs(model, training, keep_d, f, None, tp_a, rep) + norms - add_d),
+        adapted_moe=tokens * (_linear_inputs(model, training, keep_m, shared, ex, tp_a, rep) + norms - add_m),
+        head=tokens * (head_in + head_norm), dequant=np.asarray(dequant))
+
+
+def _frozen_norm(model: ModelConfig, training: TrainingConfig) -> float:
+    """Per token, what one frozen HF RMSNorm does not save: ``weight * y`` keeps the normalised ``y`` only for the
+    weight's gradient (LlamaRMSNorm and its lineage); a LayerNorm saves its input, mean and rstd either way, and
+    Transformer Engine's norms save the same tensors whether or not their weights train."""
+    if training.framework is Framework.MEGATRON or model.norm is not NormKind.RMSNORM:
+        return 0.0
+    stream = _bytes(training)[0]
+    fp32_product = stream == FP32 or module_layout(model).norm_product_fp32
+    return float((FP32 if fp32_product else stream) * model.hidden_size)
 
 
 def _linear_inputs(model: ModelConfig, training: TrainingConfig, keep: dict[LoRATarget, bool], ffn: int,

@@ -108,6 +108,22 @@ def _tracker_class() -> type:
             """Live activation bytes of tagged storages (a head weight's gradient is not counted)."""
             return sum(w.mem_consumed for _, w in self._head.values() if w.reftype in activation_types)
 
+        def _track_module_params_and_buffers(self, module: Any, install_grad_hooks: bool = True) -> tuple[int, int]:
+            # MemTracker hooks every parameter's gradient and torch refuses hooks on frozen ones (LoRA, frozen
+            # layers): count those as parameters and let MemTracker see only the ones that train.
+            frozen = [p for p in module.parameters() if not p.requires_grad]
+            if not frozen or not install_grad_hooks:
+                return super()._track_module_params_and_buffers(module, install_grad_hooks)  # type: ignore[no-any-return]
+            frozen_bytes = sum(w.mem_consumed for p in frozen
+                               for w in self._update_and_maybe_create_winfos(p, _MemRefType.PARAM))
+            trainable = [p for p in module.parameters() if p.requires_grad]
+            module.__dict__["parameters"] = lambda *args, **kwargs: iter(trainable)
+            try:
+                param_bytes, buffer_bytes = super()._track_module_params_and_buffers(module, install_grad_hooks)
+            finally:
+                del module.__dict__["parameters"]
+            return param_bytes + frozen_bytes, buffer_bytes
+
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
             self.op_index += 1
             self._op = str(func)

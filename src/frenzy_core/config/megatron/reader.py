@@ -326,11 +326,12 @@ def megatron_split(num_layers: int, pp: int, vpp: int, *, first: int | None = No
         raise ConfigError(f"--num-layers={num_layers} less the first and last stages' layers leaves {rest}, which "
                           f"the other {others} stages cannot share evenly", field="--decoder-first-pipeline-num-layers",
                           value=first, hint="choose first/last counts that leave a multiple of the other stages")
-    stages = [fixed[s] if fixed.get(s) is not None else rest // max(others, 1) for s in range(pp)]
+    share = rest // max(others, 1)
+    stages = [share if fixed.get(s) is None else int(fixed[s] or 0) for s in range(pp)]
     if any(n % vpp for n in stages):
         raise ConfigError(f"pipeline stages of {stages} layers do not split into {vpp} virtual chunks evenly",
                           field="--decoder-first-pipeline-num-layers", value=first)
-    return tuple(int(stages[c % pp]) // vpp for c in range(pp * vpp))
+    return tuple(stages[c % pp] // vpp for c in range(pp * vpp))
 
 
 _UNEVEN_STAGE_FLAGS = ("--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",

@@ -76,3 +76,17 @@ def test_more_imbalance_never_needs_less(seq_len: int, low: float, extra: float)
     less = estimate_memory(MOE, training.replace(moe_load_imbalance=low), parallel).device_bytes
     more = estimate_memory(MOE, training.replace(moe_load_imbalance=low + extra), parallel).device_bytes
     assert less <= more
+
+
+def test_offloaded_states_are_counted_on_the_host_by_both_paths() -> None:
+    from frenzy_core.memory import estimate_memory_batch
+
+    training = TrainingConfig(seq_len=512, zero_stage=3, offload_optimizer="cpu", offload_params="cpu")
+    parallel = ParallelConfig(dp=4)
+    est = estimate_memory(DENSE, training, parallel)
+    kept = estimate_memory(DENSE, training.replace(offload_optimizer="none", offload_params="none"), parallel)
+    assert est.host_bytes > 0 and kept.host_bytes == 0
+    # master weights and both Adam moments (fp32) of the rank's quarter of the parameters at least
+    assert est.host_bytes >= 12 * DENSE.num_params() // 4
+    batch = estimate_memory_batch(DENSE, {"dp": 4}, training)
+    assert int(batch.host_bytes) == est.host_bytes and int(batch.device_bytes) == est.device_bytes

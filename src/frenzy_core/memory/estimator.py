@@ -41,8 +41,9 @@ def estimate_memory(model: ModelConfig, training: TrainingConfig,
             inflight_microbatches=float(arrays.inflight[i]), breakdown=breakdown, peak_bytes=peak,
             peak_phase=PHASES[int(arrays.phase[i])], overhead=overhead,
             model_state_bytes=int(arrays.model_state_bytes[i]), activation_bytes=int(arrays.activation_bytes[i]),
-            device_bytes=peak + sum(overhead.values())))
+            host_bytes=int(arrays.host_bytes[i]), device_bytes=peak + sum(overhead.values())))
     busiest = max(stages, key=lambda st: (st.device_bytes, -st.stage))
     return MemoryEstimate(stages=stages, busiest_stage=busiest.stage, peak_bytes=busiest.peak_bytes,
                           device_bytes=busiest.device_bytes, breakdown=dict(busiest.breakdown),
-                          overhead=dict(busiest.overhead), peak_phase=busiest.peak_phase)
+                          overhead=dict(busiest.overhead), peak_phase=busiest.peak_phase,
+                          host_bytes=max(st.host_bytes for st in stages))

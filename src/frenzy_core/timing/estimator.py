@@ -39,10 +39,12 @@ from frenzy_core.hardware.gpu import GPUSpec, Links
 from frenzy_core.hardware.gpus import get_gpu_spec
 from frenzy_core.timing.comm import (
     group_bandwidth,
+    link_rows,
     links_for,
     ring_all_reduce_s,
     ring_latency_s,
     ring_one_way_s,
+    take_links,
 )
 from frenzy_core.timing.efficiency import gemm_hardware
 from frenzy_core.timing.flops import training_flops
@@ -179,15 +181,17 @@ def estimate_iteration_time_batch(
     chunks_i = np.where(interleaved, vpp_, 1)
     inter = world > links.gpus_per_node  # stage boundaries cross nodes
 
+    link_id = link_rows(links, world.shape)  # per-layout links (the planner's placements) or one for all
+
     def on_stage(layers: IntArray, head: float) -> StageTerms:
         if training.recompute_method is RecomputeMethod.BLOCK and training.recompute_num_layers is not None:
             redo = np.minimum(layers, training.recompute_num_layers)
         else:
             redo = layers
-        first, inverse = distinct(mb, cp_, tp_, ep_, sp, pp_, rc, chunks_i, inter, layers)
+        first, inverse = distinct(mb, cp_, tp_, ep_, sp, pp_, rc, chunks_i, inter, link_id, layers)
         return stage_terms(
-            model, training, gpu, p, rates, links, hw, tokens=tokens[first], tp=tpf[first], cp=cpf[first],
-            ep=ep_[first].astype(np.float64), sp=sp[first], layers=layers[first],
+            model, training, gpu, p, rates, take_links(links, first), hw, tokens=tokens[first], tp=tpf[first],
+            cp=cpf[first], ep=ep_[first].astype(np.float64), sp=sp[first], layers=layers[first],
             redo=np.where(full, redo, 0)[first].astype(np.float64), selective=selective[first],
             chunks=chunks_i[first].astype(np.float64), pp=pp_[first], p2p_span=world[first].astype(np.float64),
             head=head + 0.0 * tpf[first],
@@ -206,8 +210,8 @@ def estimate_iteration_time_batch(
 
     # ---- data parallel: gradient reduction and ZeRO gathers over dp x cp replicas (timing/overlap.py)
     dense, experts = _stage_params(model, counts, pp_, layers_stage, tpf, ep_, holds_embedding, ~pick_mid)
-    dp_s, hidden_dp = _data_parallel(model, counts, training, p, links, dense, experts, layers_stage, tp_, cp_, dp_,
-                                     ep_, pp_, zero, mf, st.fwd_window, st.bwd_window, bubble / 2.0,
+    dp_s, hidden_dp = _data_parallel(model, counts, training, p, links, link_id, dense, experts, layers_stage, tp_,
+                                     cp_, dp_, ep_, pp_, zero, mf, st.fwd_window, st.bwd_window, bubble / 2.0,
                                      holds_embedding.astype(np.int64) + 2 * (~pick_mid).astype(np.int64))
     hidden_dp = (1.0 - share) * p.data_parallel_overlap * hidden_dp
 
@@ -258,7 +262,7 @@ def _fp8_weight_cast_s(model: ModelConfig, counts: ParamCounts, training: Traini
 
 
 def _data_parallel(model: ModelConfig, counts: ParamCounts, training: TrainingConfig, p: TimeModelParams,
-                   links: Links,
+                   links: Links, link_id: IntArray,
                    dense: FloatArray, experts: FloatArray, layers_stage: IntArray, tp: IntArray, cp: IntArray,
                    dp: IntArray, ep: IntArray, pp: IntArray, zero: IntArray, m: FloatArray, fwd_window: FloatArray,
                    bwd_window: FloatArray, cooldown: FloatArray, ends: IntArray) -> tuple[FloatArray, FloatArray]:
@@ -273,8 +277,9 @@ def _data_parallel(model: ModelConfig, counts: ParamCounts, training: TrainingCo
     micro-batch and gathers once, ZeRO 3 (FSDP) gathers each layer before its forward and backward and
     reduce-scatters after it, every micro-batch.
     """
-    first, inverse = distinct(dp, cp, tp, pp, ep, layers_stage, ends)
-    costs = _dp_collectives(model, counts, training, p, links, dense[first], experts[first], layers_stage[first],
+    first, inverse = distinct(dp, cp, tp, pp, ep, link_id, layers_stage, ends)
+    costs = _dp_collectives(model, counts, training, p, take_links(links, first), dense[first], experts[first],
+                            layers_stage[first],
                             tp[first].astype(np.float64), (dp * cp)[first].astype(np.float64),
                             ep[first].astype(np.float64))
     ag_l, rs_l, ar_l, ag_e, rs_e, ar_e = (c[inverse] for c in costs)

@@ -13,7 +13,7 @@ from pydantic import Field, model_validator
 
 from frenzy_core._base import FrozenModel
 
-__all__ = ["BaseQuantization", "LoRAConfig", "LoRATarget", "nf4_bytes_per_param"]
+__all__ = ["BaseQuantization", "LoRAConfig", "LoRATarget", "describe_trainable", "nf4_bytes_per_param"]
 
 
 class LoRATarget(str, enum.Enum):
@@ -111,3 +111,19 @@ def nf4_bytes_per_param(lora: LoRAConfig) -> float:
     if lora.double_quant:
         return 0.5 + 1.0 / block + 4.0 / (block * lora.double_quant_block_size)
     return 0.5 + 4.0 / block
+
+
+def describe_trainable(lora: LoRAConfig | None, freeze_embeddings: bool, trainable_layers: int | None) -> str | None:
+    """What trains, in words (None: every weight): the adapters and their base, frozen embeddings, the last k layers."""
+    parts = []
+    if lora is not None:
+        ranks = ", ".join(f"{t.value}{'' if lora.rank_of(t) == lora.rank else f' (rank {lora.rank_of(t)})'}"
+                          for t in lora.target_modules)
+        base = "a 4-bit NF4 base" if lora.quantized else "a frozen base"
+        parts.append(f"LoRA adapters of rank {lora.rank} on {ranks}, on {base} (no gradients or optimizer states "
+                     "for the base weights)")
+    elif freeze_embeddings:
+        parts.append("all but the embeddings")
+    if trainable_layers is not None:
+        parts.append(f"only the last {trainable_layers} layer(s)")
+    return "; ".join(parts) or None

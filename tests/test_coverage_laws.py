@@ -90,3 +90,22 @@ def test_offloaded_states_are_counted_on_the_host_by_both_paths() -> None:
     assert est.host_bytes >= 12 * DENSE.num_params() // 4
     batch = estimate_memory_batch(DENSE, {"dp": 4}, training)
     assert int(batch.host_bytes) == est.host_bytes and int(batch.device_bytes) == est.device_bytes
+
+
+def test_bad_frozen_sets_are_refused_naming_the_field() -> None:
+    import pytest
+
+    from frenzy_core import ConfigError
+
+    cases = [
+        (TrainingConfig(lora=LoRAConfig(rank=512)), "training.lora.rank", "at most 256"),
+        (TrainingConfig(lora=LoRAConfig(module_ranks={LoRATarget.V: 300})), "training.lora.module_ranks",
+         "at most 64"),
+        (TrainingConfig(trainable_layers=0, freeze_embeddings=True), "training.trainable_layers", "nothing to train"),
+        (TrainingConfig(trainable_layers=0, lora=LoRAConfig()), "training.trainable_layers", "nothing to train"),
+        (TrainingConfig(trainable_layers=7), "training.trainable_layers", "6 layers"),
+    ]
+    for training, field, words in cases:
+        with pytest.raises(ConfigError) as err:
+            estimate_memory(DENSE.replace(tied_embeddings=True), training, ParallelConfig())
+        assert err.value.field == field and words in str(err.value) + str(err.value.hint), (field, str(err.value))

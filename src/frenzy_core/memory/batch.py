@@ -19,6 +19,7 @@ from frenzy_core.config.training import OffloadDevice, TrainingConfig
 from frenzy_core.memory.kernel import stage_arrays
 from frenzy_core.memory.overhead import overhead_bytes
 from frenzy_core.memory.result import MEMORY_CATEGORIES
+from frenzy_core.memory.trainable import check_trainable
 
 __all__ = ["BatchEstimate", "estimate_memory_batch"]
 
@@ -60,6 +61,7 @@ def estimate_memory_batch(model: ModelConfig, configs: LayoutArrays | Mapping[st
     ``estimate_memory`` would refuse: :func:`layout_mask`) get ``valid`` False and -1.
     """
     layouts = configs if isinstance(configs, LayoutArrays) else LayoutArrays.from_columns(configs, training)
+    check_trainable(model, training)
     valid = layout_mask(model, layouts)
     arrays = layouts.masked(valid)
     best_device = np.full(valid.shape, -1, dtype=np.int64)

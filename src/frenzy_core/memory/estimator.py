@@ -13,6 +13,7 @@ from frenzy_core.errors import require_instance
 from frenzy_core.memory.kernel import PHASES, stage_arrays
 from frenzy_core.memory.overhead import overhead_bytes
 from frenzy_core.memory.result import MEMORY_CATEGORIES, MemoryEstimate, StageMemory
+from frenzy_core.memory.trainable import check_trainable
 
 __all__ = ["estimate_memory"]
 
@@ -28,6 +29,7 @@ def estimate_memory(model: ModelConfig, training: TrainingConfig,
     require_instance("training", training, TrainingConfig)
     require_instance("parallel", parallel, ParallelConfig)
     validate_layout(model, training, parallel)
+    check_trainable(model, training)
     arrays = stage_arrays(model, training, LayoutArrays.from_configs(training, parallel),
                           np.arange(parallel.pp, dtype=np.int64))
     over = overhead_bytes(arrays.peak_bytes, arrays.communicators)

@@ -14,10 +14,12 @@ from dataclasses import dataclass
 from frenzy_core.config.finetune import LoRAConfig, LoRATarget
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.training import TrainingConfig
+from frenzy_core.errors import ConfigError
 
 __all__ = [
     "AdapterCounts",
     "adapter_counts",
+    "check_trainable",
     "first_trainable_layer",
     "matmul_weights",
     "nograd_layers",
@@ -111,3 +113,27 @@ def nograd_layers(model: ModelConfig, training: TrainingConfig) -> int:
     (LoRA freezes them), since nothing before them needs a gradient."""
     frozen_embeddings = training.freeze_embeddings or training.lora is not None
     return first_trainable_layer(model, training) if frozen_embeddings else 0
+
+
+def check_trainable(model: ModelConfig, training: TrainingConfig) -> None:
+    """ConfigError for a frozen set the model cannot have: an adapter rank above its projection's smaller side,
+    more trainable layers than the model has, or nothing left to train."""
+    lora, k = training.lora, training.trainable_layers
+    if k is not None and k > model.num_layers:
+        raise ConfigError(f"trainable_layers={k} is more than the model's {model.num_layers} layers",
+                          field="training.trainable_layers", value=k,
+                          hint=f"use at most {model.num_layers}, or None for every layer")
+    if lora is not None:
+        for target, n_in, n_out, rank in adapter_counts(model, lora, model.ffn_hidden_size).projections:
+            if rank > min(n_in, n_out):
+                field = "training.lora.module_ranks" if target in lora.module_ranks else "training.lora.rank"
+                raise ConfigError(f"LoRA rank {rank} on {target.value} is larger than the projection's width "
+                                  f"({n_in} x {n_out}): a low-rank update needs rank <= {min(n_in, n_out)}",
+                                  field=field, value=rank, hint=f"use a rank of at most {min(n_in, n_out)}")
+    head_trains = model.lm_head and not model.tied_embeddings
+    embeddings_train = lora is None and not training.freeze_embeddings
+    if k == 0 and (lora is not None or not (embeddings_train or head_trains)):
+        raise ConfigError("trainable_layers=0 leaves nothing to train" + (
+            " (LoRA adapters go on the trainable layers)" if lora is not None else
+            " (the embeddings are frozen and there is no separate head)"), field="training.trainable_layers",
+            value=k, hint="train at least one layer, or unfreeze the embeddings")

@@ -176,8 +176,6 @@ def _layers(model: ModelConfig, training: TrainingConfig, shape: StageShape, lay
 def _activations(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays, modes: _Modes, shape: StageShape,
                  held: StageParams, stage: IntArray) -> _Activations:
     """Saved activations, recompute working set and autocast copies of one stage (docs/memory-model.md, 3)."""
-    megatron = training.framework is Framework.MEGATRON
-    tp = lay.tp.astype(np.float64)
     kw: dict[str, npt.ArrayLike] = {"tp": lay.tp, "sp": lay.active_sequence_parallel, "cp": lay.cp,
                                     "seq_len": lay.seq_len, "micro_batch_size": lay.micro_batch_size}
     layer = layer_activations(model, training, **kw, etp=lay.etp, ep=lay.ep)
@@ -222,24 +220,8 @@ def _activations(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
     kv_extra = np.where(modes.full, 0.0, layer.kv_extra)
     acts_fwd = acts_fwd + n * kv_extra  # the cache this forward fills, beyond what its layers save
     if training.precision.is_amp:
-        # autocast caches a half copy of every weight a matmul casts until the forward ends; saved tensors keep
-        # them until each layer's backward. With full recomputation a layer saves nothing, so at the start of
-        # backward only the head's copy is live, and each recomputed chunk re-casts its own during backward.
-        vh = model.vocab_size * model.hidden_size if model.lm_head else 0
-        same_stage_tied = first * last * (vh if model.tied_embeddings else 0)
-        emb = first * model.vocab_size * model.hidden_size
-        cast = (held.split - emb + same_stage_tied) / tp + (
-            held.experts / (lay.expert_tp * lay.ep) if megatron else 0.0)
-        if training.lora is not None and training.lora.quantized:
-            cast = cast - held.matmul_split / tp  # 4-bit weights are dequantized, not cast (nor cached)
-        head_cast = last * vh / tp
-        per_layer = np.where(n > 0, (cast - head_cast) / np.maximum(n, 1), 0.0)
-        # layers no gradient reaches save nothing, so their casts are freed at once
-        cast = cast - per_layer * (n - n_grad)
-        chunk = np.minimum(np.where(lay.recompute_num_layers > 0, lay.recompute_num_layers, 1), n)
-        acts_fwd = acts_fwd + 2.0 * cast
-        acts = acts + 2.0 * np.where(modes.full, head_cast, cast)
-        work = work + np.where(modes.full, 2.0 * chunk * per_layer, 0.0)
+        copies = _autocast_copies(model, training, lay, modes, shape, held, n_grad)
+        acts_fwd, acts, work = acts_fwd + copies.forward, acts + copies.backward, work + copies.work
 
     one_mb = saved_layers + last * head
     # The first layer while it runs its backward: rebuilt (its chunk's input and working set) or as saved (nothing
@@ -260,6 +242,41 @@ def _activations(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
                         late_attention=np.maximum(late_attn, 0.0),
                         inflight=inflight, kv_cache=n * kv_layer, kv_extra=n * kv_extra, kv_first=kv_first,
                         host=inflight * offloaded)
+
+
+@dataclass(frozen=True)
+class _Casts:
+    """Autocast's cached half weights: live at the end of the forward, at the start of backward, and rebuilt by
+    a recomputed chunk."""
+
+    forward: FloatArray
+    backward: FloatArray
+    work: FloatArray
+
+
+def _autocast_copies(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays, modes: _Modes,
+                     shape: StageShape, held: StageParams, n_grad: FloatArray) -> _Casts:
+    """Autocast caches a half copy of every weight a matmul casts until the forward ends; saved tensors keep
+    them until each layer's backward. With full recomputation a layer saves nothing, so at the start of backward
+    only the head's copy is live, and each recomputed chunk re-casts its own during backward."""
+    megatron = training.framework is Framework.MEGATRON
+    tp = lay.tp.astype(np.float64)
+    n = shape.num_layers.astype(np.float64)
+    first = shape.is_first.astype(np.float64)
+    last = shape.is_last.astype(np.float64)
+    vh = model.vocab_size * model.hidden_size if model.lm_head else 0
+    same_stage_tied = first * last * (vh if model.tied_embeddings else 0)
+    emb = first * model.vocab_size * model.hidden_size
+    cast = (held.split - emb + same_stage_tied) / tp + (held.experts / (lay.expert_tp * lay.ep) if megatron else 0.0)
+    if training.lora is not None and training.lora.quantized:
+        cast = cast - held.matmul_split / tp  # 4-bit weights are dequantized, not cast (nor cached)
+    head_cast = last * vh / tp
+    per_layer = np.where(n > 0, (cast - head_cast) / np.maximum(n, 1), 0.0)
+    # layers no gradient reaches save nothing, so their casts are freed at once
+    cast = cast - per_layer * (n - n_grad)
+    chunk = np.minimum(np.where(lay.recompute_num_layers > 0, lay.recompute_num_layers, 1), n)
+    return _Casts(forward=2.0 * cast, backward=2.0 * np.where(modes.full, head_cast, cast),
+                  work=np.where(modes.full, 2.0 * chunk * per_layer, 0.0))
 
 
 def _offload(training: TrainingConfig, saved_layers: FloatArray, n_grad: FloatArray) -> tuple[FloatArray,

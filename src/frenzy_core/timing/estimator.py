@@ -46,7 +46,7 @@ from frenzy_core.timing.comm import (
     ring_one_way_s,
     take_links,
 )
-from frenzy_core.timing.efficiency import gemm_hardware
+from frenzy_core.timing.efficiency import GemmHardware, gemm_hardware
 from frenzy_core.timing.flops import training_flops
 from frenzy_core.timing.layer import Rates
 from frenzy_core.timing.overlap import data_parallel_exposure, fsdp_exposure, pipelined_hidden
@@ -162,51 +162,25 @@ def estimate_iteration_time_batch(
         lay.dp, lay.tp, lay.pp, lay.vpp, lay.cp, lay.ep, lay.micro_batch_size, lay.global_batch_size, lay.recompute,
         lay.schedule, lay.effective_zero_stage))
     sp = np.atleast_1d(lay.sequence_parallel).astype(bool)
-    per_step = mb * dp_
-    m = gbs // per_step
+    m = gbs // (mb * dp_)
     world = dp_ * tp_ * pp_ * cp_
     sp = sp & (tp_ > 1)
-    full = rc == Recompute.FULL.code
-    selective = rc == Recompute.SELECTIVE.code
 
     s = training.seq_len
-    last_layers, mid_layers, mid_stage = _stage_candidates(model, lay)
     tokens = mb * s / cp_  # tokens one GPU processes per micro-batch (before tensor-parallel sharding)
     tpf = tp_.astype(np.float64)
-    cpf = cp_.astype(np.float64)
     mf = m.astype(np.float64)
     hw = gemm_hardware(gpu)
     share = min(p.comm_sms / hw.sms, 1.0)  # compute lost while a collective overlaps it
     rates = _rates(gpu, training, p, peak, mem_bw)
 
-    # ---- one micro-batch on the busiest stage, once per distinct stage shape (timing/stage.py, timing/layer.py):
-    # the last stage (with the head) or the longest stage before it, whichever takes longer
+    # ---- one micro-batch on the busiest stage, once per distinct stage shape (timing/stage.py, timing/layer.py)
     interleaved = sched == PipelineSchedule.INTERLEAVED.code
     chunks_i = np.where(interleaved, vpp_, 1)
-    inter = world > links.gpus_per_node  # stage boundaries cross nodes
-
     link_id = link_rows(links, world.shape)  # per-layout links (the planner's placements) or one for all
-
-    def on_stage(layers: IntArray, head: float) -> StageTerms:
-        if training.recompute_method is RecomputeMethod.BLOCK and training.recompute_num_layers is not None:
-            redo = np.minimum(layers, training.recompute_num_layers)
-        else:
-            redo = layers
-        first, inverse = distinct(mb, cp_, tp_, ep_, sp, pp_, rc, chunks_i, inter, link_id, layers)
-        return stage_terms(
-            model, training, gpu, p, rates, take_links(links, first), hw, tokens=tokens[first], tp=tpf[first],
-            cp=cpf[first], ep=ep_[first].astype(np.float64), sp=sp[first], layers=layers[first],
-            redo=np.where(full, redo, 0)[first].astype(np.float64), selective=selective[first],
-            chunks=chunks_i[first].astype(np.float64), pp=pp_[first], p2p_span=world[first].astype(np.float64),
-            head=head + 0.0 * tpf[first],
-        ).take(inverse)
-
-    st_last = on_stage(last_layers, 1.0)
-    st_mid = on_stage(mid_layers, 0.0)
-    pick_mid = (pp_ > 1) & (st_mid.stage > st_last.stage)
-    st = StageTerms(*(np.where(pick_mid, a, b) for a, b in zip(st_mid, st_last, strict=True)))
-    layers_stage = np.where(pick_mid, mid_layers, last_layers)
-    holds_embedding = np.where(pick_mid, mid_stage == 0, pp_ == 1)
+    st, layers_stage, holds_embedding, pick_mid = _busiest_stage(
+        model, training, gpu, p, rates, links, link_id, hw, lay, tokens=tokens, mb=mb, cp=cp_, tp=tp_, ep=ep_, sp=sp,
+        pp=pp_, rc=rc, chunks=chunks_i, world=world)
     chunks = chunks_i.astype(np.float64)
     counts = count_parameters(model)
     elementwise_mb = st.elementwise + _fp8_weight_cast_s(model, counts, training, layers_stage, tpf, mf, mem_bw)
@@ -219,10 +193,7 @@ def estimate_iteration_time_batch(
                                      holds_embedding.astype(np.int64) + 2 * (~pick_mid).astype(np.int64))
     hidden_dp = (1.0 - share) * p.data_parallel_overlap * hidden_dp
 
-    # ---- optimizer step: memory-bound over the (ZeRO-sharded) parameters of this GPU
-    replicas = (dp_ * cp_).astype(np.float64)
-    local = dense / np.where(zero >= 1, replicas, 1.0) + experts / np.where(zero >= 1, replicas / ep_, 1.0)
-    optimizer_s = local * optimizer_bytes_per_param(training.precision, training.optimizer) / mem_bw
+    optimizer_s = _optimizer_s(training, dense, experts, (dp_ * cp_).astype(np.float64), ep_, zero, mem_bw)
 
     breakdown = {
         "compute": mf * st.compute, "recompute": mf * st.recompute, "elementwise": mf * elementwise_mb,
@@ -234,15 +205,64 @@ def estimate_iteration_time_batch(
     assert tuple(breakdown) == TIME_CATEGORIES
     breakdown = {k: np.asarray(v, dtype=np.float64) * np.ones_like(mf) for k, v in breakdown.items()}
     overlapped = mf * st.hidden + hidden_dp
+    return _batch_result(model, s, breakdown, overlapped, m, gbs, world, peak)
+
+
+def _busiest_stage(model: ModelConfig, training: TrainingConfig, gpu: GPUSpec, p: TimeModelParams, rates: Rates,
+                   links: Links, link_id: IntArray, hw: GemmHardware, lay: LayoutArrays, *, tokens: FloatArray, mb: IntArray,
+                   cp: IntArray, tp: IntArray, ep: IntArray, sp: BoolArray, pp: IntArray, rc: IntArray,
+                   chunks: IntArray, world: IntArray) -> tuple[StageTerms, IntArray, BoolArray, BoolArray]:
+    """One micro-batch's terms on the busiest stage: the last stage (with the head) or the longest stage before
+    it, whichever takes longer; with that stage's layers, whether it holds the embedding, and whether it is the
+    earlier one. Each distinct stage shape is computed once."""
+    last_layers, mid_layers, mid_stage = _stage_candidates(model, lay)
+    full = rc == Recompute.FULL.code
+    selective = rc == Recompute.SELECTIVE.code
+    inter = world > links.gpus_per_node  # stage boundaries cross nodes
+    tpf, cpf = tp.astype(np.float64), cp.astype(np.float64)
+
+    def on_stage(layers: IntArray, head: float) -> StageTerms:
+        if training.recompute_method is RecomputeMethod.BLOCK and training.recompute_num_layers is not None:
+            redo = np.minimum(layers, training.recompute_num_layers)
+        else:
+            redo = layers
+        first, inverse = distinct(mb, cp, tp, ep, sp, pp, rc, chunks, inter, link_id, layers)
+        return stage_terms(
+            model, training, gpu, p, rates, take_links(links, first), hw, tokens=tokens[first], tp=tpf[first],
+            cp=cpf[first], ep=ep[first].astype(np.float64), sp=sp[first], layers=layers[first],
+            redo=np.where(full, redo, 0)[first].astype(np.float64), selective=selective[first],
+            chunks=chunks[first].astype(np.float64), pp=pp[first], p2p_span=world[first].astype(np.float64),
+            head=head + 0.0 * tpf[first],
+        ).take(inverse)
+
+    st_last = on_stage(last_layers, 1.0)
+    st_mid = on_stage(mid_layers, 0.0)
+    pick_mid = (pp > 1) & (st_mid.stage > st_last.stage)
+    st = StageTerms(*(np.where(pick_mid, a, b) for a, b in zip(st_mid, st_last, strict=True)))
+    layers_stage = np.where(pick_mid, mid_layers, last_layers)
+    holds_embedding = np.where(pick_mid, mid_stage == 0, pp == 1)
+    return st, layers_stage, holds_embedding, pick_mid
+
+
+def _batch_result(model: ModelConfig, seq_len: int, breakdown: dict[str, FloatArray], overlapped: FloatArray,
+                  m: IntArray, gbs: IntArray, world: IntArray, peak: float) -> TimeEstimateBatch:
+    """The step time (the categories less what overlaps) and the rates derived from it."""
     iteration_s = sum(breakdown.values()) - overlapped
-    model_flops = training_flops(model, s, 1) * gbs
+    model_flops = training_flops(model, seq_len, 1) * gbs
     gbs_f = gbs.astype(np.float64)
     return TimeEstimateBatch(
         iteration_s=iteration_s, breakdown=breakdown, overlapped_s=overlapped,
-        tokens_per_s=gbs_f * s / iteration_s, samples_per_s=gbs_f / iteration_s,
+        tokens_per_s=gbs_f * seq_len / iteration_s, samples_per_s=gbs_f / iteration_s,
         mfu=model_flops / (iteration_s * world * peak), model_tflops_per_gpu=model_flops / (iteration_s * world) / 1e12,
         num_microbatches=m, global_batch_size=gbs, world_size=world,
     )
+
+
+def _optimizer_s(training: TrainingConfig, dense: FloatArray, experts: FloatArray, replicas: FloatArray,
+                 ep: IntArray, zero: IntArray, mem_bw: float) -> FloatArray:
+    """The optimizer step: memory-bound over this GPU's (ZeRO-sharded over ``replicas``) parameters."""
+    local = dense / np.where(zero >= 1, replicas, 1.0) + experts / np.where(zero >= 1, replicas / ep, 1.0)
+    return np.asarray(local * optimizer_bytes_per_param(training.precision, training.optimizer) / mem_bw)
 
 
 def _rates(gpu: GPUSpec, training: TrainingConfig, p: TimeModelParams, peak: float, mem_bw: float) -> Rates:

@@ -25,17 +25,9 @@ CASE_ABS_ERROR_MAX = 0.05
 UNDER_ESTIMATE_MAX = 0.02
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-KEEP_OUTPUTS = "keep_outputs not modelled yet (issue 9)"
-KNOWN_GAPS = {
-    "gpt2 L2 amp-bf16 sdpa s1024 b16 plain": KEEP_OUTPUTS,
-    "llama-3.1-8b L2 bf16 sdpa s4096 b1 plain": KEEP_OUTPUTS,
-    "qwen2.5-1.5b L2 bf16 sdpa s4096 b4 plain": KEEP_OUTPUTS,
-    "bert-base L2 amp-bf16 sdpa s512 b16 framework": (
-        "under CUDA autocast BERT's CrossEntropyLoss runs log_softmax in bf16 (cross_entropy_loss passes the "
-        "logits' dtype) and nll_loss on an fp32 copy; the estimator assumes an fp32 log-softmax (issue 9)"
-    ),
-}
-"""Quick cases beyond the acceptance today, with the missing term (docs/benchmarks.md has the attribution)."""
+KNOWN_GAPS: dict[str, str] = {}
+"""Quick cases beyond the acceptance today, with the missing term (docs/benchmarks.md has the attribution); none
+since issue 9 modelled kept outputs and BERT's autocast loss."""
 
 
 @functools.cache
@@ -95,7 +87,6 @@ def test_estimate_matches_the_real_class_per_case(key: str) -> None:
     assert err >= -UNDER_ESTIMATE_MAX, f"estimate {err:+.2%} under the measured peak (limit {UNDER_ESTIMATE_MAX:.0%})"
 
 
-@pytest.mark.xfail(strict=True, reason=f"{KEEP_OUTPUTS}; BERT's autocast loss (see KNOWN_GAPS)")
 def test_mean_abs_error_over_the_quick_cases() -> None:
     errors = [relative_error(k) for k in _quick()]
     assert statistics.fmean(abs(e) for e in errors) <= MEAN_ABS_ERROR_MAX

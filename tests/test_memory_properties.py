@@ -27,18 +27,44 @@ def models(draw: st.DrawFn) -> ModelConfig:
                "shared_expert_ffn_hidden_size": draw(st.sampled_from([0, 128])),
                "num_shared_experts": 0}
         moe["num_shared_experts"] = 1 if moe["shared_expert_ffn_hidden_size"] else 0
+    arch = draw(st.sampled_from(["decoder", "decoder", "encoder"]))
+    mlp = draw(st.sampled_from(["gelu", "swiglu", "relu"]))
+    rotary = draw(st.booleans())
     return ModelConfig(
         num_layers=draw(st.integers(2, 12)), hidden_size=heads * head_dim, num_attention_heads=heads,
         num_kv_heads=draw(st.sampled_from([heads, heads // 2, heads // 4])), vocab_size=draw(st.sampled_from([1000, 4096])),
-        mlp=draw(st.sampled_from(["gelu", "swiglu", "relu"])), norm=draw(st.sampled_from(["layernorm", "rmsnorm"])),
-        position_embedding=draw(st.sampled_from(["learned", "rotary"])), max_position_embeddings=8192,
+        mlp=mlp, norm=draw(st.sampled_from(["layernorm", "rmsnorm"])),
+        position_embedding="rotary" if rotary else "learned", max_position_embeddings=8192,
         tied_embeddings=draw(st.booleans()), hidden_dropout=draw(st.sampled_from([0.0, 0.1])),
-        attention_dropout=draw(st.sampled_from([0.0, 0.1])), moe=moe,
-        arch=draw(st.sampled_from(["decoder", "decoder", "encoder"])))
+        attention_dropout=draw(st.sampled_from([0.0, 0.1])), moe=moe, arch=arch,
+        **draw(_structure(arch == "decoder", mlp != "gelu" and mlp != "relu", rotary)))
+
+
+@st.composite
+def _structure(draw: st.DrawFn, decoder: bool, gated: bool, rotary: bool) -> dict[str, object]:
+    """The module-layout fields (issue 9) the eager-PyTorch terms follow, in the combinations ModelConfig accepts."""
+    fields: dict[str, object] = {
+        "fused_qkv": draw(st.booleans()), "qk_norm": draw(st.booleans()),
+        "norm_placement": draw(st.sampled_from(["pre", "pre", "sandwich", "post"])),
+        "fused_gate_up": gated and draw(st.booleans()),
+    }
+    if rotary:
+        fields["partial_rotary_factor"] = draw(st.sampled_from([1.0, 0.5, 0.25]))
+    if decoder:
+        fields["returns_kv_cache"] = draw(st.booleans())
+        window = draw(st.sampled_from([None, None, 64, 512]))
+        if window is not None:
+            fields["sliding_window"] = window
+            fields["sliding_window_layers"] = draw(st.sampled_from([None, (0,)]))
+        if draw(st.booleans()):
+            fields["attn_logit_softcapping"] = 50.0
+            fields["final_logit_softcapping"] = 30.0
+    return fields
 
 
 @st.composite
 def trainings(draw: st.DrawFn) -> TrainingConfig:
+    framework = draw(st.sampled_from(["torch", "megatron"]))
     return TrainingConfig(
         seq_len=draw(st.sampled_from([64, 256, 1024])), micro_batch_size=draw(st.integers(1, 4)),
         precision=draw(st.sampled_from(["fp32", "bf16", "amp-bf16", "bf16-mixed", "fp8-mixed"])),
@@ -46,8 +72,8 @@ def trainings(draw: st.DrawFn) -> TrainingConfig:
         optimizer_impl=draw(st.sampled_from(["for-loop", "foreach", "fused"])),
         zero_stage=draw(st.integers(0, 3)), recompute=draw(st.sampled_from(["none", "selective", "full"])),
         attention=draw(st.sampled_from(["eager", "sdpa", "flash"])),
-        framework=draw(st.sampled_from(["torch", "megatron"])),
-        sequence_parallel=draw(st.booleans()))
+        framework=framework, sequence_parallel=draw(st.booleans()),
+        keep_outputs=framework == "torch" and draw(st.booleans()))
 
 
 def _ok(model: ModelConfig, training: TrainingConfig, parallel: ParallelConfig) -> bool:

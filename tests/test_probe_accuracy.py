@@ -214,26 +214,10 @@ def relative_error(index: int) -> float:
     return (tensors - measured) / measured
 
 
-_GQA_FP32_SDPA = (
-    "fp32 SDPA with grouped KV heads runs the math kernel on CUDA (flash is half-precision only, this build's "
-    "memory-efficient kernel takes equal head counts): s x s probabilities saved, not modelled yet (issue 9)"
-)
-_BERT_AMP_LOSS = (
-    "under CUDA autocast cross_entropy_loss runs log_softmax in the logits' dtype (it passes that dtype) and "
-    "nll_loss in fp32 on a cast copy; the estimator models the CPU-autocast loss (issue 9)"
-)
-KNOWN_GAPS: dict[str, str] = {
-    "llama/fp32/rc-none/sdpa": _GQA_FP32_SDPA,
-    "mistral/fp32/rc-none/sdpa": _GQA_FP32_SDPA,
-    "qwen2/fp32/rc-none/sdpa": _GQA_FP32_SDPA,
-    "gemma/fp32/rc-none/sdpa": _GQA_FP32_SDPA,
-    "gemma/fp32/rc-full/sdpa": _GQA_FP32_SDPA,
-    "mixtral/fp32/rc-none/sdpa": _GQA_FP32_SDPA,
-    "bert/amp-bf16/rc-full/eager": _BERT_AMP_LOSS,
-    "bert/amp-bf16/rc-full/sdpa": _BERT_AMP_LOSS,
-}
-"""Cases the probe, now following CUDA's kernels and autocast lists, measures beyond the tolerances; they are
-expected to fail until the estimator models what the reason names (strict: they flip when it does)."""
+KNOWN_GAPS: dict[str, str] = {}
+"""Cases the probe, following CUDA's kernels and autocast lists, measures beyond the tolerances, with the missing
+term as a strict xfail (they flip when it is modelled); none since issue 9 modelled fp32 SDPA's math kernel and
+BERT's autocast loss."""
 
 
 def _case_param(index: int) -> object:

@@ -83,6 +83,7 @@ def memory(
     attention: opt.Attention[Attention] = Attention.FLASH,
     sequence_parallel: opt.SequenceParallel = False,
     framework: opt.Framework[Framework] = Framework.TORCH,
+    keep_outputs: opt.KeepOutputs = False,
     dp: opt.Dp[int] = 1,
     tp: opt.Tp[int] = 1,
     pp: opt.Pp[int] = 1,
@@ -127,6 +128,7 @@ def memory(
         attention=attention,
         sequence_parallel=sequence_parallel,
         framework=framework,
+        keep_outputs=keep_outputs,
     )
     layout: dict[str, Any] = {"dp": dp, "tp": tp, "pp": pp, "vpp": vpp, "cp": cp, "ep": ep}
     if schedule is not None:

@@ -43,6 +43,7 @@ __all__ = [
     "GpuTypes",
     "Headroom",
     "Json",
+    "KeepOutputs",
     "MaxGpus",
     "MaxPricePerHour",
     "MicroBatch",
@@ -123,6 +124,7 @@ SequenceParallel = Annotated[bool, _field_option(
 Framework = Annotated[T, _field_option(("--framework",), TrainingConfig, "framework", (
     "torch: ZeRO/FSDP; megatron: distributed optimizer and sequence parallelism."))]
 Compile = Annotated[bool, _field_option(("--compile",), TrainingConfig, "compile")]
+KeepOutputs = Annotated[bool, _field_option(("--keep-outputs",), TrainingConfig, "keep_outputs")]
 Fp8Recipe = Annotated[T, _field_option(("--fp8-recipe",), TrainingConfig, "fp8_recipe")]
 
 # ---- the layout (ParallelConfig) -------------------------------------------------------------------------------

@@ -46,6 +46,7 @@ def plan(
     optimizer: opt.Optimizer[Optimizer] = Optimizer.ADAMW,
     attention: opt.Attention[Attention] = Attention.FLASH,
     framework: opt.Framework[Framework] = Framework.TORCH,
+    keep_outputs: opt.KeepOutputs = False,
     objective: opt.Objective[Objective] = Objective.THROUGHPUT,
     tokens: opt.Tokens[str | None] = None,
     max_gpus: opt.MaxGpus[int | None] = None,
@@ -107,6 +108,7 @@ def plan(
         optimizer=optimizer,
         attention=attention,
         framework=framework,
+        keep_outputs=keep_outputs,
     )
     constraints = PlanConstraints(
         headroom=headroom,

@@ -161,6 +161,11 @@ class TrainingConfig(FrozenModel):
     attention: Attention = Field(default=Attention.FLASH, description="Attention kernel.")
     sequence_parallel: bool = Field(default=False, description="Megatron sequence parallelism (needs tp > 1).")
     framework: Framework = Field(default=Framework.TORCH, description="Runtime whose buffers are modelled.")
+    keep_outputs: bool = Field(default=False, description=(
+        "The training loop keeps the model output alive: ``out = model(**batch); out.loss.backward(); opt.step()`` "
+        "holds the logits (and a KV cache the model returns) through backward and the optimizer step, until the "
+        "next forward returns. False: only the loss survives the forward (HF Trainer, Accelerate, torchtitan, "
+        "Megatron-LM)."))
     compile: bool = Field(default=False, description=(
         "torch.compile on the model (framework torch): elementwise chains fuse into few kernels; the time model "
         "counts their memory traffic as fused."))
@@ -178,6 +183,11 @@ class TrainingConfig(FrozenModel):
             raise ValueError(
                 f"distributed_optimizer (ZeRO-1) cannot be combined with zero_stage={self.zero_stage}; "
                 "use one of them"
+            )
+        if self.keep_outputs and self.framework is Framework.MEGATRON:
+            raise ValueError(
+                "keep_outputs=True with framework='megatron': Megatron-LM's schedules keep only the loss "
+                "(the output tensors are freed before backward); set keep_outputs false or framework 'torch'"
             )
         return self
 

@@ -11,9 +11,11 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from frenzy_core.config.hf import ModuleLayout, module_layout
-from frenzy_core.config.model import ArchKind, MLPKind, ModelConfig, NormKind, PositionEmbedding
+from frenzy_core.config.hf import module_layout
+from frenzy_core.config.model import ArchKind, ModelConfig, NormKind, PositionEmbedding
 from frenzy_core.config.training import Attention, Framework, Precision, TrainingConfig
+from frenzy_core.memory.torch_attention import FP32, MASK_BYTES
+from frenzy_core.memory.torch_layers import norm_bytes, torch_layer
 
 __all__ = [
     "EdgeActivations",
@@ -25,12 +27,6 @@ __all__ = [
 ]
 
 FloatArray = npt.NDArray[np.float64]
-
-MASK_BYTES = 1
-"""Dropout masks are bool tensors (torch native_dropout / Megatron fused bias-dropout-add)."""
-FP32 = 4
-"""Bytes of an fp32 element (softmax statistics, norm statistics, upcast copies)."""
-
 
 @dataclass(frozen=True)
 class LayerActivations:
@@ -49,6 +45,22 @@ class LayerActivations:
     score_grad: FloatArray
     """Eager attention's backward: the gradient of the s x s probabilities (in the softmax's dtype) that exists
     beside the saved tensors while a layer runs its backward; 0 for fused kernels."""
+    kind_excess: FloatArray
+    """torch: how much the largest kind of layer (local or global attention) exceeds the average ``dense``, so that
+    a recomputed layer's working set is the largest one's."""
+    cache_delta: FloatArray
+    """torch: what ``dense`` and ``moe`` hold more because the forward fills a KV cache (0 for checkpointed layers,
+    which run with ``use_cache=False``)."""
+    kv_cache: FloatArray
+    """torch: the key/value copies the returned KV cache holds for one layer (0 when the model returns none)."""
+    kv_extra: FloatArray
+    """Of ``kv_cache``, what the layer does not also save for backward."""
+    mlp_grad: FloatArray
+    """torch: gradient temporaries beyond the saved tensors while a layer's MLP runs its backward."""
+    freed_before_core: FloatArray
+    """torch: what the MLP side of a layer saves, freed by its backward before the attention's backward runs."""
+    masks: FloatArray
+    """torch: attention masks the model builds once per forward (kept by each checkpointed micro-batch)."""
 
 
 def _bytes(training: TrainingConfig) -> tuple[int, int, int]:
@@ -60,127 +72,6 @@ def _bytes(training: TrainingConfig) -> tuple[int, int, int]:
         return 4, 2, 2  # autocast: fp32 residual stream and norms, bf16/fp16 matmuls
     lin = 1 if (p is Precision.FP8_MIXED and training.framework is Framework.MEGATRON) else 2
     return 2, 2, lin
-
-
-def _hf_style(model: ModelConfig) -> tuple[ModuleLayout, bool]:
-    """The module lineage the eager-torch terms follow (the family :func:`frenzy_core.config.hf.to_hf_config`
-    builds and the probe measures, or the closest) and whether q/k/v come from one fused projection with rotary
-    positions (GPT-NeoX, Phi-3: the fused output stays saved beside the rotated copies)."""
-    layout = module_layout(model)
-    fused_rope = (model.fused_qkv and model.position_embedding is PositionEmbedding.ROTARY
-                  and layout not in (ModuleLayout.GPT2, ModuleLayout.BERT))
-    return layout, fused_rope
-
-
-def _torch_norm(model: ModelConfig, training: TrainingConfig, consumers: int) -> float:
-    """Bytes per token one HF norm saves, with its output as saved by its ``consumers`` linear(s)."""
-    h = model.hidden_size
-    bs, _, _ = _bytes(training)
-    # HF LlamaRMSNorm: x.to(fp32) [saved by pow], x * rsqrt(var) [saved by weight mul when no downcast],
-    # rsqrt (fp32 per token), the downcast y.to(dtype) [saved by weight mul]; LayerNorm: input + mean + rstd.
-    if model.norm is NormKind.RMSNORM:
-        saved = (FP32 * h + bs * h + FP32) if bs == 4 else (FP32 * h + 2 * h + FP32)
-        if bs == 2 and _hf_style(model)[0].norm_product_fp32:
-            # GemmaRMSNorm (and OLMo 2's) multiplies in fp32 (x * rsqrt * (1 + w)) and then downcasts: the fp32
-            # product is saved instead of a half copy.
-            saved += 2 * h
-    else:
-        saved = bs * h + 2 * FP32
-    # Its output is saved by the next linear(s); autocast casts it once per consuming linear.
-    return saved + (2 * h * consumers if training.precision.is_amp else bs * h)
-
-
-def _torch_mlp_body(model: ModelConfig, training: TrainingConfig, width: int, nbytes: int) -> float:
-    """Bytes per token an MLP of intermediate ``width`` saves between its input and output projections."""
-    if model.mlp.gated:
-        return 4.0 * nbytes * width  # gate out (act input), act out, up out (mul), product (down input)
-    if model.mlp is MLPKind.GELU and _hf_style(model)[0] is ModuleLayout.GPT2:
-        # gelu_new is composed of python ops saving x (by pow), tanh(.), 0.5x, 1 + tanh(.) plus the output.
-        # Under autocast pow runs in fp32 (its fp32 input copy is saved) and so do tanh and 1 + tanh; the
-        # fp32 product is cast back for the next linear.
-        return (3 * FP32 + 2 * nbytes if training.precision.is_amp else 5 * nbytes) * width
-    if model.mlp is MLPKind.GELU:
-        return 2.0 * nbytes * width  # nn.functional.gelu saves its input; its output is the next linear's
-    if model.mlp is MLPKind.SQUARED_RELU:
-        return 2.0 * nbytes * width
-    return 1.0 * nbytes * width  # relu saves its output, which the next linear saves too
-
-
-def _torch_attention(model: ModelConfig, training: TrainingConfig, tp: FloatArray, s_keys: FloatArray
-                     ) -> tuple[FloatArray, FloatArray]:
-    """Eager PyTorch / HF Transformers attention block: per token (saved outside the core, attention core) bytes."""
-    h, q, kv = model.hidden_size, model.q_size, model.kv_size
-    a = model.num_attention_heads
-    bs, bm, _ = _bytes(training)
-    amp = training.precision.is_amp
-    layout, fused_rope = _hf_style(model)
-    p_h, p_a = model.hidden_dropout > 0, model.attention_dropout > 0
-    gpt2 = layout is ModuleLayout.GPT2
-    separate_qkv = not gpt2 and not fused_rope  # one cast per projection under autocast
-    attn: FloatArray = np.asarray(_torch_norm(model, training, 3 if separate_qkv else 1), dtype=np.float64)
-    eager = training.attention is Attention.EAGER
-    if fused_rope and not eager:
-        # GPT-NeoX, Phi-3: one fused QKV projection; SDPA saves v, a view of it, so its whole output stays saved,
-        # plus the rotated q and k copies (eager attention saves contiguous copies instead).
-        attn = attn + bm * (q + 2 * kv) / tp + bm * (q + kv) / tp
-    elif not gpt2:
-        # RoPE returns new q, k tensors (the projections' outputs are freed); v is saved as is.
-        k_width = q if (eager and model.num_kv_heads != a) else kv  # eager repeat_kv copies k, v to all heads
-        attn = attn + bm * (q + 2 * k_width) / tp
-    else:
-        attn = attn + bm * (q + 2 * kv) / tp  # one fused QKV output, its split views saved by attention
-    if model.qk_norm:
-        # Qwen3 q_norm / k_norm (RMSNorm over head_dim), as the block norms: fp32 copy or input, rsqrt per head,
-        # half copy; their outputs replace q and k.
-        g = model.num_kv_heads
-        per_width = (FP32 + bs) if bs == FP32 else (FP32 + 2)
-        attn = attn + (per_width * (q + kv) + FP32 * (a + g)) / tp
-    if eager:
-        if layout.eager_softmax_fp32:
-            probs = FP32 + (bm if bm != FP32 else 0)  # softmax(dtype=fp32) saved, then .to(dtype) copy
-        else:
-            # softmax in the input dtype, saved; autocast runs softmax in fp32 and the .type(dtype) copy feeds the
-            # dropout (or, without dropout, the matmul with v, which saves it)
-            probs = (FP32 + (0 if p_a else bm)) if amp else bm
-        if p_a and layout.eager_softmax_fp32:
-            probs = FP32 + MASK_BYTES + bm  # the pre-dropout copy is freed: dropout backward needs its mask only
-        elif p_a:
-            probs += MASK_BYTES + bm  # dropout mask + output (saved by the matmul with v)
-        core = a / tp * s_keys * probs
-        attn = attn + bm * q / tp  # transpose(1, 2).contiguous() copy saved by the output projection
-    else:
-        core = FP32 * a / tp + 0 * s_keys  # log-sum-exp (fp32) per head and query
-        attn = attn + bm * q / tp  # kernel output, viewed as the output projection's input
-    return attn + (MASK_BYTES * h if p_h else 0), np.asarray(core)
-
-
-def _torch_layer(model: ModelConfig, training: TrainingConfig, tp: FloatArray, s_keys: FloatArray
-                 ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
-    """Eager PyTorch / HF Transformers: per token (dense mlp, moe mlp, attention core, layer input) bytes."""
-    h, f = model.hidden_size, model.ffn_hidden_size
-    bs, bm, _ = _bytes(training)
-    amp = training.precision.is_amp
-    p_h = model.hidden_dropout > 0
-    attn, core = _torch_attention(model, training, tp, s_keys)
-    mlp_common = _torch_norm(model, training, 2 if model.mlp.gated else 1) + (MASK_BYTES * h if p_h else 0)
-    if model.parallel_block and (model.norm is NormKind.LAYERNORM or bs == FP32):
-        mlp_common -= bs * h  # both norms read (and save) the same layer input
-    dense = mlp_common + _torch_mlp_body(model, training, f, bm) / tp
-    moe_mlp = np.asarray(0.0)
-    if model.moe is not None:
-        m = model.moe
-        routed = m.top_k * (m.capacity_factor or 1.0)
-        shared_width = m.shared_expert_ffn_hidden_size
-        shared = _torch_mlp_body(model, training, shared_width, bm) / tp if shared_width else 0.0
-        # Transformers' grouped experts are no autocast op: under amp they run in fp32 on the gathered fp32
-        # tokens (and their weights are not cast).
-        be = bs if amp else bm
-        router_norm = _torch_norm(model, training, 1) + (MASK_BYTES * h if p_h else 0)  # the router's linear
-        # router logits + softmax (fp32), per routed token: gathered input, expert body, weighted output
-        moe_mlp = router_norm + shared + 2 * FP32 * m.num_experts + routed * (
-            2 * be * h + _torch_mlp_body(model, training, m.expert_ffn_hidden_size, be) / tp)
-    layer_in = bs * h + 0 * tp
-    return attn + core + dense, attn + core + moe_mlp, core, np.asarray(layer_in)
 
 
 def _megatron_layer(model: ModelConfig, training: TrainingConfig, tp: FloatArray, rep: FloatArray,
@@ -229,27 +120,33 @@ def layer_activations(model: ModelConfig, training: TrainingConfig, *, tp: npt.A
                       ) -> LayerActivations:
     """Saved bytes of one layer for one micro-batch on one rank (arrays broadcast together)."""
     tp_a = np.asarray(tp, dtype=np.float64)
-    rep = np.where(np.asarray(sp, dtype=bool), 1.0 / tp_a, 1.0)
     s_loc = np.asarray(seq_len, dtype=np.float64) / np.asarray(cp, dtype=np.float64)
     tokens = s_loc * np.asarray(micro_batch_size, dtype=np.float64)
-    if training.framework is Framework.MEGATRON:
-        dense, moe, core, inp = _megatron_layer(model, training, tp_a, rep, s_loc)
-    else:
-        dense, moe, core, inp = _torch_layer(model, training, tp_a, s_loc)
+    if training.framework is Framework.TORCH:
+        t = torch_layer(model, training, tp_a, s_loc, np.asarray(micro_batch_size, dtype=np.float64))
+        return LayerActivations(dense=tokens * t.dense, moe=tokens * t.moe, core_dense=tokens * t.core,
+                                dispatch=np.zeros_like(tokens), score_grad=tokens * t.score_grad,
+                                layer_input=tokens * t.layer_input, kind_excess=tokens * t.kind_excess,
+                                cache_delta=tokens * t.cache_delta, kv_cache=tokens * t.kv_cache,
+                                kv_extra=tokens * t.kv_extra, mlp_grad=tokens * t.mlp_grad,
+                                freed_before_core=tokens * t.freed_before_core, masks=tokens * t.masks)
+    rep = np.where(np.asarray(sp, dtype=bool), 1.0 / tp_a, 1.0)
+    dense, moe, core, inp = _megatron_layer(model, training, tp_a, rep, s_loc)
     dispatch = np.zeros_like(tokens)
-    if training.framework is Framework.MEGATRON and model.moe is not None:
+    if model.moe is not None:
         # token_dispatcher.py: the all-to-all output and sort_chunks_by_idxs' copy live together within the layer
         # (forward and backward); their backward needs only indices, so neither is saved.
         routed = model.moe.top_k * (model.moe.capacity_factor or 1.0)
         dispatch = 2.0 * _bytes(training)[1] * model.hidden_size * routed * tokens
     score_grad = np.zeros_like(tokens)
     if training.attention is Attention.EAGER:
-        torch_fp32_softmax = training.framework is Framework.TORCH and _hf_style(model)[0].eager_softmax_fp32
-        softmax_bytes = FP32 if (training.precision.is_amp or torch_fp32_softmax) else _bytes(training)[1]
+        softmax_bytes = FP32 if training.precision.is_amp else _bytes(training)[1]
         score_grad = model.num_attention_heads / tp_a * s_loc * softmax_bytes * tokens
-    return LayerActivations(dense=tokens * dense, moe=tokens * moe, core_dense=tokens * core, dispatch=dispatch,
-                            score_grad=score_grad,
-                            layer_input=tokens * inp)
+    zero = np.zeros_like(tokens)
+    dense_t, moe_t = tokens * dense, tokens * moe
+    return LayerActivations(dense=dense_t, moe=moe_t, core_dense=tokens * core, dispatch=dispatch,
+                            score_grad=score_grad, layer_input=tokens * inp, kind_excess=zero, cache_delta=zero,
+                            kv_cache=zero, kv_extra=zero, mlp_grad=zero, freed_before_core=zero, masks=zero)
 
 
 @dataclass(frozen=True)
@@ -277,12 +174,11 @@ def edge_activations(model: ModelConfig, training: TrainingConfig, *, tp: npt.Ar
         if model.arch is ArchKind.ENCODER:
             head = head + 3 * bm * h * rep + 2 * FP32  # LM-head dense input, GeLU input, norm input
         return EdgeActivations(embedding=tokens * (mask * rep + ids), head=tokens * head)
-    if model.norm is NormKind.RMSNORM:
-        norm = (FP32 * h + bs * h + FP32) if bs == 4 else (FP32 * h + 2 * h + FP32)
+    # the final norm, its output saved by the head (autocast: the head's cast copy)
+    if model.final_norm:
+        head_t = norm_bytes(model, training, 1 if model.lm_head else 0)
     else:
-        norm = bs * h + 2 * FP32
-    head_in = (2 * h if training.precision.is_amp else bs * h) if model.lm_head else 0
-    head_t = (norm if model.final_norm else 0) + head_in
+        head_t = (2 * h if training.precision.is_amp else bs * h) if model.lm_head else 0
     if model.arch is ArchKind.ENCODER and model.lm_head:
         head_t += bm * h + 2 * bm * h + bs * h + 2 * FP32  # transform dense in, gelu in/out, norm
     return EdgeActivations(embedding=tokens * (mask + ids) + 0 * tp_a, head=tokens * head_t + 0 * tp_a)
@@ -298,6 +194,9 @@ class LogitBytes:
     """Live while the loss is computed."""
     backward_peak: FloatArray
     """Live while the loss and the head's gradient are computed."""
+    returned: FloatArray
+    """What the model output holds (the logits; a bare backbone's last hidden state): live beyond the loss only in a
+    loop that keeps the output (``keep_outputs``)."""
 
 
 def logit_bytes(model: ModelConfig, training: TrainingConfig, *, tp: npt.ArrayLike, cp: npt.ArrayLike,
@@ -305,20 +204,30 @@ def logit_bytes(model: ModelConfig, training: TrainingConfig, *, tp: npt.ArrayLi
     """Logits, their fp32 copy, the softmax and its gradient (vocabulary split over tp in Megatron)."""
     tp_a = np.asarray(tp, dtype=np.float64)
     tokens = np.asarray(seq_len, dtype=np.float64) / np.asarray(cp) * np.asarray(micro_batch_size)
-    _, bm, _ = _bytes(training)
+    bs, bm, _ = _bytes(training)
     v = model.vocab_size / tp_a * tokens * (1 if model.lm_head else 0)  # a bare backbone has no logits
     if training.framework is Framework.MEGATRON:
         # vocab_parallel_cross_entropy: logits.float() then exp/normalise in place; the fp32 softmax is saved and
         # turned into the gradient in place; the head's input gradient is cast back to the activation dtype.
         up = FP32 if bm != FP32 else 0
-        return LogitBytes(saved=FP32 * v, forward_peak=(bm + up) * v, backward_peak=(FP32 + (bm if up else 0)) * v)
-    # HF ForCausalLMLoss: logits.float() (a copy unless already fp32), log_softmax output saved by nll_loss. The
-    # training loop keeps only the loss (HF Trainer.compute_loss drops the model output), so the logits are freed
-    # once the loss is computed; a loop that keeps the output through backward holds B x V more per token.
-    # Backward: the nll gradient (dense) and the log_softmax input gradient, both fp32, beside the saved output.
-    if not _hf_style(model)[0].loss_upcasts_logits and not training.precision.is_amp:
-        # BertForMaskedLM applies CrossEntropyLoss to the logits as they are (no fp32 upcast; autocast would
-        # run it in fp32).
-        return LogitBytes(saved=bm * v, forward_peak=2 * bm * v, backward_peak=3 * bm * v)
+        return LogitBytes(saved=FP32 * v, forward_peak=(bm + up) * v, backward_peak=(FP32 + (bm if up else 0)) * v,
+                          returned=0.0 * v)
+    # The output holds the head's logits in the matmul dtype (no family returns an upcast copy in Transformers 5).
+    returned = bm * v if model.lm_head else bs * model.hidden_size * tokens + 0 * tp_a
+    # Gemma 2's final soft-capping: logits / cap -> tanh (its output saved) -> * cap, before the loss.
+    capped = bm * v if model.final_logit_softcapping is not None else 0.0 * v
+    if not module_layout(model).loss_upcasts_logits:
+        if training.precision.is_amp:
+            # BertForMaskedLM's CrossEntropyLoss under CUDA autocast: log_softmax in the logits' dtype (cross_entropy
+            # passes it, so the fp32 policy does not apply) and nll_loss (fp32 list) on an fp32 copy it saves; the
+            # backward peak is that copy, the nll gradient and the saved log_softmax output.
+            return LogitBytes(saved=(bm + FP32) * v, forward_peak=(2 * bm + FP32) * v,
+                              backward_peak=(bm + 2 * FP32) * v, returned=returned)
+        # BertForMaskedLM applies CrossEntropyLoss to the logits as they are (no fp32 upcast).
+        return LogitBytes(saved=bm * v, forward_peak=2 * bm * v, backward_peak=3 * bm * v, returned=returned)
+    # HF ForCausalLMLoss: logits.float() (a copy unless already fp32), log_softmax output saved by nll_loss; the
+    # framework loop keeps only the loss (HF Trainer.compute_loss drops the output), so the logits are freed once the
+    # loss exists. Backward: the nll gradient and the log_softmax input gradient, both fp32, beside the saved output.
     upcast = FP32 if bm != FP32 else 0
-    return LogitBytes(saved=FP32 * v, forward_peak=(bm + upcast + FP32) * v, backward_peak=3 * FP32 * v)
+    return LogitBytes(saved=FP32 * v + capped, forward_peak=(bm + upcast + FP32) * v + capped,
+                      backward_peak=3 * FP32 * v + capped, returned=returned)

@@ -1,6 +1,5 @@
 """The running-jobs table: it is a dict of runs with array columns in step, and frenzy-core's vectorised
-questions of it (when an option's GPUs free up, which runs end last) schedule exactly as the walk over every run
-did."""
+questions of it (when GPUs free up, which runs end last) schedule exactly as the walk over every run did."""
 
 from __future__ import annotations
 
@@ -18,7 +17,6 @@ from frenzy_core.scheduling import FailureModel, PlannedThroughput, simulate
 from frenzy_core.scheduling.jobs import GPURequest, TrainingJob
 from frenzy_core.scheduling.plans import Placement
 from frenzy_core.scheduling.policies import FrenzyCore, _elastic
-from frenzy_core.scheduling.policies._queue import QueueTable
 from frenzy_core.scheduling.policy import Policy
 from frenzy_core.scheduling.runs import RunningJob, RunTable
 from frenzy_core.scheduling.synthetic import LogNormalWork, MixEntry, synthetic_jobs
@@ -63,18 +61,16 @@ def test_the_table_is_a_dict_of_runs_with_columns_in_step(ops: list[tuple[int, s
 
 
 class _WalkingCore(FrenzyCore):
-    """frenzy-core with its earliest starts as first written: per type, a sorted walk over every running job."""
+    """frenzy-core with its release times as first written: a sorted walk over every running job per type."""
 
-    def _earliest_start(self, table: QueueTable, rows: np.ndarray, now: float) -> np.ndarray:
-        start = np.full(rows.size, np.inf)
-        for g, t in enumerate(self.state.gpu_types):
+    def _release_times(self, now: float) -> list[tuple[np.ndarray, np.ndarray]]:
+        out = []
+        for t in self.state.gpu_types:
             ends = sorted((r.end, r.plan.num_gpus) for r in self.running.values() if r.plan.gpu_type == t)
             times = np.array([now] + [max(now, e) for e, _ in ends])
             freed = self.state.free_gpus(t) + np.concatenate([[0], np.cumsum([n for _, n in ends])])
-            on_g = table.gpu[rows] == g
-            k = np.searchsorted(freed, table.count[rows][on_g], side="left")
-            start[on_g] = np.where(k < times.size, times[np.minimum(k, times.size - 1)], np.inf)
-        return start
+            out.append((times, freed.astype(np.int64)))
+        return out
 
 
 def _walking_longest(policy: Policy, types: Collection[str]) -> list[RunningJob]:

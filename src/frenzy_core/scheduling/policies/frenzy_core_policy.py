@@ -74,29 +74,29 @@ class FrenzyCore(QueuePolicy):
     def job_options(self, job: TrainingJob, allowed: list[str]) -> JobOptions:
         return self.counted_options(job, allowed, lambda t: elastic_counts(job, self.state.usable_gpus(t)))
 
-    def _earliest_start(self, table: QueueTable, rows: np.ndarray, now: float) -> np.ndarray:
-        """When each option's GPUs would be free if the running jobs end as expected (queued jobs aside): per
-        type, the GPUs free now and after each running job's expected end (ends in order; ties: fewer GPUs
-        first), and the first of those times with at least the option's count. All types at once: a step's
-        key is type x ``span`` + GPUs free by then, strictly increasing, so one ``searchsorted`` finds every
-        option's step (an option whose type runs out first gets the next type's, and waits forever)."""
+    def _release_times(self, now: float) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per type: now and the expected end times of the running jobs (sorted; ties: fewer GPUs first), and
+        the GPUs free by each of those times."""
         gpu, end, count, _ = self.running.columns()
-        n_types = len(self.state.gpu_types)
         order = np.lexsort((count, end, gpu))
-        step_gpu = np.concatenate([np.arange(n_types), gpu[order]])
-        cum = np.cumsum(count[order])
-        before = np.concatenate([[0], cum])[np.searchsorted(gpu[order], np.arange(n_types))]
+        bounds = np.searchsorted(gpu[order], np.arange(len(self.state.gpu_types) + 1))
         free = self.free_per_type(self.state)
-        step_free = np.concatenate([free, free[gpu[order]] + cum - before[gpu[order]]])
-        step_time = np.concatenate([np.full(n_types, now), np.maximum(now, end[order])])
-        by_step = np.lexsort((np.concatenate([np.full(n_types, -1), np.arange(order.size)]), step_gpu))
-        span = int(self.state.capacity.sum()) + int(table.count.max(initial=0)) + 1
-        keys = step_gpu[by_step] * span + step_free[by_step]
-        want = table.gpu[rows] * span + table.count[rows]
-        k = np.searchsorted(keys, want, side="left")
-        hit = k < keys.size
-        hit[hit] = step_gpu[by_step[k[hit]]] == table.gpu[rows][hit]
-        return np.where(hit, step_time[by_step[np.minimum(k, keys.size - 1)]], np.inf)
+        out = []
+        for g in range(len(self.state.gpu_types)):
+            mine = order[bounds[g]:bounds[g + 1]]
+            times = np.concatenate([[now], np.maximum(now, end[mine])])
+            freed = free[g] + np.concatenate([[0], np.cumsum(count[mine])])
+            out.append((times, freed.astype(np.int64)))
+        return out
+
+    def _earliest_start(self, table: QueueTable, rows: np.ndarray, now: float) -> np.ndarray:
+        """When each option's GPUs would be free if the running jobs end as expected (queued jobs aside)."""
+        start = np.full(rows.size, np.inf)
+        for g, (times, freed) in enumerate(self._release_times(now)):
+            on_g = table.gpu[rows] == g
+            k = np.searchsorted(freed, table.count[rows][on_g], side="left")
+            start[on_g] = np.where(k < times.size, times[np.minimum(k, times.size - 1)], np.inf)
+        return start
 
     def _expected_finish(self, table: QueueTable, area: np.ndarray, now: float) -> np.ndarray:
         """When each option would finish if the job waited for it: its GPUs free up as the running jobs end as

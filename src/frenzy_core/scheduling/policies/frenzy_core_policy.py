@@ -210,7 +210,8 @@ class FrenzyCore(QueuePolicy):
         attempt: a move that did not pay then pays less later (its restart is the same, its remaining time
         shorter), so only newly idle GPUs can make one pay."""
         idle = self.free_per_type(free)
-        idle[np.unique(self.table().gpu)] = 0
+        if self.queue:
+            idle[self.table().gpu] = 0
         seen = np.asarray(self._idle_seen or [0] * idle.size)
         types = [t for g, t in enumerate(self.state.gpu_types) if idle[g] > seen[g]]
         moves = grow(self, free, now, types, self._counts, self.min_gain) if types else []

@@ -231,7 +231,7 @@ def test_plan_bad_input(cluster_file: Path, tmp_path: Path) -> None:
     bad.write_text("nodes: [{gpu: a100-80gb, gpus_per_node: -1}]\n", encoding="utf-8")
     assert_user_error(invoke("plan", "qwen2.5-0.5b", "--cluster", str(bad)), 2, "bad.yaml", "gpus_per_node")
     assert_user_error(invoke("plan", "qwen2.5-0.5b", "--cluster", "nowhere"), 2, "unknown cluster preset")
-    assert_user_error(invoke("plan", "qwen2.5-0.5b", "--objective", "cost"), 2, "--tokens")
+    assert_user_error(invoke("plan", "qwen2.5-0.5b", "--objective", "time_to_train"), 2, "--tokens")
     assert_user_error(invoke("plan", "qwen2.5-0.5b", "--objective", "cost", "--tokens", "lots"), 2, "--tokens")
     assert_user_error(invoke("plan", "qwen2.5-0.5b", "-o", "script=x.py"), 2, "--emit")
     assert_user_error(invoke("plan", "qwen2.5-0.5b", "--max-price-per-hour", "0"), 2, "--max-price-per-hour")
@@ -315,12 +315,12 @@ def test_simulate_bad_input(tmp_path: Path) -> None:
 SURFACE = {
     "plan": {"--cluster", "--seq-len", "--global-batch", "--micro-batch", "--precision", "--optimizer", "--attention",
              "--framework", "--objective", "--tokens", "--max-gpus", "--num-gpus", "--gpu-types", "--max-price-per-hour",
-             "--headroom", "--tp", "--pp", "--time-limit", "--runners-up", "--emit", "--emit-option", "--emit-to", "--json",
-             "--time-model", "--plot"},
+             "--keep-outputs", "--headroom", "--placement", "--tp", "--pp", "--time-limit", "--runners-up", "--emit",
+             "--emit-option", "--emit-to", "--json", "--time-model", "--plot"},
     "memory": {"--seq-len", "--micro-batch", "--global-batch", "--precision", "--optimizer", "--optimizer-impl",
                "--zero", "--zero-stage", "--distributed-optimizer", "--recompute", "--attention", "--sp",
                "--sequence-parallel", "--framework", "--dp", "--tp", "--pp", "--vpp", "--cp", "--ep", "--schedule",
-               "--headroom", "--json", "--plot"},
+               "--keep-outputs", "--headroom", "--json", "--plot"},
     "simulate": {"--format", "--cluster", "--scale", "--policies", "--limit", "--on-error", "--seed", "--default-duration",
                  "--plot", "--json", "--failures"},
     "calibrate": {"--out", "--model", "--gpu", "--dp", "--tp", "--pp", "--vpp", "--cp", "--seq-len", "--micro-batch",

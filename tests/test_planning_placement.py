@@ -20,9 +20,9 @@ from frenzy_core import ModelConfig, TrainingConfig
 from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.hardware import get_gpu_spec
 from frenzy_core.planning.candidates import build_candidates
-from frenzy_core.planning.nodes import FreeNode, NodeClasses, NodePool
+from frenzy_core.planning.nodes import FreeNode, Locality, NodeClasses, NodePool
 from frenzy_core.planning.placement import min_cover, solve_cp_sat, solve_exhaustive
-from frenzy_core.planning.request import Objective, PlanConstraints
+from frenzy_core.planning.request import Objective, PlacementMode, PlanConstraints
 
 GPU_TYPES = ("t4", "a100-40gb", "a100-80gb", "h100-sxm")
 GIB = 2**30
@@ -47,34 +47,42 @@ class StandInEstimator:
         return compute * (1 + (lay.pp - 1) / micro + 0.04 * (lay.tp - 1)) + 0.002 * np.log2(lay.dp + 1)
 
 
-def _pool(rng: random.Random) -> NodePool:
+def _pool(rng: random.Random, locality: bool = False) -> NodePool:
+    """Random nodes; with ``locality``, some in racks of two zones and some in multi-node NVLink domains."""
     nodes = []
     for gpu in rng.sample(GPU_TYPES, rng.randint(1, 3)):
         size = rng.choice([4, 8])
         for _ in range(rng.randint(1, 5)):
             free = rng.randint(0, size)
-            nodes.append(FreeNode(f"node:{len(nodes)}", gpu, size, tuple(sorted(rng.sample(range(size), free)))))
+            labels = {}
+            if locality:
+                labels = {"rack": rng.choice(["r1", "r2", None]), "zone": rng.choice(["a", "b"]),
+                          "nvlink_domain": rng.choice([None, None, f"{gpu}-nvl"])}
+            nodes.append(FreeNode(f"node:{len(nodes)}", gpu, size, tuple(sorted(rng.sample(range(size), free))),
+                                  **labels))
     return NodePool(nodes=tuple(nodes))
 
 
-def _instance(seed: int) -> tuple[Any, NodePool]:
-    """A random small model, recipe, cluster, objective and constraints; returns the candidate table and pool."""
+def _instance(seed: int, locality: bool = False) -> tuple[Any, NodePool]:
+    """A random small model, recipe, cluster, objective and constraints; returns the candidate table and pool.
+    With ``locality``: racks, zones, NVLink domains and a random placement mode too."""
     rng = random.Random(seed)
     heads = rng.choice([4, 8, 16])
     model = ModelConfig(num_layers=rng.choice([4, 8, 12]), hidden_size=heads * rng.choice([128, 256, 512]),
                         num_attention_heads=heads, vocab_size=32000)
     training = TrainingConfig(seq_len=rng.choice([1024, 2048, 4096]), global_batch_size=rng.choice([8, 16, 32, 64]))
-    pool = _pool(rng)
+    pool = _pool(rng, locality)
     objective = rng.choice(list(Objective))
     constraints = PlanConstraints(token_budget=10**9, max_gpus=rng.choice([None, 8, 16]),
-                                  micro_batch_sizes=[1, 2], zero_stages=[0, 1])
+                                  micro_batch_sizes=[1, 2], zero_stages=[0, 1],
+                                  placement=rng.choice(list(PlacementMode)) if locality else PlacementMode.ANY)
     specs = {name: get_gpu_spec(name) for name in pool.gpu_types}
     table = build_candidates(model, training, pool, specs, constraints, objective, StandInEstimator())
     return table, pool
 
 
-def _check_agree(seed: int) -> None:
-    table, pool = _instance(seed)
+def _check_agree(seed: int, locality: bool = False) -> None:
+    table, pool = _instance(seed, locality)
     reference = solve_exhaustive(table, pool)
     cp = solve_cp_sat(table, pool, time_limit_s=10)
     assert (reference is None) == (cp is None), f"seed {seed}: one solver found a plan, the other did not"
@@ -87,11 +95,13 @@ def _check_agree(seed: int) -> None:
 
 
 def _check_valid(table: Any, pool: NodePool, solution: Any) -> None:
-    """Only free GPUs, whole TP groups per node, exactly the world size."""
+    """Only free GPUs, whole TP groups per node, exactly the world size, inside one locality group, each node
+    with at least (any) or exactly (even, whole nodes) the GPUs the candidate was timed with."""
     row = solution.candidate
     gpu_type = table.gpu_types[int(table.gpu[row])]
     tp = int(table.tp[row])
-    placement = pool.assign(gpu_type, tp, list(solution.nodes_used), list(solution.groups))
+    level = Locality(solution.level)
+    placement = pool.assign(gpu_type, tp, list(solution.nodes_used), list(solution.groups), level)
     by_name = {n.name: n for n in pool.nodes}
     assert sum(len(v) for v in placement.values()) == int(table.world[row])
     for name, gpus in placement.items():
@@ -99,6 +109,16 @@ def _check_valid(table: Any, pool: NodePool, solution: Any) -> None:
         assert node.gpu_type == gpu_type
         assert set(gpus) <= set(node.free_indices) and len(set(gpus)) == len(gpus)
         assert len(gpus) % tp == 0, f"a tp={tp} group would span nodes on {name}"
+    groups = {by_name[name].group(level) for name in placement}
+    assert len(groups) == 1 or (level is Locality.DOMAIN and len(placement) == 1 and groups == {None})
+    counts = [len(g) for g in placement.values()]
+    per_node = int(table.per_node[row])
+    if table.placement is PlacementMode.ANY:
+        assert level is Locality.DOMAIN or min(counts) >= per_node
+    else:
+        assert set(counts) == {per_node}
+    if table.placement is PlacementMode.WHOLE_NODES:
+        assert all(len(gpus) == by_name[n].gpus_per_node == by_name[n].free for n, gpus in placement.items())
 
 
 @settings(max_examples=160, deadline=None, derandomize=True)
@@ -110,6 +130,19 @@ def test_cp_sat_matches_exhaustive_property(seed: int) -> None:
 @pytest.mark.parametrize("seed", range(60))
 def test_cp_sat_matches_exhaustive_fixed_seeds(seed: int) -> None:
     _check_agree(seed)
+
+
+@settings(max_examples=80, deadline=None, derandomize=True)
+@given(st.integers(min_value=0, max_value=10**9))
+def test_cp_sat_matches_exhaustive_with_locality_and_placement_modes(seed: int) -> None:
+    _check_agree(seed, locality=True)
+
+
+def test_locality_instances_are_not_trivial() -> None:
+    found = [solve_exhaustive(*_instance(seed, locality=True)) for seed in range(60)]
+    assert 10 <= sum(f is not None for f in found) <= 58
+    levels = {f.level for f in found if f is not None}
+    assert len(levels) >= 2, levels
 
 
 def test_instances_are_not_trivial() -> None:

@@ -6,7 +6,7 @@ import functools
 
 import pytest
 
-from frenzy_core import Cluster, InfeasiblePlanError, ModelConfig, TrainingConfig, plan_job
+from frenzy_core import Cluster, InfeasiblePlanError, ModelConfig, TrainingConfig, default_global_batch, plan_job
 from frenzy_core.hardware import get_gpu_spec
 from frenzy_core.memory import estimate_memory
 
@@ -47,5 +47,10 @@ def test_default_recipe_runs_every_position_table(preset: str) -> None:
     model = ModelConfig.preset(preset)
     plan = plan_job(model, _cluster("frenzy-paper"), time_limit_s=5, top_k=0)
     assert plan.training.seq_len == model.default_seq_len() <= 2048
-    # The plan records the global batch it chose (one micro-batch per data-parallel rank by default).
-    assert plan.training.global_batch_size == plan.training.micro_batch_size * plan.parallel.dp
+    # Without a global batch the plan trains the default one (moved by at most 5 % to split evenly) and says so.
+    default = default_global_batch(model, plan.training.seq_len)
+    assert plan.default_batch is not None and plan.default_batch.global_batch_size == default
+    gbs = plan.training.global_batch_size
+    assert gbs is not None and abs(gbs - default) <= 0.05 * default
+    assert gbs % (plan.training.micro_batch_size * plan.parallel.dp) == 0
+    assert "(default: " in plan.explain()

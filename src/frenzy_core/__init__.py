@@ -26,6 +26,7 @@ from frenzy_core.config import (
     RecomputeMethod,
     TrainingConfig,
     count_parameters,
+    default_global_batch,
     validate_layout,
 )
 from frenzy_core.config.megatron import MegatronJob, from_megatron_args, parse_megatron_args, to_megatron_args
@@ -127,6 +128,7 @@ __all__ = [
     "calibrate",
     "compare",
     "count_parameters",
+    "default_global_batch",
     "estimate_iteration_time",
     "estimate_iteration_time_batch",
     "estimate_memory",

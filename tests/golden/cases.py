@@ -332,6 +332,12 @@ SMALL_MIXED = {"nodes": [{"gpu": "a100-80gb", "gpus_per_node": 8, "count": 2, "f
                          {"gpu": "v100-32gb", "gpus_per_node": 4, "count": 4},
                          {"gpu": "h100-sxm", "gpus_per_node": 8, "count": 1, "free_gpus": 3}]}
 TINY = {"nodes": [{"gpu": "t4", "gpus_per_node": 2, "count": 2}]}
+RACKS = {"nodes": [{"gpu": "h100-sxm", "gpus_per_node": 8, "count": 2, "rack": r, "zone": "z"} for r in ("r1", "r2")],
+         "inter_rack_bytes_per_s": 5e9}
+"""Two racks of two H100 nodes behind an oversubscribed spine (issue 13: groups stay in a rack or pay for it)."""
+NVL_TRAYS = {"nodes": [{"gpu": "b200", "gpus_per_node": 4, "count": 4, "nvlink_domain": "nvl-0"},
+                       {"gpu": "b200", "gpus_per_node": 4, "count": 2}]}
+"""Four 4-GPU trays in one multi-node NVLink domain, two outside it."""
 
 PLAN_CASES: list[tuple[str, dict[str, Any] | str, dict[str, Any] | None, dict[str, Any]]] = [
     ("gpt2", "frenzy-paper", {"seq_len": 1024, "global_batch_size": 64}, {}),
@@ -375,6 +381,17 @@ PLAN_CASES: list[tuple[str, dict[str, Any] | str, dict[str, Any] | None, dict[st
     ("gpt2", SMALL_MIXED, {"seq_len": 1024}, {"constraints": {"tp": 5}}),
     ("gpt2", SMALL_MIXED, {"seq_len": 1024, "global_batch_size": 6}, {"constraints": {"micro_batch_sizes": [4]}}),
     ("llama-2-7b", SMALL_MIXED, {"seq_len": 2048}, {"constraints": {"pp": 3}}),
+    # issue 13: any GPU count with the default batch, dp before pp, placement modes, launchers, locality
+    ("llama-3.1-8b", "frenzy-paper", None, {"constraints": {"num_gpus": 6}}),
+    ("qwen2.5-0.5b", "frenzy-paper", None, {"constraints": {"num_gpus": 3}}),
+    ("gpt2", SMALL_MIXED, {"seq_len": 1024, "global_batch_size": 48}, {"constraints": {"placement": "even"}}),
+    ("gpt2", SMALL_MIXED, {"seq_len": 1024, "global_batch_size": 48}, {"constraints": {"placement": "whole_nodes"}}),
+    ("llama-2-7b", SMALL_MIXED, {"seq_len": 2048, "global_batch_size": 32}, {"launcher": "slurm"}),
+    ("llama-2-7b", "frenzy-paper", {"seq_len": 2048}, {"launcher": "accelerate"}),
+    ("llama-2-7b", RACKS, {"seq_len": 2048, "global_batch_size": 64}, {"constraints": {"num_gpus": 16, "tp": 1}}),
+    ("llama-2-7b", RACKS, {"seq_len": 2048, "global_batch_size": 64}, {"constraints": {"num_gpus": 32, "tp": 1}}),
+    ("llama-2-7b", NVL_TRAYS, {"seq_len": 2048, "global_batch_size": 64}, {"constraints": {"num_gpus": 16}}),
+    ("gpt2", "aws-mixed", {"seq_len": 1024, "global_batch_size": 64}, {"objective": "cost"}),
 ]
 
 

@@ -21,7 +21,7 @@ from frenzy_core._base import FrozenModel
 from frenzy_core._data import data_text
 from frenzy_core.config.layout import global_batch_size, num_microbatches
 from frenzy_core.errors import ConfigError
-from frenzy_core.hardware.gpus import get_gpu_spec
+from frenzy_core.planning.launchers import LaunchScope, get_launch_scope
 from frenzy_core.planning.plan import Plan
 
 __all__ = [
@@ -99,6 +99,12 @@ class Adapter(Generic[OptionsT]):
     build: Callable[[Plan, OptionsT], dict[str, Any]]
     render: Callable[[dict[str, Any]], str] | None = None
 
+    @property
+    def scope(self) -> LaunchScope:
+        """What this launcher can run (``plan_job(..., launcher=name)`` plans within it): its row of
+        :data:`frenzy_core.planning.LAUNCH_SCOPES`."""
+        return get_launch_scope(self.name)
+
     def __call__(self, plan: Plan, **options: Any) -> dict[str, Any]:
         """The launcher's config for ``plan`` as plain data (``options`` are this adapter's keyword options)."""
         if not isinstance(plan, Plan):
@@ -166,7 +172,7 @@ def uniform_gpus_per_node(plan: Plan, launcher: str) -> int:
 
 def gpu_vendor(plan: Plan) -> str:
     """``nvidia`` or ``amd``: decides device-visibility variables and Kubernetes resource names."""
-    return get_gpu_spec(plan.gpu_type).vendor
+    return plan.gpu_spec.vendor
 
 
 RECIPE_ENV: dict[str, str] = {

@@ -52,6 +52,7 @@ __all__ = [
     "Objective",
     "Optimizer",
     "OptimizerImpl",
+    "Placement",
     "Plot",
     "Pp",
     "Precision",
@@ -148,6 +149,8 @@ NumGpus = Annotated[T, _field_option(("--num-gpus",), PlanConstraints, "num_gpus
 MaxPricePerHour = Annotated[T, _field_option(("--max-price-per-hour",), PlanConstraints, "max_price_per_hour_usd",
                                              "In USD.")]
 Tokens = Annotated[T, _field_option(("--tokens",), PlanConstraints, "token_budget", "E.g. 1e9, 300M, 10B, 2T.")]
+Placement = Annotated[T, _field_option(("--placement",), PlanConstraints, "placement", (
+    "--emit raises it to what the launcher needs."))]
 Objective = Annotated[T, typer.Option("--objective", help=(
     "What to optimise: tokens/s, dollars or wall time for --tokens, or the fewest GPUs that fit."))]
 TimeLimit = Annotated[T, typer.Option("--time-limit", help="Solver time limit in seconds.")]
@@ -157,8 +160,8 @@ TimeModel = Annotated[T, typer.Option("--time-model", help="Calibrated time-mode
 # ---- launchers -------------------------------------------------------------------------------------------------
 
 Emit = Annotated[T, typer.Option("--emit", help=(
-    f"After the plan, print a launch config for it: {', '.join(LAUNCHERS[:-1])} or {LAUNCHERS[-1]} (with --json: "
-    "in the JSON, under 'launch')."))]
+    f"Plan within what this launcher can start, then print its launch config: {', '.join(LAUNCHERS[:-1])} or "
+    f"{LAUNCHERS[-1]} (with --json: in the JSON, under 'launch')."))]
 EmitOption = Annotated[T, typer.Option("--emit-option", "-o", help=(
     "KEY=VALUE option of the --emit launcher (repeatable), e.g. -o script=train.py."))]
 EmitTo = Annotated[T, typer.Option("--emit-to", help="Write the --emit launcher text to this file instead of stdout.")]

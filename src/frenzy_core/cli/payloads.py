@@ -32,6 +32,7 @@ def plan_payload(model: str, where: ClusterArg, training: TrainingConfig, constr
             "objective": objective.value,
         },
         "plan": plan.model_dump(mode="json"),
+        "global_batch": {"samples": plan.training.global_batch_size, "default": plan.default_batch is not None},
         "explanation": plan.explain(),
     }
     if launch is not None:

@@ -28,11 +28,11 @@ from frenzy_core.cli.plan_view import plan_renderables
 from frenzy_core.config import Attention, Framework, Optimizer, Precision, TrainingConfig
 from frenzy_core.errors import ConfigError, InfeasiblePlanError, UnknownNameError
 from frenzy_core.planning.plan import Plan
-from frenzy_core.planning.request import DEFAULT_HEADROOM, Objective, PlanConstraints
+from frenzy_core.planning.request import DEFAULT_HEADROOM, Objective, PlacementMode, PlanConstraints
 
 __all__ = ["plan"]
 
-_NEEDS_TOKENS = (Objective.COST, Objective.TIME_TO_TRAIN)
+_NEEDS_TOKENS = (Objective.TIME_TO_TRAIN,)
 
 
 @handle_errors
@@ -42,10 +42,10 @@ def plan(
     seq_len: opt.SeqLen[int | None] = None,
     global_batch: opt.GlobalBatch[int | None] = None,
     micro_batch: opt.MicroBatch[int | None] = None,
-    precision: opt.Precision[Precision] = Precision.BF16_MIXED,
+    precision: opt.Precision[Precision | None] = None,
     optimizer: opt.Optimizer[Optimizer] = Optimizer.ADAMW,
     attention: opt.Attention[Attention] = Attention.FLASH,
-    framework: opt.Framework[Framework] = Framework.TORCH,
+    framework: opt.Framework[Framework | None] = None,
     keep_outputs: opt.KeepOutputs = False,
     objective: opt.Objective[Objective] = Objective.THROUGHPUT,
     tokens: opt.Tokens[str | None] = None,
@@ -54,6 +54,7 @@ def plan(
     gpu_types: opt.GpuTypes[str | None] = None,
     max_price_per_hour: opt.MaxPricePerHour[float | None] = None,
     headroom: opt.Headroom[float] = DEFAULT_HEADROOM,
+    placement: opt.Placement[PlacementMode] = PlacementMode.ANY,
     tp: opt.Tp[int | None] = None,
     pp: opt.Pp[int | None] = None,
     time_limit: opt.TimeLimit[float] = 10.0,
@@ -70,7 +71,10 @@ def plan(
     Fixed: what the options set (sequence length, global batch, precision, optimizer, framework). Searched:
     GPU type and count, dp/tp/pp, micro-batch size, recompute, ZeRO stage (--tp, --pp and --micro-batch pin
     them). Without --seq-len: 2048, or the model's learned position table if shorter; without --global-batch:
-    micro-batch x dp (no gradient accumulation). --plot draws memory per stage against the GPU, the runners-up
+    the model's published pre-training batch, else 2^20 tokens, in whole sequences (moved by at most 5% to split
+    evenly over dp); without --precision: bf16-mixed, fp16-mixed on GPUs without bf16 (V100). --emit plans within
+    what that launcher can start (even placements for slurm, kubernetes, skypilot, accelerate; the megatron
+    framework for megatron). --plot draws memory per stage against the GPU, the runners-up
     and one step's pipeline schedule. Exit code 1 when nothing fits (the message says what blocked it and what
     would help), 2 for bad input.
 
@@ -101,14 +105,14 @@ def plan(
     if emit is not None:
         emit_options = launcher_options(emit, emit_options)
     where = load_cluster_arg(cluster)
+    recipe: dict[str, Any] = {"precision": precision, "framework": framework}
     training = TrainingConfig(
         seq_len=seq_len,
         global_batch_size=global_batch,
-        precision=precision,
         optimizer=optimizer,
         attention=attention,
-        framework=framework,
         keep_outputs=keep_outputs,
+        **{k: v for k, v in recipe.items() if v is not None},  # left out: the planner's defaults and fallbacks
     )
     constraints = PlanConstraints(
         headroom=headroom,
@@ -120,13 +124,14 @@ def plan(
         tp=tp,
         pp=pp,
         micro_batch_sizes=None if micro_batch is None else [micro_batch],
+        placement=placement,
     )
     if not json_out:
         console.print(f"Planning {cfg.name or model} ({cfg.num_params() / 1e9:.2f}B params) on {where.describe()}",
                       highlight=False, soft_wrap=True)
     try:
         result = plan_job(cfg, where.cluster, training, objective=objective, constraints=constraints,
-                          time_limit_s=time_limit, top_k=runners_up, time_model=time_model)
+                          time_limit_s=time_limit, top_k=runners_up, time_model=time_model, launcher=emit)
     except InfeasiblePlanError as exc:
         raise infeasible_in_option_words(exc) from None
     except UnknownNameError:

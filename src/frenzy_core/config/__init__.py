@@ -2,6 +2,7 @@
 and the rules they must satisfy."""
 
 from frenzy_core.config.arrays import LAYOUT_COLUMNS, LayoutArrays
+from frenzy_core.config.batch import DEFAULT_BATCH_TOKENS, DefaultBatch, default_batch, default_global_batch
 from frenzy_core.config.layout import (
     LAYOUT_RULES,
     LayoutRule,
@@ -37,10 +38,12 @@ from frenzy_core.config.training import (
 )
 
 __all__ = [
+    "DEFAULT_BATCH_TOKENS",
     "LAYOUT_COLUMNS",
     "LAYOUT_RULES",
     "ArchKind",
     "Attention",
+    "DefaultBatch",
     "Fp8Recipe",
     "Framework",
     "LayoutArrays",
@@ -64,6 +67,8 @@ __all__ = [
     "RopeScaling",
     "TrainingConfig",
     "count_parameters",
+    "default_batch",
+    "default_global_batch",
     "global_batch_size",
     "layout_mask",
     "num_microbatches",

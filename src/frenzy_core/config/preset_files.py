@@ -15,7 +15,7 @@ from frenzy_core.errors import ConfigError, UnknownNameError, require_name
 
 __all__ = ["PresetFile", "model_preset_file", "model_preset_names"]
 
-_META_KEYS = ("published_params", "source")
+_META_KEYS = ("published_params", "source", "pretrain_batch_tokens", "pretrain_batch_source")
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,10 @@ class PresetFile:
     """Parameter count as published (model card or paper)."""
     source: str
     """Where the architecture and the count come from."""
+    pretrain_batch_tokens: int | None = None
+    """Tokens per optimizer step of the model's published pre-training run, where the paper gives one."""
+    pretrain_batch_source: str | None = None
+    """Where ``pretrain_batch_tokens`` comes from (paper, table or section, and how it was read)."""
 
 
 @functools.lru_cache(maxsize=1)
@@ -38,9 +42,13 @@ def _load_all() -> dict[str, PresetFile]:
         meta = {k: data.pop(k, None) for k in _META_KEYS}
         if meta["published_params"] is None or meta["source"] is None:
             raise ConfigError(f"model preset file {file_name} lacks published_params or source")
+        if (meta["pretrain_batch_tokens"] is None) != (meta["pretrain_batch_source"] is None):
+            raise ConfigError(f"model preset file {file_name}: pretrain_batch_tokens and pretrain_batch_source "
+                              "go together")
         data.setdefault("name", name)
         out[name] = PresetFile(name=name, fields=data, published_params=int(meta["published_params"]),
-                               source=str(meta["source"]))
+                               source=str(meta["source"]), pretrain_batch_tokens=meta["pretrain_batch_tokens"],
+                               pretrain_batch_source=meta["pretrain_batch_source"])
     return out
 
 

@@ -48,6 +48,9 @@ class Node(FrozenModel):
     inter_node_bytes_per_s: float | None = Field(default=None, gt=0, description="NIC bandwidth per GPU, per direction.")
     rack: str | None = Field(default=None, description="Optional rack label (placement locality).")
     zone: str | None = Field(default=None, description="Optional zone label (placement locality).")
+    nvlink_domain: str | None = Field(default=None, description=(
+        "Label of a multi-node NVLink domain (GB200 NVL72: the 18 trays of a rack share one): nodes with the "
+        "same label reach each other at intra_node_bytes_per_s."))
 
     @field_validator("gpu")
     @classmethod
@@ -86,11 +89,24 @@ class Cluster(FrozenModel):
 
     nodes: tuple[Node, ...] = Field(description="Node shapes; each repeated ``count`` times.")
     name: str = Field(default="", description="Label, e.g. the preset name.")
+    inter_rack_bytes_per_s: float | None = Field(default=None, gt=0, description=(
+        "Per GPU, per direction, for a group that crosses racks (default: the nodes' own NIC bandwidth, a "
+        "non-blocking fabric)."))
+    inter_zone_bytes_per_s: float | None = Field(default=None, gt=0, description=(
+        "Per GPU, per direction, for a group that crosses zones (default: as across racks)."))
     _gpu_specs: dict[str, GPUSpec] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")
     def _keep_specs(self) -> Cluster:
         self._gpu_specs = {gpu: get_gpu_spec(gpu, _SPECS.get()) for gpu in self.gpu_types}
+        domains: dict[str, set[str]] = {}
+        for node in self.nodes:
+            if node.nvlink_domain is not None:
+                domains.setdefault(node.nvlink_domain, set()).add(node.gpu)
+        mixed = sorted(d for d, gpus in domains.items() if len(gpus) > 1)
+        if mixed:
+            raise ValueError(f"NVLink domain {mixed[0]!r} mixes GPU types {sorted(domains[mixed[0]])}; a domain "
+                             "holds one type")
         return self
 
     @model_validator(mode="before")
@@ -172,12 +188,14 @@ class Cluster(FrozenModel):
         return spec if spec is not None else get_gpu_spec(gpu, self._gpu_specs)
 
     def links(self, gpu: str) -> Links:
-        """Node size and link speeds a job on ``gpu`` is timed with: its largest node of the type, and the
-        slowest intra- and inter-node links of the type's nodes.
+        """Node size and link speeds a job on ``gpu`` is timed with: its largest fast-link domain of the type
+        (a node, or the nodes of a multi-node NVLink domain together), and the slowest intra- and inter-node
+        links of the type's nodes.
 
-        The largest node, because the planner places every tensor-parallel group inside one node (so a group of
-        up to that many GPUs talks over the intra-node link); the slowest links, because a job may land on any
-        node of the type and a data-parallel ring runs at its slowest member, so the time is not optimistic.
+        The largest domain, because a group of up to that many GPUs can talk over the intra-node (NVLink) link;
+        the slowest links, because a job may land on any node of the type and a data-parallel ring runs at its
+        slowest member. The planner times each candidate with the domain size its placement actually gets
+        (:mod:`frenzy_core.planning.shapes`).
         """
         try:
             spec = self.gpu_spec(gpu)
@@ -187,7 +205,11 @@ class Cluster(FrozenModel):
         if not shapes:
             raise ConfigError(f"the cluster has no {spec.id} nodes (it has {self.gpu_types})", field="cluster",
                               value=spec.id, hint="estimate with one of its GPU types")
-        return Links(max(n.gpus_per_node for n in shapes),
+        domains: dict[str, int] = {}
+        for n in shapes:
+            if n.nvlink_domain is not None:
+                domains[n.nvlink_domain] = domains.get(n.nvlink_domain, 0) + n.gpus_per_node * n.count
+        return Links(max([n.gpus_per_node for n in shapes] + list(domains.values())),
                      min(n.intra_node_bytes_per_s or spec.intra_node_bytes_per_s for n in shapes),
                      min(n.inter_node_bytes_per_s or spec.inter_node_bytes_per_s for n in shapes))
 
@@ -196,7 +218,8 @@ class Cluster(FrozenModel):
         counts = scale_counts([n.count for n in self.nodes], [n.gpus_per_node for n in self.nodes],
                               [n.gpu for n in self.nodes], total_gpus)
         kept = tuple(n.model_copy(update={"count": c}) for n, c in zip(self.nodes, counts) if c > 0)
-        out = Cluster.model_construct(nodes=kept, name=self.name)  # nodes already validated and resolved
+        out = Cluster.model_construct(nodes=kept, name=self.name, inter_rack_bytes_per_s=self.inter_rack_bytes_per_s,
+                                      inter_zone_bytes_per_s=self.inter_zone_bytes_per_s)  # already validated
         out._gpu_specs = {gpu: spec for gpu, spec in self._gpu_specs.items() if gpu in out.gpu_types}
         return out
 

@@ -43,7 +43,9 @@ class LinkKind(str, enum.Enum):
 
 class Links(NamedTuple):
     """Where node boundaries fall for a job on one GPU type and how fast each side is (per GPU, per direction):
-    what the time model reads. From :attr:`GPUSpec.links` or :meth:`frenzy_core.Cluster.links`."""
+    what the time model reads. From :attr:`GPUSpec.links` or :meth:`frenzy_core.Cluster.links`. The batch time
+    model also takes numpy arrays here, one entry per layout (the planner times each candidate with the node
+    size its placement gets, in one call per GPU type)."""
 
     gpus_per_node: int
     intra_node_bytes_per_s: float

@@ -12,12 +12,13 @@ from frenzy_core.planning.baselines import (
     user_request_plan,
 )
 from frenzy_core.planning.estimators import AnalyticEstimator, LayoutEstimator
+from frenzy_core.planning.launchers import LAUNCH_SCOPES, LaunchScope
 from frenzy_core.planning.plan import Alternative, Plan, Rejection, RejectReason
 from frenzy_core.planning.planner import SOLVERS, plan_job
-from frenzy_core.planning.request import SEARCHED_TRAINING_FIELDS, Objective, PlanConstraints
+from frenzy_core.planning.request import SEARCHED_TRAINING_FIELDS, Objective, PlacementMode, PlanConstraints
 
 __all__ = [
-    "SEARCHED_TRAINING_FIELDS", "SOLVERS", "Alternative", "AnalyticEstimator", "BaselinePlan",
-    "LayoutEstimator", "Objective", "Plan", "PlanConstraints", "RejectReason", "Rejection", "assess_baseline",
-    "marp_configs", "marp_plan", "plan_job", "user_request_plan",
+    "LAUNCH_SCOPES", "SEARCHED_TRAINING_FIELDS", "SOLVERS", "Alternative", "AnalyticEstimator", "BaselinePlan",
+    "LaunchScope", "LayoutEstimator", "Objective", "PlacementMode", "Plan", "PlanConstraints", "RejectReason",
+    "Rejection", "assess_baseline", "marp_configs", "marp_plan", "plan_job", "user_request_plan",
 ]

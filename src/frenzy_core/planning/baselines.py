@@ -31,6 +31,7 @@ from frenzy_core.config.parallel import ParallelConfig
 from frenzy_core.config.params import count_parameters
 from frenzy_core.config.training import Recompute, TrainingConfig
 from frenzy_core.errors import ConfigError, FrenzyError, InfeasiblePlanError
+from frenzy_core.hardware.cluster import Cluster
 from frenzy_core.hardware.gpu import GPUSpec
 from frenzy_core.hardware.gpus import get_gpu_spec
 from frenzy_core.memory import estimate_memory
@@ -152,7 +153,8 @@ def marp_plan(model: ModelConfig, cluster: Any, training: TrainingConfig) -> Bas
     pool = cluster if isinstance(cluster, NodePool) else NodePool.from_cluster(cluster)
     if not pool.nodes:
         raise ConfigError("the cluster has no nodes", field="cluster")
-    specs = {name: get_gpu_spec(name) for name in pool.gpu_types}
+    specs = {name: cluster.gpu_spec(name) if isinstance(cluster, Cluster) else get_gpu_spec(name)
+             for name in pool.gpu_types}
     gbs = training.global_batch_size
     for cfg in marp_configs(model, training):
         assert gbs is not None  # marp_configs checked it

@@ -11,26 +11,36 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from frenzy_core.config.arrays import LAYOUT_COLUMNS, LayoutArrays
 from frenzy_core.config.layout import layout_mask
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.parallel import PipelineSchedule
-from frenzy_core.config.training import Framework, Recompute, TrainingConfig
+from frenzy_core.config.training import Framework, Precision, Recompute, TrainingConfig
 from frenzy_core.errors import ConfigError
 from frenzy_core.hardware.gpu import GPUSpec, Links
 from frenzy_core.planning.estimators import LayoutEstimator
-from frenzy_core.planning.nodes import NodePool
-from frenzy_core.planning.request import DEFAULT_MICRO_BATCH_SIZES, Objective, PlanConstraints
+from frenzy_core.planning.launchers import LaunchScope
+from frenzy_core.planning.nodes import Locality, NodePool
+from frenzy_core.planning.request import DEFAULT_MICRO_BATCH_SIZES, Objective, PlacementMode, PlanConstraints
+from frenzy_core.planning.shapes import placement_shapes, shape_links
 
 __all__ = [
+    "BATCH_ADJUST_TOLERANCE",
+    "KEY_STEPS_PER_DOUBLING",
     "LONG_CONTEXT_TOKENS",
     "NO_PRICE_KEY",
     "CandidateTable",
     "TypeReport",
+    "adjusted_batch",
     "build_candidates",
     "dense_rank",
+    "divisors_up_to",
     "enumerate_layouts",
+    "log_key",
+    "placed_links",
+    "row_links",
 ]
 
 LONG_CONTEXT_TOKENS = 16384
@@ -38,12 +48,34 @@ LONG_CONTEXT_TOKENS = 16384
 below this the attention share is small and cp only adds communication: our threshold)."""
 
 NO_PRICE_KEY = 1 << 40
-"""Tie-break money key of a GPU type without a price: after every priced one."""
+"""Tie-break money key of a GPU type without a price: after every priced one (a log key of any float is below
+2^27, see :data:`KEY_STEPS_PER_DOUBLING`)."""
+
+KEY_STEPS_PER_DOUBLING = 1 << 16
+"""Objective keys of real quantities are ``round(log2(x) * KEY_STEPS_PER_DOUBLING)``: int64 for every positive
+float (|log2| < 1100), so no token budget or price overflows them, and values within 2^-16 of a doubling
+(about 0.001 %) tie, to be decided by the next key."""
+
+BATCH_ADJUST_TOLERANCE = 0.05
+"""Most a default global batch may move (as a fraction) to split into whole, equal micro-batches per
+data-parallel rank; a pinned batch never moves (our choice: the batch is a training hyperparameter, and a few
+percent leave its optimisation behaviour unchanged in the critical-batch analysis of McCandlish et al. 2018)."""
+
+
+def divisors_up_to(n: int, limit: int) -> list[int]:
+    """Divisors of ``n`` not above ``limit``, ascending; O(limit), so a huge ``n`` costs no more than a small
+    one (the search never needs a divisor beyond its GPU count)."""
+    return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
 
 
 def _divisors(n: int) -> list[int]:
-    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
-    return sorted(set(small) | {n // d for d in small})
+    return divisors_up_to(n, n)
+
+
+def adjusted_batch(batch: int, per_step: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """The multiple of ``per_step`` (micro-batch x dp) nearest ``batch``, halves up, at least one."""
+    k = np.maximum((2 * batch + per_step) // (2 * per_step), 1)
+    return np.asarray(k * per_step, dtype=np.int64)
 
 
 def _product(axes: list[list[int]]) -> np.ndarray:
@@ -52,17 +84,16 @@ def _product(axes: list[list[int]]) -> np.ndarray:
     return np.stack([g.ravel() for g in grids], axis=1)
 
 
-def _powers_of_two(limit: int) -> list[int]:
-    return [1 << i for i in range(max(limit, 1).bit_length()) if (1 << i) <= limit]
-
-
 def enumerate_layouts(model: ModelConfig, training: TrainingConfig, constraints: PlanConstraints, *,
-                      max_world: int, max_tp: int, dp_hints: tuple[int, ...] = ()) -> LayoutArrays:
+                      max_world: int, max_tp: int, adjustable_batch: bool = False) -> LayoutArrays:
     """Every layout of at most ``max_world`` GPUs the model and recipe allow (:func:`layout_mask`) and the search
     covers, in canonical order.
 
-    Canonical order (the last tie-break everywhere): fewer GPUs, smaller tp, pp, vpp, cp, ep, lighter
-    recompute, lower ZeRO stage, no distributed optimizer, no sequence parallelism, larger micro-batch.
+    The data-parallel degree is any integer that splits the global batch into whole, equal micro-batches per
+    rank: a divisor of it when it is pinned; when ``adjustable_batch`` (the request's default batch) any degree
+    up to the batch, the batch moved to the nearest multiple of micro-batch x dp within
+    :data:`BATCH_ADJUST_TOLERANCE`. Canonical order (the last tie-break everywhere): fewer GPUs, smaller tp, pp, vpp, cp, ep,
+    lighter recompute, lower ZeRO stage, no distributed optimizer, no sequence parallelism, larger micro-batch.
     """
     c = constraints
     megatron = training.framework is Framework.MEGATRON
@@ -75,10 +106,8 @@ def enumerate_layouts(model: ModelConfig, training: TrainingConfig, constraints:
         cps += [k for k in (2, 4, 8) if training.seq_len % (2 * k) == 0]
     eps = _divisors(model.moe.num_experts) if model.moe is not None else [1]
     gbs = training.global_batch_size
-    if gbs is not None:
-        dps = [d for d in _divisors(gbs) if d <= max_world]
-    else:
-        dps = sorted(set(_powers_of_two(max_world)) | {d for d in dp_hints if 0 < d <= max_world})
+    assert gbs is not None, "the search sets a global batch (the request's or the default)"
+    dps = list(range(1, min(gbs, max_world) + 1)) if adjustable_batch else divisors_up_to(gbs, max_world)
     mbss = sorted(set(c.micro_batch_sizes or DEFAULT_MICRO_BATCH_SIZES))
     recomputes = [r.code for r in (c.recompute or list(Recompute))]
     zeros = sorted(set(c.zero_stages if c.zero_stages is not None else ([0] if megatron else [0, 1, 2, 3])))
@@ -89,7 +118,7 @@ def enumerate_layouts(model: ModelConfig, training: TrainingConfig, constraints:
     structure = [tps, pps, vpps, cps, eps, dps]
     recipe = [mbss, recomputes, zeros, dist_opts, sps]
     if any(not a for a in structure + recipe):
-        return _layouts(np.zeros((0, len(structure + recipe)), dtype=np.int64), training)
+        return _layouts(np.zeros((0, len(structure + recipe)), dtype=np.int64), training, False)
     # parallel degrees first (few combinations survive), then crossed with the recipe choices
     grid = _product(structure)
     tp, pp, vpp, cp, ep, dp = grid.T
@@ -102,7 +131,10 @@ def enumerate_layouts(model: ModelConfig, training: TrainingConfig, constraints:
     grid = np.concatenate([np.repeat(grid, len(choices), axis=0), np.tile(choices, (len(grid), 1))], axis=1)
     sp, tp = grid[:, 10], grid[:, 0]
     grid = grid[(sp == 0) | (tp > 1)]  # search policy: sequence parallelism only where it has an effect
-    layouts = _layouts(grid, training)
+    layouts = _layouts(grid, training, adjustable_batch)
+    if adjustable_batch:
+        moved = np.abs(layouts.global_batch_size - gbs)
+        layouts = layouts.take(moved <= BATCH_ADJUST_TOLERANCE * gbs)
     layouts = layouts.take(layout_mask(model, layouts))
     order = np.lexsort((-layouts.micro_batch_size, layouts.sequence_parallel, layouts.distributed_optimizer,
                         layouts.zero_stage, layouts.recompute, layouts.ep, layouts.cp, layouts.vpp, layouts.pp,
@@ -110,11 +142,13 @@ def enumerate_layouts(model: ModelConfig, training: TrainingConfig, constraints:
     return layouts.take(order)
 
 
-def _layouts(grid: np.ndarray, training: TrainingConfig) -> LayoutArrays:
+def _layouts(grid: np.ndarray, training: TrainingConfig, adjustable_batch: bool) -> LayoutArrays:
     """Rows (tp, pp, vpp, cp, ep, dp, micro-batch, recompute, ZeRO, distributed optimizer, sequence parallel) as
-    layouts with ``training``'s sequence length, global batch and recompute chunk."""
+    layouts with ``training``'s sequence length, global batch (adjusted per row where adjustable) and
+    recompute chunk."""
     tp, pp, vpp, cp, ep, dp, mbs, rc, zero, dopt, sp = grid.T
-    gbs = np.full_like(dp, training.global_batch_size) if training.global_batch_size is not None else mbs * dp
+    batch = int(training.global_batch_size or 1)
+    gbs = adjusted_batch(batch, mbs * dp) if adjustable_batch else np.full_like(dp, batch)
     schedule = np.where(vpp > 1, PipelineSchedule.INTERLEAVED.code, PipelineSchedule.ONE_F_ONE_B.code)
     columns = {"tp": tp, "pp": pp, "vpp": vpp, "cp": cp, "ep": ep, "dp": dp, "micro_batch_size": mbs,
                "global_batch_size": gbs, "seq_len": np.full_like(dp, training.seq_len), "zero_stage": zero,
@@ -152,10 +186,12 @@ class CandidateTable:
     """Candidates that fit memory, free GPU counts and the request's limits, ranked for one objective.
 
     ``rank`` is the dense rank of the integer-scaled objective key (0 best); ``order`` the canonical position,
-    unique per candidate. Placement (whole TP groups per node) is left to the solvers.
+    unique per candidate. ``level`` and ``per_node`` say where each candidate can be placed
+    (:mod:`frenzy_core.planning.shapes`); its time is the time of such a placement, which the solvers then find.
     """
 
     objective: Objective
+    placement: PlacementMode
     gpu_types: tuple[str, ...]
     layouts: LayoutArrays
     """Every enumerated layout (type-independent)."""
@@ -172,7 +208,11 @@ class CandidateTable:
     price_per_hour_usd: np.ndarray
     """All GPUs of the candidate together; NaN without a price."""
     value: np.ndarray
-    """Objective value in its unit: tokens/s, USD, seconds or GPUs."""
+    """Objective value in its unit: tokens/s, USD (per token without a budget), seconds or GPUs."""
+    level: np.ndarray
+    """Per candidate: the :class:`Locality` its placement is searched at; -1 when it cannot be placed."""
+    per_node: np.ndarray
+    """Per candidate: GPUs every node it touches gets at least (``any``) or exactly (``even``, ``whole_nodes``)."""
     rank: np.ndarray
     order: np.ndarray
     reports: tuple[TypeReport, ...]
@@ -194,99 +234,190 @@ def dense_rank(keys: np.ndarray) -> np.ndarray:
     return rank
 
 
+def log_key(x: np.ndarray) -> np.ndarray:
+    """``round(log2(x) * KEY_STEPS_PER_DOUBLING)`` as int64 (x > 0; 0 and infinity go to the ends)."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        key = np.rint(np.log2(x) * KEY_STEPS_PER_DOUBLING)
+    top = float(NO_PRICE_KEY - 1)
+    return np.nan_to_num(key, nan=top, posinf=top, neginf=-top).astype(np.int64)
+
+
 def _objective_keys(objective: Objective, world: np.ndarray, tokens_per_s: np.ndarray,
                     price_per_hour: np.ndarray, token_budget: int | None) -> tuple[np.ndarray, np.ndarray]:
-    """Integer keys to minimise lexicographically (most significant first), and the objective values."""
-    tok = np.rint(tokens_per_s).astype(np.int64)  # 1 token/s resolution
+    """Integer keys to minimise lexicographically (most significant first), and the objective values.
+
+    Real quantities are keyed by their logarithm (:data:`KEY_STEPS_PER_DOUBLING`), which nothing overflows;
+    GPU counts are exact. A token budget scales every candidate's time and cost alike, so the keys are per
+    token and the ranking is the same for every budget (time to train ranks as tokens/s does)."""
+    tok = log_key(tokens_per_s)
     priced = ~np.isnan(price_per_hour)
-    money = np.where(priced, np.rint(np.nan_to_num(price_per_hour) * 1000.0), NO_PRICE_KEY).astype(np.int64)
+    money = np.where(priced, log_key(np.nan_to_num(price_per_hour, nan=1.0)), NO_PRICE_KEY)
     if objective is Objective.THROUGHPUT:
         return np.stack([-tok, world, money]), tokens_per_s
     if objective is Objective.GPUS:
         return np.stack([world, -tok, money]), world.astype(np.float64)
-    assert token_budget is not None, "cost and time_to_train need token_budget (checked by plan_job)"
     with np.errstate(divide="ignore"):  # a type that cannot run the recipe has 0 tokens/s: infinite time
-        seconds = token_budget / tokens_per_s
+        per_token_s = 1.0 / tokens_per_s
     if objective is Objective.TIME_TO_TRAIN:
-        return np.stack([np.rint(seconds).astype(np.int64), money, world]), seconds
-    dollars = np.nan_to_num(price_per_hour) * seconds / 3600.0
-    cents = np.where(priced, np.rint(dollars * 100.0), NO_PRICE_KEY).astype(np.int64)
-    return np.stack([cents, -tok, world]), dollars
+        assert token_budget is not None, "time_to_train needs token_budget (checked by plan_job)"
+        return np.stack([-tok, money, world]), float(token_budget) * per_token_s
+    # cost: dollars per token, times the budget when there is one
+    per_token_usd = np.nan_to_num(price_per_hour) / 3600.0 * per_token_s
+    cents = np.where(priced, log_key(per_token_usd), NO_PRICE_KEY)
+    return np.stack([cents, -tok, world]), per_token_usd * float(token_budget or 1)
+
+
+def _within_launcher(scope: LaunchScope, layouts: LayoutArrays) -> LayoutArrays:
+    """The layouts ``scope``'s launcher can write; ConfigError when the request leaves none."""
+    kept = layouts.take(scope.allows(layouts))
+    if len(layouts) and not len(kept):
+        raise ConfigError(f"launcher {scope.name} can write none of the layouts the request allows",
+                          field="launcher", value=scope.name, hint="lift a pin (ZeRO stage, tp, pp) or use another "
+                          "launcher")
+    return kept
+
+
+def _shapes(pool: NodePool, name: str, tp: np.ndarray, world: np.ndarray, mode: PlacementMode
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`placement_shapes` of each (tp, world), computed once per distinct pair."""
+    level = np.full(tp.shape, -1, dtype=np.int64)
+    per_node = np.zeros(tp.shape, dtype=np.int64)
+    for t in np.unique(tp):
+        rows = np.flatnonzero(tp == t)
+        worlds, back = np.unique(world[rows], return_inverse=True)
+        lv, g = placement_shapes(pool, name, int(t), worlds, mode)
+        level[rows], per_node[rows] = lv[back], g[back]
+    return level, per_node
+
+
+def row_links(pool: NodePool, name: str, base: Links, level: np.ndarray, per_node: np.ndarray) -> Links:
+    """Each candidate's links, as one :class:`Links` of per-candidate arrays (the batch time model takes them,
+    so a GPU type is one call): those of its placement shape. A candidate that cannot be placed is timed as if
+    inside one domain (its time only orders the diagnosis of why it cannot be placed)."""
+    level = np.where(level < 0, int(Locality.DOMAIN), level)
+    per_node = np.where(level == Locality.DOMAIN, 0, per_node)  # inside a domain the node size is the domain's
+    span = int(per_node.max(initial=0)) + 1
+    keys, which = np.unique(level * span + per_node, return_inverse=True)
+    each = np.array([shape_links(pool, name, base, int(k // span), int(k % span)) for k in keys],
+                    dtype=np.float64).reshape(-1, 3)[np.asarray(which).ravel()]
+    return Links(each[:, 0].astype(np.int64), each[:, 1], each[:, 2])  # type: ignore[arg-type]
+
+
+def placed_links(pool: NodePool, name: str, base: Links, tp: np.ndarray, world: np.ndarray, mode: PlacementMode
+                 ) -> tuple[np.ndarray, np.ndarray, Links]:
+    """Where each (tp, world) can go among ``pool``'s ``name`` GPUs (level and per-node GPUs,
+    :func:`placement_shapes`) and the links it is timed with there (``base``: the type's link speeds), as one
+    :class:`Links` of per-row arrays: the planner's rule, which the scheduler also applies to an allocation."""
+    level, per_node = _shapes(pool, name, tp, world, mode)
+    return level, per_node, row_links(pool, name, base, level, per_node)
 
 
 def build_candidates(model: ModelConfig, training: TrainingConfig, pool: NodePool, specs: dict[str, GPUSpec],
                      constraints: PlanConstraints, objective: Objective, estimator: LayoutEstimator,
-                     links: Mapping[str, Links] | None = None) -> CandidateTable:
-    """Enumerate layouts, estimate memory once and time per GPU type (vectorised), filter and rank.
+                     links: Mapping[str, Links] | None = None, *, adjustable_batch: bool = False,
+                     scope: LaunchScope | None = None, precisions: Mapping[str, Precision] | None = None
+                     ) -> CandidateTable:
+    """Enumerate layouts, estimate memory once (per precision) and time per GPU type and placement (vectorised),
+    filter, rank.
 
-    ``links`` maps a GPU type to the node size and link speeds its time is estimated with (default: the type's
-    typical node).
+    ``links`` maps a GPU type to the intra- and inter-node link speeds its time is estimated with (default:
+    its typical node's); the node size each candidate is timed with comes from where it can be placed.
+    ``precisions`` maps GPU types that run the recipe in another precision (the bf16 fallback) to it;
+    ``scope`` keeps the layouts and GPU types a launcher can run.
     """
     c = constraints
     types = tuple(pool.gpu_types)
     allowed = {t: c.gpu_types is None or t in c.gpu_types for t in types}
     cap = c.num_gpus or c.max_gpus
     totals = {t: pool.total_gpus(t) for t in types}
-    frees = {t: pool.free_gpus(t) for t in types}
     max_world = max([totals[t] for t in types if allowed[t]], default=0)
     if cap is not None:
         max_world = min(max_world, cap)
     max_tp = max([pool.max_node_size(t) for t in types if allowed[t]], default=1)
-    hints = tuple(sorted({v for t in types for v in (totals[t], frees[t])}))
-    layouts = enumerate_layouts(model, training, c, max_world=max_world, max_tp=max_tp, dp_hints=hints)
-    device = estimator.device_bytes(model, training, layouts) if len(layouts) else np.zeros(0, np.int64)
-    world_all = layouts.world_size
-    gbs_all = layouts.global_batch_size
+    layouts = enumerate_layouts(model, training, c, max_world=max_world, max_tp=max_tp,
+                                adjustable_batch=adjustable_batch)
+    if scope is not None:
+        layouts = _within_launcher(scope, layouts)
+    recipes = {name: training.replace(precision=(precisions or {})[name]) if name in (precisions or {}) else training
+               for name in types}
+    devices: dict[Precision, np.ndarray] = {}
+    for recipe in recipes.values():
+        if recipe.precision not in devices:
+            devices[recipe.precision] = (estimator.device_bytes(model, recipe, layouts) if len(layouts)
+                                         else np.zeros(0, np.int64))
+    device = devices[training.precision] if training.precision in devices else next(iter(devices.values()))
+    tokens_all = layouts.global_batch_size.astype(np.float64) * training.seq_len
 
-    parts: dict[str, list[np.ndarray]] = {k: [] for k in ("layout", "gpu", "iteration_s", "pph")}
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in ("layout", "gpu", "iteration_s", "pph", "level", "node")}
     reports = []
     for g, name in enumerate(types):
-        spec = specs[name]
-        usable = int(spec.memory_bytes * (1.0 - c.headroom))
-        # negative device bytes: a layout the memory model rejects for this model
-        within_total = (world_all <= totals[name]) & (layouts.tp <= pool.max_node_size(name)) & (device >= 0)
-        fits = within_total & (device <= usable)
-        limit = min(frees[name], cap) if cap is not None else frees[name]
-        fit_free = fits & (world_all <= limit) if allowed[name] else np.zeros_like(fits)
-        idx = np.flatnonzero(fit_free)
-        price = spec.price_per_gpu_hour_usd
-        unsupported = None
-        try:
-            iteration = (estimator.iteration_s(model, training, layouts.take(idx), spec, (links or {}).get(name))
-                         if idx.size else np.zeros(0))
-        except ConfigError as exc:  # e.g. the recipe's dtype has no peak on this GPU
-            iteration, unsupported = np.full(idx.size, np.inf), f"cannot run this recipe: {exc}"
-        pph = world_all[idx] * (price if price is not None else np.nan)
-        keep, reasons = _limits(c, objective, price, pph, gbs_all[idx] * training.seq_len / iteration)
-        if unsupported is not None:
-            keep, reasons = np.zeros_like(keep), (unsupported,)
-        parts["layout"].append(idx[keep])
-        parts["gpu"].append(np.full(int(keep.sum()), g, dtype=np.int64))
-        parts["iteration_s"].append(iteration[keep])
-        parts["pph"].append(pph[keep])
-        reports.append(TypeReport(
-            gpu_type=name, allowed=allowed[name], total_gpus=totals[name], free_gpus=frees[name],
-            max_free_in_node=pool.max_free_in_node(name), usable_bytes=usable, price_per_gpu_hour_usd=price,
-            min_device_bytes=int(device[within_total].min()) if within_total.any() else None,
-            min_world_fit=int(world_all[fits].min()) if fits.any() else None,
-            n_fit_free=int(idx.size), n_within_limits=int(keep.sum()), limit_reasons=reasons))
+        recipe = recipes[name]
+        refusal = None if scope is None else scope.refusal(model, recipe, specs[name])
+        found, report = _type_candidates(model, recipe, pool, specs[name], name, allowed[name], layouts,
+                                         devices[recipe.precision], tokens_all, c, objective, estimator,
+                                         (links or {}).get(name), refusal)
+        for key, part in found.items():
+            parts[key].append(part)
+        parts["gpu"].append(np.full(found["layout"].size, g, dtype=np.int64))
+        reports.append(report)
 
-    layout_idx = np.concatenate(parts["layout"]) if parts["layout"] else np.zeros(0, np.int64)
-    gpu_idx = np.concatenate(parts["gpu"]) if parts["gpu"] else np.zeros(0, np.int64)
-    iteration_s = np.concatenate(parts["iteration_s"]) if parts["iteration_s"] else np.zeros(0)
-    pph = np.concatenate(parts["pph"]) if parts["pph"] else np.zeros(0)
-    world = world_all[layout_idx]
-    tokens = gbs_all[layout_idx] * training.seq_len / iteration_s if len(layout_idx) else np.zeros(0)
-    keys, value = _objective_keys(objective, world, tokens, pph, c.token_budget)
+    cat = {k: np.concatenate(v) if v else np.zeros(0, np.float64 if k in ("iteration_s", "pph") else np.int64)
+           for k, v in parts.items()}
+    layout_idx = cat["layout"].astype(np.int64)
+    world = layouts.world_size[layout_idx]
+    tokens = tokens_all[layout_idx] / cat["iteration_s"] if len(layout_idx) else np.zeros(0)
+    keys, value = _objective_keys(objective, world, tokens, cat["pph"], c.token_budget)
     rank = dense_rank(keys)
     # canonical position: layout order first, GPU type name second
     order = np.empty(len(layout_idx), dtype=np.int64)
-    order[np.lexsort((gpu_idx, layout_idx))] = np.arange(len(layout_idx))
-    return CandidateTable(objective=objective, gpu_types=types, layouts=layouts, device_bytes=device,
-                          layout=layout_idx, gpu=gpu_idx, world=world, tp=layouts.tp[layout_idx],
-                          iteration_s=iteration_s, tokens_per_s=tokens, price_per_hour_usd=pph,
-                          value=np.asarray(value, dtype=np.float64), rank=rank, order=order,
-                          reports=tuple(reports))
+    order[np.lexsort((cat["gpu"], layout_idx))] = np.arange(len(layout_idx))
+    return CandidateTable(objective=objective, placement=c.placement, gpu_types=types, layouts=layouts,
+                          device_bytes=device, layout=layout_idx, gpu=cat["gpu"].astype(np.int64), world=world,
+                          tp=layouts.tp[layout_idx], iteration_s=cat["iteration_s"], tokens_per_s=tokens,
+                          price_per_hour_usd=cat["pph"], value=np.asarray(value, dtype=np.float64),
+                          level=cat["level"].astype(np.int64), per_node=cat["node"].astype(np.int64), rank=rank,
+                          order=order, reports=tuple(reports))
+
+
+def _type_candidates(model: ModelConfig, training: TrainingConfig, pool: NodePool, spec: GPUSpec, name: str,
+                     allowed: bool, layouts: LayoutArrays, device: np.ndarray, tokens: np.ndarray,
+                     c: PlanConstraints, objective: Objective, estimator: LayoutEstimator, links: Links | None,
+                     refusal: str | None = None) -> tuple[dict[str, np.ndarray], TypeReport]:
+    """The candidates of one GPU type (layout index, seconds, price, placement shape) and what limited them
+    (``refusal``: why the launcher cannot run this type at all)."""
+    world = layouts.world_size
+    cap = c.num_gpus or c.max_gpus
+    total, free = pool.total_gpus(name), pool.free_gpus(name)
+    usable = int(spec.memory_bytes * (1.0 - c.headroom))
+    # negative device bytes: a layout the memory model rejects for this model
+    within_total = (world <= total) & (layouts.tp <= pool.max_node_size(name)) & (device >= 0)
+    fits = within_total & (device <= usable)
+    limit = min(free, cap) if cap is not None else free
+    idx = np.flatnonzero(fits & (world <= limit)) if allowed else np.zeros(0, np.int64)
+    price = spec.price_per_gpu_hour_usd
+    level, per_node, timed_links = placed_links(pool, name, links or spec.links, layouts.tp[idx], world[idx],
+                                                c.placement)
+    unsupported = None
+    try:
+        iteration = (estimator.iteration_s(model, training, layouts.take(idx), spec, timed_links) if idx.size
+                     else np.zeros(0))
+    except ConfigError as exc:  # e.g. the recipe's dtype has no peak on this GPU
+        iteration, unsupported = np.full(idx.size, np.inf), f"cannot run this recipe: {exc}"
+    pph = world[idx] * (price if price is not None else np.nan)
+    keep, reasons = _limits(c, objective, price, pph, tokens[idx] / iteration)
+    if refusal is not None:
+        keep, reasons = np.zeros_like(keep), (f"the launcher cannot run it: {refusal}",)
+    elif unsupported is not None:
+        keep, reasons = np.zeros_like(keep), (unsupported,)
+    report = TypeReport(
+        gpu_type=name, allowed=allowed, total_gpus=total, free_gpus=free,
+        max_free_in_node=pool.max_free_in_node(name), usable_bytes=usable, price_per_gpu_hour_usd=price,
+        min_device_bytes=int(device[within_total].min()) if within_total.any() else None,
+        min_world_fit=int(world[fits].min()) if fits.any() else None,
+        n_fit_free=int(idx.size), n_within_limits=int(keep.sum()), limit_reasons=reasons)
+    found = {"layout": idx[keep], "iteration_s": iteration[keep], "pph": pph[keep], "level": level[keep],
+             "node": per_node[keep]}
+    return found, report
 
 
 def _limits(c: PlanConstraints, objective: Objective, price: float | None, pph: np.ndarray,
@@ -305,7 +436,7 @@ def _limits(c: PlanConstraints, objective: Objective, price: float | None, pph: 
         keep &= ok
     if c.deadline_s is not None and c.token_budget is not None:
         with np.errstate(divide="ignore"):  # 0 tokens/s (recipe not runnable): never meets the deadline
-            seconds = c.token_budget / tokens_per_s
+            seconds = float(c.token_budget) / tokens_per_s
         ok = seconds <= c.deadline_s
         if keep.any() and not (keep & ok).any():
             reasons.append(f"no fitting layout trains {c.token_budget:,} tokens within deadline_s="

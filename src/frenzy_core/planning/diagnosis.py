@@ -7,7 +7,7 @@ import numpy as np
 from frenzy_core.planning.candidates import CandidateTable, TypeReport
 from frenzy_core.planning.nodes import NodePool
 from frenzy_core.planning.plan import Rejection, RejectReason
-from frenzy_core.planning.request import Objective, PlanConstraints
+from frenzy_core.planning.request import Objective, PlacementMode, PlanConstraints
 
 __all__ = ["best_feasible_per_type", "extra_free_gpus", "type_rejections"]
 
@@ -27,6 +27,12 @@ def best_feasible_per_type(table: CandidateTable, rows: np.ndarray, feasible: np
 def _placement_message(table: CandidateTable, pool: NodePool, g: int) -> str:
     name = table.gpu_types[g]
     mask = table.gpu == g
+    if table.placement is not PlacementMode.ANY:
+        rule = ("the same number of GPUs on every node" if table.placement is PlacementMode.EVEN
+                else "whole free nodes of one size")
+        return (f"no placement gives the fitting layouts (from {int(table.world[mask].min())} GPUs) {rule} "
+                f"(placement={table.placement.value}); {pool.free_gpus(name)} {name} GPUs are free, at most "
+                f"{pool.max_free_in_node(name)} on one node")
     tps = np.unique(table.tp[mask])
     largest = pool.max_free_in_node(name)
     small_tp = int(tps.min())

@@ -33,7 +33,8 @@ class LayoutEstimator(Protocol):
 
     def iteration_s(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutArrays, gpu: GPUSpec,
                     links: Links | None) -> np.ndarray:
-        """Seconds per optimizer step of each layout on ``gpu`` (float64)."""
+        """Seconds per optimizer step of each layout on ``gpu`` (float64). The planner passes ``links`` whose
+        fields are arrays with one entry per layout (each candidate's placement gives it its own node size)."""
 
     def memory(self, model: ModelConfig, training: TrainingConfig, parallel: ParallelConfig) -> MemoryEstimate:
         """The full :class:`MemoryEstimate` of one layout."""

@@ -9,7 +9,7 @@ from frenzy_core.config.arrays import LayoutArrays
 if TYPE_CHECKING:
     from frenzy_core.planning.plan import Plan
 
-__all__ = ["explain_plan", "format_duration", "format_value"]
+__all__ = ["batch_line", "explain_plan", "format_duration", "format_value"]
 
 GIB = 2**30
 
@@ -33,6 +33,8 @@ def format_value(value: float, unit: str) -> str:
     the raw value)."""
     if unit == "USD":
         return f"${value:,.2f}"
+    if unit == "USD/token":
+        return f"${value * 1e6:,.4g} per 1M tokens"
     if unit == "GPUs":
         return f"{value:,.0f} GPUs"
     if unit == "s":
@@ -40,16 +42,32 @@ def format_value(value: float, unit: str) -> str:
     return f"{value:,.0f} {unit}"
 
 
+def batch_line(plan: Plan) -> str:
+    """The global batch, with "(default)" and its source when the request gave none."""
+    t = plan.training
+    gbs = t.global_batch_size or t.micro_batch_size * plan.parallel.dp
+    line = f"Global batch: {gbs:,} samples x {t.seq_len:,} tokens = {gbs * t.seq_len:,} tokens per step"
+    default = plan.default_batch
+    if default is None:
+        return line + "."
+    moved = "" if default.global_batch_size == gbs else (
+        f", moved from {default.global_batch_size:,} to a multiple of micro-batch {t.micro_batch_size} x "
+        f"dp {plan.parallel.dp}")
+    return f"{line} (default: {default.source}{moved})."
+
+
 def explain_plan(plan: Plan) -> str:
     """Several lines of plain text; stable wording so it can be shown in a terminal or a log."""
-    unit = plan.objective.unit
+    unit = plan.objective_unit
     layout = LayoutArrays.from_configs(plan.training, plan.parallel).describe(0)
     lines = [
         f"Plan: {plan.num_gpus} x {plan.gpu_type} on {len(plan.placement)} node(s); {layout}.",
+        batch_line(plan),
         (f"Objective {plan.objective.value}: {format_value(plan.objective_value, unit)} "
         f"({'proven optimal' if plan.optimal else 'best found, not proven optimal'} by {plan.solver} "
         f"in {plan.solve_time_s * 1000:.0f} ms); {plan.stranded_gpus} free GPU(s) left on the nodes it touches."),
     ]
+    lines += [f"Note: {note}." for note in plan.notes]
     if plan.price_per_hour_usd is not None:
         lines.append(f"Price: ${plan.price_per_hour_usd:,.2f} per hour for all {plan.num_gpus} GPUs.")
     mem = plan.memory

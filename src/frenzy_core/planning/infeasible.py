@@ -6,6 +6,8 @@ lifted, a limit raised, a shorter sequence) and checking that a candidate can th
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -14,8 +16,8 @@ from frenzy_core.config.training import Recompute
 from frenzy_core.errors import InfeasiblePlanError
 from frenzy_core.planning.candidates import CandidateTable
 from frenzy_core.planning.diagnosis import extra_free_gpus, type_rejections
-from frenzy_core.planning.nodes import FreeNode, NodePool
 from frenzy_core.planning.placement import placement_options
+from frenzy_core.planning.request import PlacementMode
 from frenzy_core.planning.search import Search
 
 __all__ = ["SEQ_LEN_STEP", "infeasible_error"]
@@ -34,8 +36,8 @@ def _best_row(search: Search) -> tuple[CandidateTable, int] | None:
 
 def _free_gpu_suggestions(search: Search) -> list[str]:
     """More free GPUs: every GPU of the cluster free, then the cheapest way to place each fitting option."""
-    all_free = NodePool(nodes=tuple(FreeNode(n.name, n.gpu_type, n.gpus_per_node, tuple(range(n.gpus_per_node)))
-                                    for n in search.pool.nodes))
+    all_free = search.pool.with_nodes(tuple(n._replace(free_indices=tuple(range(n.gpus_per_node)))
+                                            for n in search.pool.nodes))
     table = replace(search, pool=all_free).table()
     best: dict[str, tuple[int, int, int]] = {}  # type -> (extra GPUs, tp, world)
     for (g, tp, world) in {(int(a), int(b), int(c)) for a, b, c in zip(table.gpu, table.tp, table.world)}:
@@ -67,8 +69,8 @@ def _larger_cluster_suggestions(search: Search) -> list[str]:
         have = sum(n.gpus_per_node for n in nodes)
         factor = 2
         while factor <= MAX_CLUSTER_GROWTH:
-            grown = NodePool(nodes=tuple(
-                FreeNode(f"{n.name}+{k}", gpu_type, n.gpus_per_node, tuple(range(n.gpus_per_node)))
+            grown = search.pool.with_nodes(tuple(
+                n._replace(name=f"{n.name}+{k}", free_indices=tuple(range(n.gpus_per_node)))
                 for k in range(factor) for n in nodes))
             table = replace(search, pool=grown).table()
             rows, ok = placement_options(table, grown)
@@ -113,6 +115,9 @@ def _limit_suggestions(search: Search) -> list[str]:
     """Raise or drop one limit at a time; suggest the value the best placeable candidate needs."""
     c = search.constraints
     out = []
+    if c.placement is not PlacementMode.ANY and (search.scope is None or search.scope.placement is PlacementMode.ANY):
+        if _best_row(replace(search, constraints=c.replace(placement=PlacementMode.ANY))) is not None:
+            out.append("placement=any")
     if c.gpu_types is not None:
         found = _best_row(replace(search, constraints=c.replace(gpu_types=None)))
         if found is not None:
@@ -173,18 +178,28 @@ def _seq_len_suggestion(search: Search) -> list[str]:
     return [f"sequence length <= {lo * SEQ_LEN_STEP}"]
 
 
-def infeasible_error(search: Search, table: CandidateTable) -> InfeasiblePlanError:
-    """An :class:`InfeasiblePlanError` naming what blocked each GPU type and the smallest changes that help."""
+def infeasible_error(search: Search, table: CandidateTable, deadline: float | None = None) -> InfeasiblePlanError:
+    """An :class:`InfeasiblePlanError` naming what blocked each GPU type and the smallest changes that help;
+    the search for changes stops at ``deadline`` (a ``time.perf_counter()`` value) and says so."""
     rows, ok = placement_options(table, search.pool)
     reasons = [f"{r.gpu_type}: {r.message}" for r in type_rejections(table, search.pool, rows, ok, None, search.constraints)]
-    suggestions = (_free_gpu_suggestions(search) + _pin_suggestions(search) + _limit_suggestions(search)
-                   + _seq_len_suggestion(search))
-    if not suggestions:
+    finders: list[Callable[[Search], list[str]]] = [_free_gpu_suggestions, _pin_suggestions, _limit_suggestions,
+                                                    _seq_len_suggestion]
+    suggestions: list[str] = []
+    stopped = False
+    for finder in finders:
+        if deadline is not None and time.perf_counter() > deadline:
+            stopped = True
+            break
+        suggestions += finder(search)
+    if not suggestions and not stopped:
         suggestions = _larger_cluster_suggestions(search)
     model = search.model.name or "the model"
     message = f"no plan fits {model} on this cluster: " + "; ".join(reasons)
     if suggestions:
         message += ". Would make it feasible: " + ", or ".join(suggestions)
+    elif stopped:
+        message += ". The time limit ended the search for a change that would help"
     else:
         message += (". No single change tried (more free GPUs, more GPUs up to "
                     f"{MAX_CLUSTER_GROWTH}x, lifting a pin or limit, a shorter sequence) helps")

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import enum
+from typing import Any
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from frenzy_core._base import FrozenModel
+from frenzy_core.config.batch import DefaultBatch
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.parallel import ParallelConfig
 from frenzy_core.config.training import Recompute, TrainingConfig
+from frenzy_core.hardware.gpu import GPUSpec, Links
+from frenzy_core.hardware.gpus import get_gpu_spec
 from frenzy_core.memory.result import MemoryEstimate
 from frenzy_core.planning.explain import explain_plan
-from frenzy_core.planning.request import Objective
+from frenzy_core.planning.request import Objective, PlacementMode
 from frenzy_core.timing.result import TimeEstimate
 
 __all__ = ["Alternative", "Plan", "RejectReason", "Rejection"]
@@ -66,16 +70,29 @@ class Plan(FrozenModel):
 
     model: ModelConfig = Field(description="The model the plan is for (so a plan is enough to launch the job).")
     gpu_type: str = Field(description="GPU type id of every GPU in the plan.")
+    gpu_spec: GPUSpec = Field(description="The spec the plan was made with: the cluster's own catalogue entry "
+                              "(default when built by hand: the built-in one of gpu_type).")
     num_gpus: int = Field(gt=0)
     placement: dict[str, list[int]] = Field(description="Node name -> GPU indices the job takes on it.")
     parallel: ParallelConfig
     training: TrainingConfig = Field(description="The request's recipe with the searched fields as chosen.")
     memory: MemoryEstimate
     time: TimeEstimate
+    links: Links | None = Field(default=None, description=(
+        "Node size and links the time was estimated with: where its placement puts the job "
+        "(estimate_iteration_time(..., cluster=plan.links) reproduces plan.time)."))
+    default_batch: DefaultBatch | None = Field(default=None, description=(
+        "The default global batch when the request gave none; training.global_batch_size is it, or it moved "
+        "(by at most 5 %) to split into whole micro-batches per data-parallel rank."))
+    placement_mode: PlacementMode = Field(default=PlacementMode.ANY, description="How the GPUs may be spread.")
+    launcher: str | None = Field(default=None, description="The launcher the plan was made launchable by.")
+    notes: list[str] = Field(default_factory=list, description="What the plan changed from the request, in words.")
     usable_bytes: int = Field(description="GPU memory the plan may use: usable memory less the headroom.")
     price_per_hour_usd: float | None = Field(description="All GPUs of the plan together; None without prices.")
     objective: Objective
-    objective_value: float = Field(description="In the objective's unit (objective.unit).")
+    token_budget: int | None = Field(default=None, description="The request's token budget (cost without one is "
+                                     "per token).")
+    objective_value: float = Field(description="In the objective's unit (objective_unit).")
     stranded_gpus: int = Field(ge=0, description="Free GPUs left on the nodes the plan touches (fragmentation).")
     optimal: bool = Field(description="Whether the solver proved the plan optimal for the objective.")
     solver: str = Field(description="cp-sat, exhaustive, or greedy (CP-SAT found nothing in its time limit).")
@@ -83,9 +100,16 @@ class Plan(FrozenModel):
     alternatives: list[Alternative] = Field(default_factory=list, description="Runners-up, best first.")
     rejected: list[Rejection] = Field(default_factory=list, description="Every other GPU type, and why it lost.")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _spec_of_type(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("gpu_spec") is None and isinstance(data.get("gpu_type"), str):
+            data = {**data, "gpu_spec": get_gpu_spec(data["gpu_type"])}
+        return data
+
     @property
     def objective_unit(self) -> str:
-        return self.objective.unit
+        return self.objective.unit_for(self.token_budget)
 
     def explain(self) -> str:
         """Why this plan: memory and time breakdown, runners-up, and why every other GPU type lost."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -15,10 +16,13 @@ from frenzy_core.planning.candidates import CandidateTable
 from frenzy_core.planning.diagnosis import type_rejections
 from frenzy_core.planning.estimators import AnalyticEstimator, LayoutEstimator
 from frenzy_core.planning.infeasible import infeasible_error
+from frenzy_core.planning.launchers import LaunchScope
+from frenzy_core.planning.nodes import Locality
 from frenzy_core.planning.placement import Solution, placement_options, solve_cp_sat, solve_exhaustive
 from frenzy_core.planning.plan import Alternative, Plan
 from frenzy_core.planning.request import Objective, PlanConstraints
 from frenzy_core.planning.search import ClusterLike, Search, make_search
+from frenzy_core.planning.shapes import shape_links
 
 __all__ = ["SOLVERS", "build_plan", "plan_job", "solve"]
 
@@ -70,25 +74,51 @@ def solve(search: Search, table: CandidateTable, solver: str, time_limit_s: floa
     return solve_exhaustive(table, search.pool)
 
 
+def _notes(search: Search, gpu_type: str, level: int) -> list[str]:
+    """What the plan changed from the request or what its placement costs, in words."""
+    notes = []
+    fallback = search.precisions.get(gpu_type)
+    if fallback is not None:
+        notes.append(f"precision {fallback.value}: {gpu_type} has no bf16 peak and the request left the precision "
+                     f"at its default {search.training.precision.value}")
+    racks, zones = search.pool.crosses(gpu_type, Locality(level))
+    pool = search.pool
+    for crossed, where, given in ((racks, "rack", pool.inter_rack_bytes_per_s),
+                                  (zones, "zone", pool.inter_zone_bytes_per_s or pool.inter_rack_bytes_per_s)):
+        if crossed:
+            link = (f"timed at the inter-{where} link, {given / 1e9:g} GB/s per GPU" if given is not None
+                    else f"no inter-{where} link given, so timed at the nodes' NICs")
+            notes.append(f"no single {where} holds the job: its groups cross {where}s ({link})")
+    return notes
+
+
 def build_plan(search: Search, table: CandidateTable, solution: Solution, top_k: int) -> Plan:
-    """The :class:`Plan` of a solution: full estimates, placement, runners-up and losing types."""
+    """The :class:`Plan` of a solution: full estimates on its placement's links, runners-up and losing types."""
     row = solution.candidate
     i = int(table.layout[row])
     gpu_type = table.gpu_types[int(table.gpu[row])]
     spec = search.specs[gpu_type]
     parallel = table.layouts.parallel(i)
-    training = table.layouts.training(i, search.training)
-    links = search.links[gpu_type]
+    training = table.layouts.training(i, search.recipe(gpu_type))
+    placement = search.pool.assign(gpu_type, parallel.tp, list(solution.nodes_used), list(solution.groups),
+                                   Locality(solution.level))
+    links = shape_links(search.pool, gpu_type, search.links[gpu_type], int(table.level[row]),
+                        int(table.per_node[row]))
+    if solution.level == Locality.DOMAIN:  # the domain it sits in (the candidate was timed with the largest)
+        links = links._replace(gpus_per_node=search.pool.domain_gpus(list(placement)))
     memory = search.estimator.memory(search.model, training, parallel)
-    time = search.estimator.time(search.model, training, parallel, spec, links)
+    time_estimate = search.estimator.time(search.model, training, parallel, spec, links)
     rows, feasible = placement_options(table, search.pool)
     pph = float(table.price_per_hour_usd[row])
     return Plan(
-        model=search.model, gpu_type=gpu_type, num_gpus=int(table.world[row]),
-        placement=search.pool.assign(gpu_type, parallel.tp, list(solution.nodes_used), list(solution.groups)),
-        parallel=parallel, training=training, memory=memory, time=time,
+        model=search.model, gpu_type=gpu_type, gpu_spec=spec, num_gpus=int(table.world[row]),
+        placement=placement,
+        parallel=parallel, training=training, memory=memory, time=time_estimate, links=links,
+        default_batch=search.default_batch, placement_mode=table.placement,
+        launcher=None if search.scope is None else search.scope.name, notes=_notes(search, gpu_type, solution.level),
         usable_bytes=int(table.reports[int(table.gpu[row])].usable_bytes),
         price_per_hour_usd=None if np.isnan(pph) else pph, objective=search.objective,
+        token_budget=search.constraints.token_budget,
         objective_value=float(table.value[row]), stranded_gpus=solution.stranded_gpus, optimal=solution.optimal,
         solver=solution.solver, solve_time_s=solution.solve_time_s,
         alternatives=_alternatives(table, rows, feasible, row, top_k),
@@ -96,27 +126,7 @@ def build_plan(search: Search, table: CandidateTable, solution: Solution, top_k:
     )
 
 
-def plan_job(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig | None = None, *,
-             objective: Objective | str = "throughput",
-             constraints: PlanConstraints | Mapping[str, Any] | None = None, time_limit_s: float = 10,
-             top_k: int = 5, solver: str = "cp-sat", estimator: LayoutEstimator | None = None,
-             time_model: str | Path | None = None) -> Plan:
-    """The best plan for training ``model`` on the free GPUs of ``cluster``.
-
-    Fixed: what ``training`` sets (sequence length, global batch, precision, optimizer, framework, ...).
-    Searched: GPU type, GPU count, nodes, dp/tp/pp (vpp, cp, ep where the model and recipe call for them) and
-    the fields in :data:`SEARCHED_TRAINING_FIELDS`, unless ``constraints`` pins them or ``training`` sets them
-    explicitly (``TrainingConfig(recompute="full")`` keeps full recompute; fields left at their defaults are
-    searched). Raises ConfigError on bad
-    input and InfeasiblePlanError (with what blocked every option and the smallest change that would help)
-    when nothing fits. ``estimator`` replaces the analytic memory and time models; ``time_model`` (a file from
-    ``frenzy calibrate``) gives the analytic time model calibrated parameters.
-    """
-    if time_model is not None:
-        if estimator is not None:
-            raise ConfigError("give estimator or time_model, not both", field="time_model",
-                              hint="pass AnalyticEstimator(time_model=...) as the estimator")
-        estimator = AnalyticEstimator(time_model=time_model)
+def _check_options(solver: str, time_limit_s: float, top_k: int) -> None:
     if solver not in SOLVERS:
         raise ConfigError(f"unknown solver {solver!r}", field="solver", value=solver,
                           hint="use one of " + ", ".join(repr(s) for s in SOLVERS))
@@ -125,9 +135,40 @@ def plan_job(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig 
                           value=time_limit_s)
     if top_k < 0:
         raise ConfigError(f"top_k must be >= 0, got {top_k}", field="top_k", value=top_k)
-    search = make_search(model, cluster, training, objective, constraints, estimator)
+
+
+MIN_SOLVER_S = 0.01
+"""Least time CP-SAT is given when estimation used up the limit (it then returns its greedy hint)."""
+
+
+def plan_job(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig | None = None, *,
+             objective: Objective | str = "throughput",
+             constraints: PlanConstraints | Mapping[str, Any] | None = None, time_limit_s: float = 10,
+             top_k: int = 5, solver: str = "cp-sat", estimator: LayoutEstimator | None = None,
+             launcher: str | LaunchScope | None = None, time_model: str | Path | None = None) -> Plan:
+    """The best plan for training ``model`` on the free GPUs of ``cluster``.
+
+    Fixed: what ``training`` sets (sequence length, global batch, precision, optimizer, framework, ...); without
+    a global batch, :func:`frenzy_core.config.default_global_batch` (moved by at most 5 % to split evenly).
+    Searched: GPU type, GPU count, nodes, dp/tp/pp (vpp, cp, ep where the model and recipe call for them) and
+    the fields in :data:`SEARCHED_TRAINING_FIELDS`, unless ``constraints`` pins them or ``training`` sets them
+    explicitly (``TrainingConfig(recompute="full")`` keeps full recompute; fields left at their defaults are
+    searched). ``launcher`` (a name of :data:`frenzy_core.planning.launchers.LAUNCH_SCOPES`) keeps the plan
+    within what that launcher can start. ``time_limit_s`` bounds the whole call. Raises ConfigError on bad
+    input and InfeasiblePlanError (with what blocked every option and the smallest change that would help)
+    when nothing fits. ``estimator`` replaces the analytic memory and time models; ``time_model`` (a file from
+    ``frenzy calibrate``) gives the analytic time model calibrated parameters.
+    """
+    _check_options(solver, time_limit_s, top_k)
+    if time_model is not None:
+        if estimator is not None:
+            raise ConfigError("give estimator or time_model, not both", field="time_model",
+                              hint="pass AnalyticEstimator(time_model=...) as the estimator")
+        estimator = AnalyticEstimator(time_model=time_model)
+    deadline = time.perf_counter() + time_limit_s
+    search = make_search(model, cluster, training, objective, constraints, estimator, launcher)
     table = search.table()
-    solution = solve(search, table, solver, time_limit_s)
+    solution = solve(search, table, solver, max(deadline - time.perf_counter(), MIN_SOLVER_S))
     if solution is None:
-        raise infeasible_error(search, table)
+        raise infeasible_error(search, table, deadline)
     return build_plan(search, table, solution, top_k)

@@ -14,6 +14,7 @@ __all__ = [
     "DEFAULT_MICRO_BATCH_SIZES",
     "SEARCHED_TRAINING_FIELDS",
     "Objective",
+    "PlacementMode",
     "PlanConstraints",
 ]
 
@@ -37,7 +38,8 @@ class Objective(str, enum.Enum):
     THROUGHPUT = "throughput"
     """Most tokens per second; ties: fewer GPUs, then cheaper."""
     COST = "cost"
-    """Fewest dollars for ``token_budget`` tokens; ties: faster, then fewer GPUs. Needs GPU prices."""
+    """Fewest dollars for ``token_budget`` tokens (without a budget: per token); ties: faster, then fewer GPUs.
+    Needs GPU prices."""
     TIME_TO_TRAIN = "time_to_train"
     """Least wall time for ``token_budget`` tokens; ties: cheaper, then fewer GPUs."""
     GPUS = "gpus"
@@ -45,8 +47,13 @@ class Objective(str, enum.Enum):
 
     @property
     def unit(self) -> str:
-        """Unit of the objective's value (``Plan.objective_value``): tokens/s, USD, s or GPUs."""
+        """Unit of the objective's value (``Plan.objective_value``) with a token budget: tokens/s, USD, s or
+        GPUs (``cost`` without a budget: :data:`COST_PER_TOKEN_UNIT`)."""
         return _OBJECTIVE_UNITS[self]
+
+    def unit_for(self, token_budget: int | None) -> str:
+        """The unit of the objective's value for a request with this ``token_budget``."""
+        return COST_PER_TOKEN_UNIT if self is Objective.COST and token_budget is None else self.unit
 
 
 _OBJECTIVE_UNITS: dict[Objective, str] = {
@@ -55,6 +62,26 @@ _OBJECTIVE_UNITS: dict[Objective, str] = {
     Objective.TIME_TO_TRAIN: "s",
     Objective.GPUS: "GPUs",
 }
+
+COST_PER_TOKEN_UNIT = "USD/token"
+"""Unit of the cost objective without a token budget: dollars per trained token."""
+
+
+class PlacementMode(str, enum.Enum):
+    """How a job's GPUs may be spread over nodes (launchers that start one process count for all nodes need
+    ``even``)."""
+
+    ANY = "any"
+    """Any whole tensor-parallel groups per node."""
+    EVEN = "even"
+    """The same number of GPUs on every node the job uses."""
+    WHOLE_NODES = "whole_nodes"
+    """Every GPU of each node the job uses (the nodes entirely free), all of one size."""
+
+    def at_least(self, other: PlacementMode) -> PlacementMode:
+        """The stricter of the two (any < even < whole_nodes)."""
+        order = list(PlacementMode)
+        return max(self, other, key=order.index)
 
 
 class PlanConstraints(FrozenModel):
@@ -68,8 +95,8 @@ class PlanConstraints(FrozenModel):
     num_gpus: int | None = Field(default=None, gt=0, description="Exactly this many GPUs (user-request mode).")
     max_price_per_hour_usd: float | None = Field(default=None, gt=0,
                                                  description="Most dollars per hour for all GPUs of the job.")
-    token_budget: int | None = Field(default=None, gt=0,
-                                     description="Tokens to train; needed by the cost and time_to_train objectives.")
+    token_budget: int | None = Field(default=None, gt=0, description=(
+        "Tokens to train; needed by time_to_train (cost without it is per token)."))
     deadline_s: float | None = Field(default=None, gt=0,
                                      description="Finish token_budget tokens within this many seconds.")
     tp: int | None = Field(default=None, gt=0, description="Pin the tensor-parallel degree.")
@@ -84,6 +111,9 @@ class PlanConstraints(FrozenModel):
                                                description="Pin Megatron's distributed optimizer (None: searched).")
     sequence_parallel: bool | None = Field(default=None,
                                            description="Pin Megatron sequence parallelism (None: searched when tp>1).")
+    placement: PlacementMode = Field(default=PlacementMode.ANY, description=(
+        "any: whole tensor-parallel groups per node; even: the same GPU count on every node; whole_nodes: whole "
+        "free nodes of one size."))
 
     @model_validator(mode="after")
     def _check(self) -> PlanConstraints:

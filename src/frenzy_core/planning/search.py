@@ -7,24 +7,32 @@ diagnosis rebuilds it with one input relaxed at a time.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from frenzy_core.config.batch import DefaultBatch, default_batch
 from frenzy_core.config.layout import validate_layout
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.parallel import ParallelConfig
-from frenzy_core.config.training import TrainingConfig
-from frenzy_core.errors import ConfigError
+from frenzy_core.config.training import Precision, TrainingConfig
+from frenzy_core.errors import ConfigError, UnknownNameError
 from frenzy_core.hardware.cluster import Cluster
 from frenzy_core.hardware.gpu import GPUSpec, Links
 from frenzy_core.hardware.gpus import get_gpu_spec
 from frenzy_core.planning.candidates import CandidateTable, build_candidates
 from frenzy_core.planning.estimators import AnalyticEstimator, LayoutEstimator
+from frenzy_core.planning.launchers import LaunchScope, get_launch_scope
 from frenzy_core.planning.nodes import NodePool
 from frenzy_core.planning.placement import placement_options
 from frenzy_core.planning.request import Objective, PlanConstraints
 
-__all__ = ["ClusterLike", "Search", "make_search"]
+__all__ = ["HALF_PRECISION_FALLBACK", "ClusterLike", "Search", "make_search"]
+
+HALF_PRECISION_FALLBACK: dict[Precision, Precision] = {
+    Precision.BF16_MIXED: Precision.FP16_MIXED, Precision.BF16: Precision.FP16, Precision.AMP_BF16: Precision.AMP_FP16,
+}
+"""What a bf16 recipe left at its default runs as on a GPU without bf16 (V100, T4, P100): the same recipe in
+fp16, with loss scaling (as Megatron-LM and DeepSpeed do on pre-Ampere GPUs)."""
 
 
 @dataclass(frozen=True)
@@ -39,11 +47,23 @@ class Search:
     objective: Objective
     estimator: LayoutEstimator
     links: dict[str, Links]
-    """Per GPU type: what its time estimates are computed with (:meth:`Cluster.links`)."""
+    """Per GPU type: the link speeds its time estimates are computed with (:meth:`Cluster.links`)."""
+    default_batch: DefaultBatch | None = None
+    """The default global batch when the request gave none (then it may move to split evenly over dp)."""
+    scope: LaunchScope | None = None
+    """The launcher the plan must be launchable by."""
+    precisions: dict[str, Precision] = field(default_factory=dict)
+    """Per GPU type whose precision falls back (bf16 left at its default on a GPU without bf16)."""
+
+    def recipe(self, gpu_type: str) -> TrainingConfig:
+        """The recipe ``gpu_type`` runs: the request's, in its fallback precision where it has one."""
+        fallback = self.precisions.get(gpu_type)
+        return self.training if fallback is None else self.training.replace(precision=fallback)
 
     def table(self) -> CandidateTable:
         return build_candidates(self.model, self.training, self.pool, self.specs, self.constraints, self.objective,
-                                self.estimator, links=self.links)
+                                self.estimator, links=self.links, adjustable_batch=self.default_batch is not None,
+                                scope=self.scope, precisions=self.precisions)
 
     def feasible(self) -> bool:
         """Whether any candidate can be placed (no solver needed: the count check is exact)."""
@@ -78,9 +98,9 @@ def _pin_explicit_fields(training: TrainingConfig, cons: PlanConstraints) -> Pla
     return cons.replace(**pins) if pins else cons
 
 
-def _check_pins(model: ModelConfig, training: TrainingConfig, cons: PlanConstraints) -> None:
+def _check_pins(model: ModelConfig, training: TrainingConfig, cons: PlanConstraints, adjustable: bool) -> None:
     """Pinned tp/pp/micro-batch sizes that no layout of this model and batch can use are bad input, not an
-    infeasible plan: ConfigError naming the pin."""
+    infeasible plan: ConfigError naming the pin (a default batch moves to fit the micro-batch)."""
     free = training.replace(micro_batch_size=1, global_batch_size=None)
     if cons.tp is not None:
         validate_layout(model, free, ParallelConfig(tp=cons.tp))
@@ -92,7 +112,7 @@ def _check_pins(model: ModelConfig, training: TrainingConfig, cons: PlanConstrai
                               "stage the same number of layers)", field="constraints.pp", value=cons.pp,
                               hint=f"use pp in {even}")
     gbs = training.global_batch_size
-    if gbs is not None and cons.micro_batch_sizes is not None:
+    if gbs is not None and not adjustable and cons.micro_batch_sizes is not None:
         usable = [m for m in cons.micro_batch_sizes if gbs % m == 0]
         if not usable:
             raise ConfigError(
@@ -113,9 +133,52 @@ ClusterLike = Cluster | NodePool | Mapping[str, Any]
 """What the planner accepts as a cluster: a :class:`Cluster`, its ``to_dict()`` form, or a pool of free nodes."""
 
 
+def _specs(cluster: Cluster | NodePool, pool: NodePool) -> dict[str, GPUSpec]:
+    """Every GPU type's spec from the cluster's own catalogue (a bare node pool: the built-in one)."""
+    if isinstance(cluster, Cluster):
+        return {name: cluster.gpu_spec(name) for name in pool.gpu_types}
+    return {name: get_gpu_spec(name) for name in pool.gpu_types}
+
+
+def _allowed_types(cons: PlanConstraints, specs: dict[str, GPUSpec], pool: NodePool) -> PlanConstraints:
+    """``gpu_types`` as the cluster's ids (names resolve in its catalogue first, then the built-in one)."""
+    if cons.gpu_types is None:
+        return cons
+    wanted = []
+    for name in cons.gpu_types:
+        try:
+            wanted.append(get_gpu_spec(name, specs).id)
+        except UnknownNameError:
+            wanted.append(get_gpu_spec(name).id)  # a known type this cluster lacks; unknown names raise here
+    if not any(w in specs for w in wanted):
+        raise ConfigError(f"constraints.gpu_types {cons.gpu_types} names no GPU type of the cluster",
+                          field="constraints.gpu_types", value=cons.gpu_types,
+                          hint="the cluster has " + ", ".join(pool.gpu_types))
+    return cons.replace(gpu_types=[w for w in wanted if w in specs])
+
+
+def _fallback_precisions(training: TrainingConfig, specs: dict[str, GPUSpec]) -> dict[str, Precision]:
+    """Types that run a defaulted bf16 recipe in fp16 (they list an fp16 peak and no bf16 one)."""
+    fallback = HALF_PRECISION_FALLBACK.get(training.precision)
+    if "precision" in training.model_fields_set or fallback is None:
+        return {}
+    return {name: fallback for name, spec in specs.items()
+            if "bf16" not in spec.peak_tflops and "fp16" in spec.peak_tflops}
+
+
+def _within_scope(scope: LaunchScope, training: TrainingConfig, cons: PlanConstraints
+                  ) -> tuple[TrainingConfig, PlanConstraints]:
+    """The request narrowed to what the launcher can run (a defaulted framework becomes the launcher's, the
+    placement the stricter of the two); ConfigError for a fixed field it cannot express."""
+    if training.framework not in scope.frameworks and "framework" not in training.model_fields_set:
+        training = training.replace(framework=scope.frameworks[0])
+    scope.check(training)
+    return training, cons.replace(placement=cons.placement.at_least(scope.placement))
+
+
 def make_search(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig | None, objective: Objective | str,
                 constraints: PlanConstraints | Mapping[str, Any] | None,
-                estimator: LayoutEstimator | None = None) -> Search:
+                estimator: LayoutEstimator | None = None, launcher: str | LaunchScope | None = None) -> Search:
     """Validate a request and gather what solving it needs; bad input raises ConfigError."""
     if not isinstance(model, ModelConfig):
         raise ConfigError(f"model must be a ModelConfig, got {type(model).__name__}", field="model",
@@ -126,7 +189,13 @@ def make_search(model: ModelConfig, cluster: ClusterLike, training: TrainingConf
     validate_layout(model, training.replace(micro_batch_size=1), ParallelConfig())  # model and recipe agree
     obj = _objective(objective)
     cons = _pin_explicit_fields(training, _constraints(constraints))
-    _check_pins(model, training, cons)
+    scope = None if launcher is None else get_launch_scope(launcher)
+    if scope is not None:
+        training, cons = _within_scope(scope, training, cons)
+    batch = default_batch(model, training.seq_len) if training.global_batch_size is None else None
+    if batch is not None:
+        training = training.replace(global_batch_size=batch.global_batch_size)
+    _check_pins(model, training, cons, adjustable=batch is not None)
     if isinstance(cluster, Mapping):
         cluster = Cluster.from_dict(cluster)
     if not isinstance(cluster, (Cluster, NodePool)):
@@ -135,19 +204,13 @@ def make_search(model: ModelConfig, cluster: ClusterLike, training: TrainingConf
     pool = cluster if isinstance(cluster, NodePool) else NodePool.from_cluster(cluster)
     if not pool.nodes:
         raise ConfigError("the cluster has no nodes", field="cluster", hint="add nodes: [{gpu: ..., gpus_per_node: ...}]")
-    specs = {name: get_gpu_spec(name) for name in pool.gpu_types}
-    if cons.gpu_types is not None:
-        wanted = [get_gpu_spec(name).id for name in cons.gpu_types]
-        missing = [w for w in wanted if w not in specs]
-        if len(missing) == len(wanted):
-            raise ConfigError(f"constraints.gpu_types {cons.gpu_types} names no GPU type of the cluster",
-                              field="constraints.gpu_types", value=cons.gpu_types,
-                              hint="the cluster has " + ", ".join(pool.gpu_types))
-        cons = cons.replace(gpu_types=[w for w in wanted if w in specs])
-    if obj in (Objective.COST, Objective.TIME_TO_TRAIN) and cons.token_budget is None:
+    specs = _specs(cluster, pool)
+    cons = _allowed_types(cons, specs, pool)
+    if obj is Objective.TIME_TO_TRAIN and cons.token_budget is None:
         raise ConfigError(f"objective {obj.value!r} needs constraints.token_budget (tokens to train)",
                           field="constraints.token_budget", hint="e.g. constraints={'token_budget': 10**9}")
     # a bare node pool carries no link speeds: its types get their typical node's
     links = {name: cluster.links(name) if isinstance(cluster, Cluster) else spec.links for name, spec in specs.items()}
     return Search(model=model, training=training, pool=pool, specs=specs, constraints=cons, objective=obj,
-                  estimator=estimator or AnalyticEstimator(), links=links)
+                  estimator=estimator or AnalyticEstimator(), links=links, default_batch=batch, scope=scope,
+                  precisions=_fallback_precisions(training, specs))

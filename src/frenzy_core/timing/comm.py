@@ -14,7 +14,8 @@ from frenzy_core.errors import ConfigError
 from frenzy_core.hardware.cluster import Cluster
 from frenzy_core.hardware.gpu import GPUSpec, Links
 
-__all__ = ["group_bandwidth", "links_for", "ring_all_reduce_s", "ring_latency_s", "ring_one_way_s", "send_s"]
+__all__ = ["group_bandwidth", "link_rows", "links_for", "ring_all_reduce_s", "ring_latency_s", "ring_one_way_s",
+           "send_s", "take_links"]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -30,6 +31,24 @@ def links_for(gpu: GPUSpec, cluster: Cluster | Links | None = None) -> Links:
         return cluster.links(gpu.id)
     raise ConfigError(f"cluster must be a Cluster or Links, got {type(cluster).__name__}", field="cluster",
                       hint="pass frenzy_core.Cluster.from_dict({...}) or leave it out for the GPU's typical node")
+
+
+def link_rows(links: Links, shape: tuple[int, ...]) -> npt.NDArray[np.int64]:
+    """A number per layout naming its links (all 0 when ``links`` holds scalars; ``Links`` may hold arrays with
+    one entry per layout, as the planner passes them), so per-shape terms are computed once per distinct links."""
+    key = np.zeros(shape, dtype=np.int64)
+    for field in links:
+        if np.ndim(field) == 0:
+            continue
+        values, ids = np.unique(np.asarray(field), return_inverse=True)
+        key = key * len(values) + ids.reshape(shape)
+    return np.asarray(np.unique(key, return_inverse=True)[1], dtype=np.int64).reshape(shape)
+
+
+def take_links(links: Links, index: npt.NDArray[np.intp]) -> Links:
+    """The links of the layouts at ``index`` (scalar links as they are)."""
+    fields = [f if np.ndim(f) == 0 else np.asarray(f)[index] for f in links]
+    return Links(*fields)  # type: ignore[arg-type]  # per-layout arrays, as link_rows describes
 
 
 def group_bandwidth(span: FloatArray, stride: FloatArray, links: Links, efficiency: float) -> FloatArray:

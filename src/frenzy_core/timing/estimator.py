@@ -37,10 +37,12 @@ from frenzy_core.hardware.gpu import GPUSpec, Links
 from frenzy_core.hardware.gpus import get_gpu_spec
 from frenzy_core.timing.comm import (
     group_bandwidth,
+    link_rows,
     links_for,
     ring_all_reduce_s,
     ring_latency_s,
     ring_one_way_s,
+    take_links,
 )
 from frenzy_core.timing.efficiency import gemm_hardware
 from frenzy_core.timing.flops import training_flops
@@ -163,9 +165,11 @@ def estimate_iteration_time_batch(
     interleaved = sched == PipelineSchedule.INTERLEAVED.code
     chunks_i = np.where(interleaved, vpp_, 1)
     inter = world > links.gpus_per_node  # stage boundaries cross nodes
-    first, inverse = distinct(mb, cp_, tp_, ep_, sp, pp_, rc, chunks_i, inter)
+    link_id = link_rows(links, world.shape)  # per-layout links (the planner's placements) or one for all
+    first, inverse = distinct(mb, cp_, tp_, ep_, sp, pp_, rc, chunks_i, inter, link_id)
     st = stage_terms(
-        model, training, gpu, p, rates, links, hw, tokens=tokens[first], tp=tpf[first], cp=cpf[first],
+        model, training, gpu, p, rates, take_links(links, first), hw, tokens=tokens[first], tp=tpf[first],
+        cp=cpf[first],
         ep=ep_[first].astype(np.float64), sp=sp[first], layers=layers_stage[first],
         redo=np.where(full, recomputed_layers, 0)[first].astype(np.float64), selective=selective[first],
         chunks=chunks_i[first].astype(np.float64), pp=pp_[first], p2p_span=world[first].astype(np.float64),
@@ -177,8 +181,8 @@ def estimate_iteration_time_batch(
 
     # ---- data parallel: gradient reduction and ZeRO gathers over dp x cp replicas (timing/overlap.py)
     dense, experts = _stage_params(model, counts, pp_, layers_stage, tpf, ep_)
-    dp_s, hidden_dp = _data_parallel(model, counts, training, p, links, dense, experts, layers_stage, tp_, cp_, dp_,
-                                     ep_, pp_, zero, mf, st.fwd_window, st.bwd_window, bubble / 2.0)
+    dp_s, hidden_dp = _data_parallel(model, counts, training, p, links, link_id, dense, experts, layers_stage, tp_,
+                                     cp_, dp_, ep_, pp_, zero, mf, st.fwd_window, st.bwd_window, bubble / 2.0)
     hidden_dp = (1.0 - share) * p.data_parallel_overlap * hidden_dp
 
     # ---- optimizer step: memory-bound over the (ZeRO-sharded) parameters of this GPU
@@ -228,7 +232,7 @@ def _fp8_weight_cast_s(model: ModelConfig, counts: ParamCounts, training: Traini
 
 
 def _data_parallel(model: ModelConfig, counts: ParamCounts, training: TrainingConfig, p: TimeModelParams,
-                   links: Links,
+                   links: Links, link_id: IntArray,
                    dense: FloatArray, experts: FloatArray, layers_stage: IntArray, tp: IntArray, cp: IntArray,
                    dp: IntArray, ep: IntArray, pp: IntArray, zero: IntArray, m: FloatArray, fwd_window: FloatArray,
                    bwd_window: FloatArray, cooldown: FloatArray) -> tuple[FloatArray, FloatArray]:
@@ -243,8 +247,9 @@ def _data_parallel(model: ModelConfig, counts: ParamCounts, training: TrainingCo
     micro-batch and gathers once, ZeRO 3 (FSDP) gathers each layer before its forward and backward and
     reduce-scatters after it, every micro-batch.
     """
-    first, inverse = distinct(dp, cp, tp, pp, ep)
-    costs = _dp_collectives(model, counts, training, p, links, dense[first], experts[first], layers_stage[first],
+    first, inverse = distinct(dp, cp, tp, pp, ep, link_id)
+    costs = _dp_collectives(model, counts, training, p, take_links(links, first), dense[first], experts[first],
+                            layers_stage[first],
                             tp[first].astype(np.float64), (dp * cp)[first].astype(np.float64),
                             ep[first].astype(np.float64))
     ag_l, rs_l, ar_l, ag_e, rs_e, ar_e = (c[inverse] for c in costs)

@@ -1,0 +1,140 @@
+"""What each launcher can launch, in one table the planner reads: ``plan_job(..., launcher=name)`` plans only
+within it, so every plan it returns is one the launcher's adapter accepts.
+
+The adapters (:mod:`frenzy_core.adapters`, a higher layer) each refer to their row here (``Adapter.scope``);
+a test in the adapters' tests checks that every adapter accepts random plans made within its row and refuses
+plans outside it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import Field
+
+from frenzy_core._base import FrozenModel
+from frenzy_core.config.arrays import LayoutArrays
+from frenzy_core.config.megatron import megatron_launch
+from frenzy_core.config.model import ModelConfig
+from frenzy_core.config.parallel import ParallelConfig
+from frenzy_core.config.training import Framework, TrainingConfig
+from frenzy_core.errors import ConfigError, UnknownNameError
+from frenzy_core.hardware.gpu import GPUSpec
+from frenzy_core.planning.request import PlacementMode
+
+__all__ = ["LAUNCH_SCOPES", "LaunchScope", "get_launch_scope"]
+
+BoolArray = npt.NDArray[np.bool_]
+LayoutCheck = Callable[[LayoutArrays], BoolArray]
+"""Which layouts (vectorised) a launcher can write."""
+GPUCheck = Callable[[ModelConfig, TrainingConfig, GPUSpec], None]
+"""Raises ConfigError when the launcher cannot run the model and recipe on that GPU type."""
+
+
+class LaunchScope(FrozenModel):
+    """The plans one launcher can run: a placement rule, the runtimes and recipe values it can express, and
+    which layouts and GPU types it can write (None: all)."""
+
+    name: str
+    placement: PlacementMode = Field(description="any: per-node process counts may differ; even: the same "
+                                     "number of GPUs on every node; whole_nodes: every GPU of each node.")
+    frameworks: tuple[Framework, ...] = Field(default=tuple(Framework), description="Runtimes it starts.")
+    recipe: dict[str, tuple[str, ...]] = Field(default_factory=dict, description=(
+        "Training field -> the values it can express (fields not listed: any)."))
+    layouts: LayoutCheck | None = Field(default=None, description="Which layouts it can write (vectorised).")
+    gpu: GPUCheck | None = Field(default=None, description=(
+        "Raises ConfigError for a GPU type it cannot run the model and recipe on."))
+
+    def check(self, training: TrainingConfig) -> None:
+        """ConfigError naming the first fixed training field this launcher cannot express."""
+        if training.framework not in self.frameworks:
+            names = ", ".join(f.value for f in self.frameworks)
+            raise ConfigError(f"launcher {self.name} runs framework {names}, not {training.framework.value!r}",
+                              field="training.framework", value=training.framework.value,
+                              hint=f"plan with framework {self.frameworks[0].value!r}")
+        for field, allowed in self.recipe.items():
+            value = getattr(training, field)
+            value = getattr(value, "value", value)
+            if value not in allowed:
+                raise ConfigError(f"launcher {self.name} cannot express {field}={value!r}", field=f"training.{field}",
+                                  value=value, hint="use one of " + ", ".join(allowed))
+
+    def allows(self, layouts: LayoutArrays) -> BoolArray:
+        """True for each layout this launcher can write."""
+        if self.layouts is None:
+            return np.ones(len(layouts), dtype=bool)
+        return np.asarray(self.layouts(layouts), dtype=bool)
+
+    def refusal(self, model: ModelConfig, training: TrainingConfig, gpu: GPUSpec) -> str | None:
+        """Why this launcher cannot run ``model`` with ``training`` on ``gpu`` (None: it can)."""
+        if self.gpu is None:
+            return None
+        try:
+            self.gpu(model, training, gpu)
+        except ConfigError as exc:
+            return str(exc)
+        return None
+
+
+def _megatron_gpu(model: ModelConfig, training: TrainingConfig, gpu: GPUSpec) -> None:
+    """Megatron-LM's own device and model checks (the writer's), on the trivial layout."""
+    megatron_launch(model, training.replace(micro_batch_size=1, global_batch_size=None), ParallelConfig(), gpu.id)
+
+
+def _megatron_layouts(a: LayoutArrays) -> BoolArray:
+    # ZeRO-1 is the distributed optimizer; ZeRO-2 has no flag and FSDP2 (ZeRO-3) runs only without pipelines,
+    # experts and the distributed optimizer (config/megatron/writer.py): the planner keeps to ZeRO 0/1
+    return np.asarray(a.zero_stage <= 1)
+
+
+def _deepspeed_layouts(a: LayoutArrays) -> BoolArray:
+    # no context parallelism; its pipeline engine runs ZeRO 0 or 1 only (adapters/deepspeed.py)
+    return np.asarray((a.cp == 1) & ((a.pp == 1) | (a.effective_zero_stage <= 1)))
+
+
+def _accelerate_layouts(a: LayoutArrays) -> BoolArray:
+    # a split model goes through the Megatron-LM plugin: no virtual pipeline field, no ZeRO-2/3 (adapters/accelerate.py)
+    splits = np.maximum(np.maximum(a.tp, a.pp), np.maximum(a.cp, a.ep)) > 1
+    return np.asarray(~splits | ((a.vpp == 1) & (a.zero_stage <= 1)))
+
+
+_MEGATRON_PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed", "fp8-mixed")
+"""Megatron-LM's --fp16/--bf16/--fp8-format recipes, all with fp32 master weights (config/megatron/writer.py)."""
+
+LAUNCH_SCOPES: dict[str, LaunchScope] = {scope.name: scope for scope in (
+    # torchrun --nproc-per-node is given per node: uneven nodes are fine
+    LaunchScope(name="torchrun", placement=PlacementMode.ANY),
+    # Megatron-LM's arguments are started by torchrun on each node (per-node counts may differ)
+    LaunchScope(name="megatron", placement=PlacementMode.ANY, frameworks=(Framework.MEGATRON,),
+                recipe={"precision": _MEGATRON_PRECISIONS, "attention": ("eager", "flash"),
+                        "optimizer": ("adamw", "adam", "sgd", "sgd-momentum")},
+                layouts=_megatron_layouts, gpu=_megatron_gpu),
+    # a DeepSpeed config: its precision blocks keep fp32 master weights; the hostfile gives slots per host
+    LaunchScope(name="deepspeed", placement=PlacementMode.ANY, frameworks=(Framework.TORCH,),
+                recipe={"precision": ("bf16-mixed", "fp16-mixed", "fp32")}, layouts=_deepspeed_layouts),
+    # Accelerate starts num_processes / num_machines per machine
+    LaunchScope(name="accelerate", placement=PlacementMode.EVEN, frameworks=(Framework.TORCH,),
+                recipe={"precision": ("fp32", "amp-bf16", "amp-fp16", "bf16-mixed", "fp16-mixed", "fp8-mixed")},
+                layouts=_accelerate_layouts),
+    # sbatch --ntasks-per-node / a pod per node / a TrainJob's numProcPerNode / SkyPilot's accelerators per
+    # node: one count for every node
+    LaunchScope(name="slurm", placement=PlacementMode.EVEN),
+    LaunchScope(name="kubernetes", placement=PlacementMode.EVEN),
+    LaunchScope(name="kubeflow-trainjob", placement=PlacementMode.EVEN),
+    # Ray places one-GPU bundles anywhere (PACK keeps them together where it can)
+    LaunchScope(name="ray", placement=PlacementMode.ANY),
+    LaunchScope(name="skypilot", placement=PlacementMode.EVEN),
+)}
+"""Launcher name -> what it can launch (the names of :data:`frenzy_core.adapters.LAUNCHERS`)."""
+
+
+def get_launch_scope(launcher: str | LaunchScope) -> LaunchScope:
+    """The scope of a launcher by name (or a scope as given); UnknownNameError lists the known ones."""
+    if isinstance(launcher, LaunchScope):
+        return launcher
+    scope = LAUNCH_SCOPES.get(launcher.strip().lower()) if isinstance(launcher, str) else None
+    if scope is None:
+        raise UnknownNameError("launcher", str(launcher), LAUNCH_SCOPES)
+    return scope

@@ -209,14 +209,20 @@ def philly_title(start: int, count: int, load: float, failures: bool) -> str:
 
 def philly_tables(path: Path) -> None:
     """The philly tables of the runs saved with ``--runs-out`` (one JSON line per run, as each finished): a long
-    run stopped part-way still reports the seeds and policies it completed."""
-    by_title: dict[str, dict[tuple[str, str], list[tuple[SimulationResult, float]]]] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        row = json.loads(line)
-        by_title.setdefault(row["title"], {}).setdefault((f"load {row['load']:g}", row["policy"]), []).append(
-            (SimulationResult.model_validate(row["result"]), row["cpu_s"]))
-    for title, runs in by_title.items():
-        table(title, runs)
+    run stopped part-way still reports the seeds it completed, each table over the seeds every policy of that
+    table finished (means over different seeds would not compare)."""
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    for title in dict.fromkeys(row["title"] for row in rows):
+        mine = [row for row in rows if row["title"] == title]
+        policies = {row["policy"] for row in mine}
+        complete = {seed for seed in {row["seed"] for row in mine}
+                    if {row["policy"] for row in mine if row["seed"] == seed} == policies}
+        runs: dict[tuple[str, str], list[tuple[SimulationResult, float]]] = {}
+        for row in mine:
+            if row["seed"] in complete:
+                runs.setdefault((f"load {row['load']:g}", row["policy"]), []).append(
+                    (SimulationResult.model_validate(row["result"]), row["cpu_s"]))
+        table(f"{title} (seeds {', '.join(map(str, sorted(complete)))})", runs)
 
 
 def main() -> None:

@@ -6,7 +6,9 @@ Sections (``--sections``, default all):
   (``jobs_from_trace``, seed = the run's seed: it draws each job's model), simulated under every policy on
   ``frenzy-paper`` (96 GPUs of 3 types) for every seed of ``--seeds`` and load of ``--loads`` (``arrival_scale``:
   2 doubles the arrival rate), with node failures at the default rate (``FailureModel``, seeded) unless
-  ``--no-failures``. Means over seeds with 95% confidence intervals (Student's t).
+  ``--no-failures``. Means over seeds with 95% confidence intervals (Student's t). ``--runs-out FILE`` appends
+  each run to FILE as it finishes (JSON lines); ``--tables-from FILE`` prints the tables of such a file (what
+  finished of a long run that was stopped).
 * ``workloads``: the same policies and seeds on the other workloads: ``--other-jobs`` Philly jobs on
   ``aws-mixed``, ``philly-like`` and ``alibaba-spot-2026`` scaled to 1,024 GPUs (arrivals 8x), and the Sia
   artifact's Philly workload 1 (``../shared/traces/sia_philly_workload_1.csv``, 1 h per job) on the Sia paper's
@@ -28,6 +30,7 @@ repository, or ``--traces``).
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import platform
 import statistics
@@ -199,6 +202,29 @@ def full_trace(trace: Path, throughput: PlannedThroughput, policies: list[str]) 
               f"{(result.p99_jct_s or 0) / 3600:.2f} |", flush=True)
 
 
+def philly_title(start: int, count: int, load: float, failures: bool) -> str:
+    return (f"Philly jobs {start}..{start + count - 1} on frenzy-paper (96 GPUs), load {load:g}, "
+            f"failures {'on' if failures else 'off'}")
+
+
+def philly_tables(path: Path) -> None:
+    """The philly tables of the runs saved with ``--runs-out`` (one JSON line per run, as each finished): a long
+    run stopped part-way still reports the seeds it completed, each table over the seeds every policy of that
+    table finished (means over different seeds would not compare)."""
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    for title in dict.fromkeys(row["title"] for row in rows):
+        mine = [row for row in rows if row["title"] == title]
+        policies = {row["policy"] for row in mine}
+        complete = {seed for seed in {row["seed"] for row in mine}
+                    if {row["policy"] for row in mine if row["seed"] == seed} == policies}
+        runs: dict[tuple[str, str], list[tuple[SimulationResult, float]]] = {}
+        for row in mine:
+            if row["seed"] in complete:
+                runs.setdefault((f"load {row['load']:g}", row["policy"]), []).append(
+                    (SimulationResult.model_validate(row["result"]), row["cpu_s"]))
+        table(f"{title} (seeds {', '.join(map(str, sorted(complete)))})", runs)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--traces", type=Path, default=TRACES)
@@ -213,6 +239,8 @@ def main() -> None:
     parser.add_argument("--latency-gpus", type=int, default=10_000)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--sections", default="philly,workloads,latency,full")
+    parser.add_argument("--runs-out", type=Path, help="Append each philly run to this file (JSON lines).")
+    parser.add_argument("--tables-from", type=Path, help="Print the philly tables of a --runs-out file and stop.")
     parser.add_argument("--quick", action="store_true", help="500 jobs, one seed, load 1, a smaller latency run.")
     args = parser.parse_args()
     philly = args.traces / "philly_2017_sep_nov.csv"
@@ -230,6 +258,9 @@ def main() -> None:
           f"Python {platform.python_version()}, one process)")
     throughput = PlannedThroughput()  # shared: one candidate table per (model, recipe, GPU type, node size, links)
     runs: dict[tuple[str, str], list[tuple[SimulationResult, float]]]
+    if args.tables_from is not None:
+        philly_tables(args.tables_from)
+        return
     if "philly" in sections:
         cluster = Cluster.preset("frenzy-paper")
         for load in loads:  # one table per load, printed as soon as it is done
@@ -237,10 +268,14 @@ def main() -> None:
             for seed in seeds:
                 jobs = philly_jobs(philly, args.start, args.jobs, seed, cluster, load, throughput)
                 for policy in policies:
-                    runs.setdefault((f"load {load:g}", policy), []).append(
-                        run(jobs, cluster, policy, seed, throughput, failures))
-            table(f"Philly jobs {args.start}..{args.start + args.jobs - 1} on frenzy-paper (96 GPUs), load {load:g}, "
-                  f"failures {'on' if failures else 'off'}", runs)
+                    got = run(jobs, cluster, policy, seed, throughput, failures)
+                    runs.setdefault((f"load {load:g}", policy), []).append(got)
+                    if args.runs_out is not None:
+                        with args.runs_out.open("a", encoding="utf-8") as out:
+                            out.write(json.dumps({"title": philly_title(args.start, args.jobs, load, failures),
+                                                  "load": load, "seed": seed, "policy": policy, "cpu_s": got[1],
+                                                  "result": got[0].model_dump(mode="json")}) + "\n")
+            table(philly_title(args.start, args.jobs, load, failures), runs)
     if "workloads" in sections:
         runs = {}
         for name, cluster, load in (("aws-mixed", Cluster.preset("aws-mixed"), 1.0),

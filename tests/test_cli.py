@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -274,6 +275,26 @@ def test_simulate_json_accounts_for_every_job(tmp_path: Path, cluster_file: Path
     result = invoke("simulate", str(trace), "--cluster", str(cluster_file), "--plot", str(plot))
     assert result.exit_code == 0, result.output
     assert "fifo-requested" in result.stdout and plot.stat().st_size > 0
+
+
+def test_simulate_failures_makes_nodes_fail_and_loses_no_job(tmp_path: Path, cluster_file: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    # the default rate (Llama 3's, one failure per ~5.8 GPU-years) hits nothing in a 3-job trace: --failures
+    # gets a model 25,000x as harsh here, so the option's wiring and its report can be seen
+    from frenzy_core.scheduling import FailureModel, simulator
+
+    harsh = functools.partial(FailureModel, failures_per_gpu_hour=0.5, repair_s=600.0)
+    monkeypatch.setattr(simulator, "FailureModel", harsh)
+    trace = tmp_path / "philly.csv"
+    trace.write_text(PHILLY, encoding="utf-8")
+    calm = ok_json("simulate", str(trace), "--cluster", str(cluster_file))
+    stormy = ok_json("simulate", str(trace), "--cluster", str(cluster_file), "--failures")
+    assert all(r["node_failures"] == 0 for r in calm["results"])
+    assert sum(r["node_failures"] for r in stormy["results"]) > 0  # nodes fail while some policy still runs
+    for res in stormy["results"]:
+        assert res["violations"] == 0 and len(res["unschedulable"]) + sum(
+            j["status"] == "finished" for j in res["jobs"]) == 3
+    assert sum(r["interruptions"] for r in stormy["results"]) > 0  # some run lost its node and resumed
 
 
 def test_simulate_bad_input(tmp_path: Path) -> None:

@@ -7,9 +7,10 @@ from frenzy_core.scheduling.messages import Action, Event, Preempt, Resize, Star
 from frenzy_core.scheduling.online import OnlineScheduler, SchedulerError, replay
 from frenzy_core.scheduling.plans import Placement, RunLayout
 from frenzy_core.scheduling.policies import POLICIES, get_policy
-from frenzy_core.scheduling.policy import Policy, RunningJob
+from frenzy_core.scheduling.policy import Policy
 from frenzy_core.scheduling.report import compare, plot_results
 from frenzy_core.scheduling.result import JobRecord, JobStatus, SimulationResult, Utilisation
+from frenzy_core.scheduling.runs import RunningJob
 from frenzy_core.scheduling.simulator import simulate
 from frenzy_core.scheduling.state import ClusterState
 from frenzy_core.scheduling.synthetic import LogNormalWork, MixEntry, synthetic_jobs

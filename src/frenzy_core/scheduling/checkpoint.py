@@ -13,7 +13,7 @@ times the per-GPU storage bandwidth. Costs:
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
 from frenzy_core._base import FrozenModel
 from frenzy_core.config.model import ModelConfig
@@ -38,11 +38,19 @@ class CheckpointModel(FrozenModel):
         "Read and write bandwidth each GPU's rank gets from storage."))
     interval_s: float = Field(default=DEFAULT_CHECKPOINT_INTERVAL_S, gt=0, description=(
         "Training time between periodic checkpoints (what a failure can lose)."))
+    _bytes: dict[tuple[int, int], tuple[ModelConfig, TrainingConfig, int]] = PrivateAttr(default_factory=dict)
+    """(id(model), id(training)) -> the pair and its checkpoint bytes: a policy prices moves of the same few
+    (model, recipe) pairs thousands of times per run, and counting parameters is slow; the pair is kept so its
+    ids stay its own."""
 
     def checkpoint_bytes(self, model: ModelConfig, training: TrainingConfig) -> int:
         """Working weights + master weights + optimizer states of the whole model."""
-        b = state_bytes(training)
-        return int(model.num_params() * (b.param + b.master + b.states))
+        key = (id(model), id(training))
+        hit = self._bytes.get(key)
+        if hit is None:
+            b = state_bytes(training)
+            hit = self._bytes[key] = (model, training, int(model.num_params() * (b.param + b.master + b.states)))
+        return hit[2]
 
     def save_s(self, model: ModelConfig, training: TrainingConfig, num_gpus: int) -> float:
         """Seconds for ``num_gpus`` ranks to write the checkpoint."""

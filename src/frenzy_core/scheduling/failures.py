@@ -24,8 +24,10 @@ Llama 3 Herd of Models", arXiv:2407.21783, section 3.3.4, Table 5). 78% were har
 and the rest software; we count all of them as failures of one node."""
 
 DEFAULT_REPAIR_S = 24 * 3600.0
-"""Mean time a failed node stays out: one day, our assumption (the Llama 3 report gives no repair time; the
-job itself restarted on healthy nodes; a GPU or HBM fault means draining, diagnosing and swapping hardware)."""
+"""Mean time a failed node stays out: one day, our assumption (we found no published figure: the Llama 3 report
+gives none, and Kokolis et al. 2024, arXiv:2410.21680, as far as we read it, reports failure rates and mean time
+to failure, not repair times; the job itself restarted on healthy nodes; a GPU or HBM fault means draining,
+diagnosing and swapping hardware)."""
 
 
 class FailureModel(FrozenModel):

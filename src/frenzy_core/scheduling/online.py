@@ -24,9 +24,10 @@ from frenzy_core.scheduling.jobs import TrainingJob
 from frenzy_core.scheduling.messages import Action, Event, Preempt, Resize, Start
 from frenzy_core.scheduling.plans import Placement
 from frenzy_core.scheduling.policies import POLICIES, get_policy
-from frenzy_core.scheduling.policy import Policy, RunningJob
+from frenzy_core.scheduling.policy import Policy
 from frenzy_core.scheduling.rates import RateBook
 from frenzy_core.scheduling.result import JobRecord, JobStatus
+from frenzy_core.scheduling.runs import RunningJob, RunTable
 from frenzy_core.scheduling.state import ClusterState
 from frenzy_core.scheduling.throughput import PlannedThroughput
 from frenzy_core.scheduling.workload import ThroughputFn
@@ -111,7 +112,7 @@ class OnlineScheduler:
         self.jobs: dict[str, TrainingJob] = {}
         """Every job submitted, as submitted."""
         self.books: dict[str, JobBooks] = {}
-        self.running: dict[str, RunningJob] = {}
+        self.running = RunTable(self.state.gpu_types)
         self._pending: list[tuple[str, Any]] = []
         self.policy.start(self.state, self.rates, self.running, self.checkpoint, seed)
 

@@ -10,56 +10,16 @@ and ``running``, and returns actions, which the scheduler checks and applies in 
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from frenzy_core.scheduling.checkpoint import CheckpointModel
 from frenzy_core.scheduling.jobs import TrainingJob
 from frenzy_core.scheduling.messages import Action
-from frenzy_core.scheduling.plans import Placement
 from frenzy_core.scheduling.rates import RateBook
+from frenzy_core.scheduling.runs import RunTable
 from frenzy_core.scheduling.state import ClusterState
 
-__all__ = ["Policy", "RunningJob"]
-
-
-@dataclass
-class RunningJob:
-    """A job on its GPUs: progress is linear in time after ``stall_s`` (restoring a checkpoint) from the start
-    of its current run."""
-
-    job: TrainingJob
-    """As submitted (its whole work)."""
-    plan: Placement
-    started_s: float
-    """When the current run began (the latest start, resize or restart)."""
-    stall_s: float
-    """Seconds at the start of the run without progress (checkpoint save and restore)."""
-    done_tokens: float
-    """Tokens trained before the current run."""
-    saved_tokens: float
-    """Tokens in the job's last durable checkpoint before the current run."""
-    end: float = field(init=False)
-    """When the job ends if it keeps this run."""
-
-    def __post_init__(self) -> None:
-        self.end = self.started_s + self.stall_s + (self.job.total_tokens - self.done_tokens) / self.plan.tokens_per_s
-
-    def tokens_at(self, now_s: float) -> float:
-        """Tokens trained by ``now_s`` (never more than the job's work)."""
-        productive = max(0.0, now_s - self.started_s - self.stall_s)
-        return min(float(self.job.total_tokens), self.done_tokens + self.plan.tokens_per_s * productive)
-
-    def remaining_s(self, now_s: float) -> float:
-        """Seconds left on this run from ``now_s``."""
-        return max(0.0, self.end - now_s)
-
-    def checkpointed_at(self, now_s: float, interval_s: float) -> float:
-        """Tokens in the last periodic checkpoint by ``now_s`` (one every ``interval_s`` of training)."""
-        productive = max(0.0, now_s - self.started_s - self.stall_s)
-        done = self.done_tokens + self.plan.tokens_per_s * interval_s * (productive // interval_s)
-        return max(self.saved_tokens, min(done, float(self.job.total_tokens)))
+__all__ = ["Policy"]
 
 
 class Policy(abc.ABC):
@@ -71,8 +31,8 @@ class Policy(abc.ABC):
     """The cluster's free GPUs (set by :meth:`start`; the scheduler updates it)."""
     rates: RateBook
     """Tokens/s per job, GPU type and count, and placements re-planned on free GPUs (set by :meth:`start`)."""
-    running: Mapping[str, RunningJob]
-    """The running jobs (set by :meth:`start`; the scheduler updates it)."""
+    running: RunTable
+    """The running jobs by id (set by :meth:`start`; the scheduler updates it)."""
     checkpoint: CheckpointModel
     """What stopping a job costs (set by :meth:`start`)."""
     seed: int
@@ -85,7 +45,7 @@ class Policy(abc.ABC):
         """Constructor arguments that rebuild this policy (saved with a scheduler's state)."""
         return {}
 
-    def start(self, state: ClusterState, rates: RateBook, running: Mapping[str, RunningJob],
+    def start(self, state: ClusterState, rates: RateBook, running: RunTable,
               checkpoint: CheckpointModel, seed: int) -> None:
         """Called once before the first event; keeps what the policy needs."""
         self.state = state

@@ -172,7 +172,9 @@ def simulate(jobs: Sequence[TrainingJob], cluster: Cluster, policy: str | Policy
     bar, task = _progress(progress, len(jobs))
     with bar:
         while (now := world.next_time()) is not None:
-            bar.advance(task, world.deliver(now))
+            done = world.deliver(now)
+            if progress:
+                bar.advance(task, done)
             began = time.perf_counter()
             actions = sched.advance(now)
             latencies.append(time.perf_counter() - began)

@@ -44,8 +44,8 @@ def _prune(items: np.ndarray, gpu: np.ndarray, count: np.ndarray, value: np.ndar
     most_jobs = int((free[on] // least[on]).sum())
     order = np.lexsort((items, -v, c, g))
     g, c = g[order], c[order]
-    start = np.r_[0, np.flatnonzero((np.diff(g) != 0) | (np.diff(c) != 0)) + 1]
-    rank = np.arange(order.size) - np.repeat(start, np.diff(np.r_[start, order.size]))
+    start = np.concatenate([[0], np.flatnonzero((g[1:] != g[:-1]) | (c[1:] != c[:-1])) + 1])
+    rank = np.arange(order.size) - np.repeat(start, np.diff(np.append(start, order.size)))
     keep = rank < free[g] // c + most_jobs
     return np.sort(items[order[keep]])
 
@@ -71,7 +71,7 @@ def choose(owner: np.ndarray, gpu: np.ndarray, count: np.ndarray, value: np.ndar
         return Choice(picks, 0, "none")
     # -- every job its best option, when those fit together: optimal -----------------------------------------
     top = items[np.lexsort((items, -value[items], owner[items]))]
-    top = top[np.r_[True, owner[top][1:] != owner[top][:-1]]]  # each job's most valuable option (ties: first)
+    top = top[np.concatenate([[True], owner[top][1:] != owner[top][:-1]])]  # each job's most valuable option (ties: first)
     if (np.bincount(gpu[top], weights=count[top], minlength=free.size) <= free).all():
         picks[owner[top]] = top
         return Choice(picks, int(value[top].sum()), "greedy")

@@ -12,16 +12,17 @@ ones), as :class:`~frenzy_core.scheduling.checkpoint.CheckpointModel` prices it;
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Callable, Sequence
-from operator import attrgetter
+from collections.abc import Callable, Collection, Sequence
+
+import numpy as np
 
 from frenzy_core.scheduling.jobs import TrainingJob
 from frenzy_core.scheduling.messages import Action, Preempt, Resize, Start
-from frenzy_core.scheduling.policy import Policy, RunningJob
+from frenzy_core.scheduling.policy import Policy
+from frenzy_core.scheduling.runs import RunningJob
 from frenzy_core.scheduling.state import ClusterState
 
-__all__ = ["GROW_CANDIDATES", "grow", "make_room", "restart_s"]
+__all__ = ["GROW_CANDIDATES", "grow", "longest_runs", "make_room", "restart_s"]
 
 GROW_CANDIDATES = 16
 """Running jobs weighed for growth per round: those with the latest expected ends (they gain the most from more
@@ -40,6 +41,17 @@ def _settled(run: RunningJob, now: float) -> bool:
     return now >= run.started_s + run.stall_s
 
 
+def longest_runs(policy: Policy, types: Collection[str]) -> list[RunningJob]:
+    """The :data:`GROW_CANDIDATES` runs on ``types`` that end last, latest first (ties: running order, which
+    replays identically)."""
+    gpu, end, _, rank = policy.running.columns()
+    wanted = np.zeros(len(policy.state.gpu_types), dtype=bool)
+    wanted[[policy.state.gpu_types.index(t) for t in types]] = True
+    on = np.flatnonzero(wanted[gpu])
+    longest = on[np.lexsort((rank[on], -end[on]))[:GROW_CANDIDATES]]
+    return [policy.running.run_at(row) for row in longest.tolist()]
+
+
 def grow(policy: Policy, free: ClusterState, now: float, types: Sequence[str],
          counts: Callable[[TrainingJob, str], Sequence[int]], min_gain: float) -> list[Action]:
     """Resize running jobs on ``types`` onto more of their type's free GPUs (taken in ``free``) where it pays;
@@ -50,15 +62,16 @@ def grow(policy: Policy, free: ClusterState, now: float, types: Sequence[str],
     spare = {t: n for t, n in spare.items() if n}
     if not spare:
         return out
-    longest = heapq.nlargest(GROW_CANDIDATES, (r for r in policy.running.values() if r.plan.gpu_type in spare),
-                             key=attrgetter("end"))  # ties: running order, which replays identically
-    for run in longest:
+    for run in longest_runs(policy, spare):
         g, n = run.plan.gpu_type, run.plan.num_gpus
         if not spare.get(g) or not _settled(run, now):
             continue
+        larger = sorted((c for c in counts(run.job, g) if n < c <= n + spare[g]), reverse=True)
+        if not larger:  # most candidates: already at their largest count, or too few spare GPUs
+            continue
         left_tokens = run.job.total_tokens - run.tokens_at(now)
         remaining = run.remaining_s(now)
-        for c in sorted((c for c in counts(run.job, g) if n < c <= n + spare[g]), reverse=True):
+        for c in larger:
             rate = policy.rates.rate(run.job, g, c)
             if rate is None or remaining - (restart_s(policy, run, c) + left_tokens / rate) < min_gain * remaining:
                 continue

@@ -29,8 +29,8 @@ from frenzy_core.scheduling.messages import Action, Start
 from frenzy_core.scheduling.policies._choice import choose
 from frenzy_core.scheduling.policies._elastic import grow, make_room
 from frenzy_core.scheduling.policies._queue import QueuePolicy, QueueTable, elastic_counts
-from frenzy_core.scheduling.policy import RunningJob
 from frenzy_core.scheduling.rates import JobOptions
+from frenzy_core.scheduling.runs import RunningJob
 from frenzy_core.scheduling.state import ClusterState
 
 __all__ = ["DEFAULT_ROUND_BUDGET", "DEFAULT_STARVATION_FACTOR", "FrenzyCore"]
@@ -75,12 +75,17 @@ class FrenzyCore(QueuePolicy):
         return self.counted_options(job, allowed, lambda t: elastic_counts(job, self.state.usable_gpus(t)))
 
     def _release_times(self, now: float) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Per type: expected end times of the running jobs (sorted) and the GPUs free after each, from now."""
+        """Per type: now and the expected end times of the running jobs (sorted; ties: fewer GPUs first), and
+        the GPUs free by each of those times."""
+        gpu, end, count, _ = self.running.columns()
+        order = np.lexsort((count, end, gpu))
+        bounds = np.searchsorted(gpu[order], np.arange(len(self.state.gpu_types) + 1))
+        free = self.free_per_type(self.state)
         out = []
-        for t in self.state.gpu_types:
-            ends = sorted((r.end, r.plan.num_gpus) for r in self.running.values() if r.plan.gpu_type == t)
-            times = np.array([now] + [max(now, e) for e, _ in ends])
-            freed = self.state.free_gpus(t) + np.concatenate([[0], np.cumsum([n for _, n in ends])])
+        for g in range(len(self.state.gpu_types)):
+            mine = order[bounds[g]:bounds[g + 1]]
+            times = np.concatenate([[now], np.maximum(now, end[mine])])
+            freed = free[g] + np.concatenate([[0], np.cumsum(count[mine])])
             out.append((times, freed.astype(np.int64)))
         return out
 
@@ -158,13 +163,16 @@ class FrenzyCore(QueuePolicy):
             return self._grow(free, now) if self.preemption else []
         left = self.free_per_type(free)
         table = self.table()
-        if not (table.count <= left[table.gpu]).any() and not (self.preemption and self.running):
+        fits = bool((table.count <= left[table.gpu]).any())
+        if not fits and not (self.preemption and self.running):
             return []  # nothing can start, and a reservation would change nothing this round
         fast = table.per_job_min(table.run_s)
-        area = table.per_job_min(table.count * table.run_s)
-        expected = self._expected_finish(table, area, now)
         waited = now - table.submit_s
         starving = waited >= self.starvation_factor * fast
+        if not fits and not starving.any():
+            return self._grow(free, now)  # nothing starts or reserves this round: only growth can move
+        area = table.per_job_min(table.count * table.run_s)
+        expected = self._expected_finish(table, area, now)
         placements: list[Action] = []
         reserved: set[int] = set()
         if starving.any():
@@ -202,7 +210,8 @@ class FrenzyCore(QueuePolicy):
         attempt: a move that did not pay then pays less later (its restart is the same, its remaining time
         shorter), so only newly idle GPUs can make one pay."""
         idle = self.free_per_type(free)
-        idle[np.unique(self.table().gpu)] = 0
+        if self.queue:
+            idle[self.table().gpu] = 0
         seen = np.asarray(self._idle_seen or [0] * idle.size)
         types = [t for g, t in enumerate(self.state.gpu_types) if idle[g] > seen[g]]
         moves = grow(self, free, now, types, self._counts, self.min_gain) if types else []

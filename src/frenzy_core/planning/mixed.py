@@ -277,6 +277,8 @@ def solve_tables_exhaustive(t: MixedTables, objective: Objective, lim: Limits) -
     enumeration order). Exponential: a reference for small instances."""
     best: tuple[tuple[int, ...], MixedChoice] | None = None
     n = t.micro_batches
+    if objective is Objective.COST and any(p is None for p in t.price_units):
+        return None  # as for a single type: the cost objective needs every price
     for r in itertools.product(*(range(1, c + 1) for c in t.capacity)):
         if sum(r) > n:
             continue

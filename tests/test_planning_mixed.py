@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from frenzy_core import Cluster, InfeasiblePlanError, ModelConfig, TrainingConfig
+from frenzy_core import Cluster, ConfigError, InfeasiblePlanError, ModelConfig, ParallelConfig, TrainingConfig
 from frenzy_core.memory import estimate_memory
 from frenzy_core.planning import Objective, Plan, plan_job
 from frenzy_core.planning.mixed import (
@@ -199,3 +199,44 @@ def test_two_types_of_equal_speed_together_beat_either_alone() -> None:
     assert "tokens/s against the best single-type plan" in plan.explain()
     # equal speed, equal shares
     assert len({g.samples for g in plan.stages}) == 1
+
+
+def test_adapters_refuse_mixed_plans_and_say_how_to_get_a_launchable_one() -> None:
+    from frenzy_core.adapters import get_adapter
+
+    plan = plan_job(ModelConfig.preset("llama-2-70b"), Cluster.from_dict(A100_H100), LLAMA_70B_REQUEST)
+    for name in ("torchrun", "slurm", "megatron"):
+        with pytest.raises(ConfigError, match=f"launcher='{name}'"):
+            get_adapter(name).emit(plan)
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(st.sampled_from(["llama-2-7b", "gpt2", "qwen2.5-0.5b"]), st.sampled_from([1, 2]), st.sampled_from([1, 2, 4]),
+       st.sampled_from([0, 1, 2, 3]), st.sampled_from(["none", "selective", "full"]), st.integers(2, 8),
+       st.integers(1, 8))
+def test_memory_never_grows_with_dp_nor_shrinks_with_micro_batches(name: str, tp: int, pp: int, zero: int,
+                                                                  recompute: str, dp: int, m: int) -> None:
+    """The law the mixed search's memory pre-check rests on (a replica layout that does not fit at the most
+    replicas and one micro-batch fits nowhere). From dp = 2, where mixed plans start: dp = 1 has no gradient
+    all-reduce buckets, so going to 2 may need more."""
+    model = ModelConfig.preset(name)
+    if model.num_layers % pp or model.num_attention_heads % tp:
+        return
+    training = TrainingConfig(seq_len=1024, micro_batch_size=1, zero_stage=zero, recompute=recompute)
+    parallel = ParallelConfig(dp=dp, tp=tp, pp=pp)
+
+    def need(d: int, micro: int) -> int:
+        return int(estimate_memory(model, training.replace(global_batch_size=micro * d),
+                                   parallel.replace(dp=d)).device_bytes)
+
+    assert need(dp + 1, m) <= need(dp, m)
+    assert need(dp, m + 1) >= need(dp, m)
+
+
+def test_infeasible_requests_say_whether_mixing_helps() -> None:
+    cluster = Cluster.from_dict(A100_H100)
+    with pytest.raises(InfeasiblePlanError) as off:
+        plan_job(ModelConfig.preset("llama-2-70b"), cluster, LLAMA_70B_REQUEST, mixed_types=False)
+    assert any(s.startswith("mix GPU types (mixed_types=True): 32 GPUs of") for s in off.value.suggestions)
+    with pytest.raises(InfeasiblePlanError, match="mixing GPU types"):
+        plan_job(ModelConfig.preset("gpt3-175b"), Cluster.preset("frenzy-paper"), TrainingConfig(seq_len=2048))

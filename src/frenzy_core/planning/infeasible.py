@@ -20,7 +20,7 @@ from frenzy_core.planning.placement import placement_options
 from frenzy_core.planning.request import PlacementMode
 from frenzy_core.planning.search import Search
 
-__all__ = ["SEQ_LEN_STEP", "infeasible_error"]
+__all__ = ["SEQ_LEN_STEP", "infeasible_error", "mixing_reason"]
 
 SEQ_LEN_STEP = 256
 """Granularity of the suggested sequence-length limit (tokens)."""
@@ -178,14 +178,45 @@ def _seq_len_suggestion(search: Search) -> list[str]:
     return [f"sequence length <= {lo * SEQ_LEN_STEP}"]
 
 
-def infeasible_error(search: Search, table: CandidateTable, deadline: float | None = None) -> InfeasiblePlanError:
+GIB = 2**30
+
+
+def mixing_reason(search: Search, table: CandidateTable) -> str:
+    """Why no mix of GPU types holds the job either: the least memory any searched layout needs in all
+    against what every free GPU of the allowed types holds; or, when that fits, that every GPU of a replica
+    needs the same memory (uneven pipeline stages on different types are not planned yet)."""
+    lay = table.layouts
+    dev = table.device_bytes
+    valid = dev >= 0
+    c = search.constraints
+    allowed = [t for t in search.pool.gpu_types if c.gpu_types is None or t in c.gpu_types]
+    have = sum(search.pool.free_gpus(t) * search.specs[t].memory_bytes * (1.0 - c.headroom) for t in allowed)
+    if not valid.any():
+        return "mixing GPU types: no layout of the model was searched"
+    total = dev[valid].astype(np.float64) * lay.world_size[valid]
+    k = int(np.argmin(total))
+    need = f"{total[k] / GIB:,.0f} GiB in all ({dev[valid][k] / GIB:,.1f} GiB per GPU on {lay.world_size[valid][k]})"
+    if total[k] > have:
+        return (f"mixing GPU types does not help: the least memory a searched layout needs is {need}, and "
+                f"the free GPUs of every allowed type together hold {have / GIB:,.0f} GiB usable")
+    return (f"mixing GPU types in data-parallel replica groups does not help: every GPU of a replica needs the "
+            f"same memory, and no layout fits enough GPUs of two or more types (the free GPUs together hold "
+            f"{have / GIB:,.0f} GiB usable, the least a searched layout needs is {need}); pipeline stages on "
+            "different types with uneven layer counts are not planned yet")
+
+
+def infeasible_error(search: Search, table: CandidateTable, deadline: float | None = None,
+                     mixed: str | None = None) -> InfeasiblePlanError:
     """An :class:`InfeasiblePlanError` naming what blocked each GPU type and the smallest changes that help;
-    the search for changes stops at ``deadline`` (a ``time.perf_counter()`` value) and says so."""
+    the search for changes stops at ``deadline`` (a ``time.perf_counter()`` value) and says so. ``mixed``:
+    the mixed-type search's word (a suggestion when it was off and found a plan, else why it found none)."""
     rows, ok = placement_options(table, search.pool)
     reasons = [f"{r.gpu_type}: {r.message}" for r in type_rejections(table, search.pool, rows, ok, None, search.constraints)]
+    if mixed is not None and not mixed.startswith("mix GPU types"):
+        reasons.append(mixed)
     finders: list[Callable[[Search], list[str]]] = [_free_gpu_suggestions, _pin_suggestions, _limit_suggestions,
                                                     _seq_len_suggestion]
-    suggestions: list[str] = []
+    suggestions: list[str] = [mixed] if mixed is not None and mixed.startswith("mix GPU types") else []
     stopped = False
     for finder in finders:
         if deadline is not None and time.perf_counter() > deadline:

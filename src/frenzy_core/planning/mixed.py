@@ -26,6 +26,7 @@ from ortools.sat.python import cp_model
 from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.config.layout import layout_mask
 from frenzy_core.config.parallel import ParallelConfig
+from frenzy_core.config.training import TrainingConfig
 from frenzy_core.hardware.gpu import Links
 from frenzy_core.planning.candidates import enumerate_layouts
 from frenzy_core.planning.request import Objective, PlacementMode
@@ -161,6 +162,26 @@ def _replica_layouts(search: Search) -> LayoutArrays:
     return lay.take(keep)
 
 
+def _recipe(search: Search, gpu_type: str) -> TrainingConfig:
+    """The request's recipe on ``gpu_type`` (its precision fallback, if any)."""
+    if gpu_type in search.precisions:
+        return search.training.replace(precision=search.precisions[gpu_type])
+    return search.training
+
+
+def _fits_at_best(search: Search, lay: LayoutArrays, gpu_type: str, d: np.ndarray) -> np.ndarray:
+    """Per replica layout: whether it fits ``gpu_type`` at dp = ``d`` with one micro-batch per rank."""
+    recipe = _recipe(search, gpu_type)
+    rows = LayoutArrays.from_columns({**{k: getattr(lay, k) for k in _RECIPE}, "dp": d, "num_microbatches": 1},
+                                     recipe)
+    valid = layout_mask(search.model, rows)
+    dev = np.full(d.shape, -1, dtype=np.int64)
+    if valid.any():
+        dev[valid] = search.estimator.device_bytes(search.model, recipe, rows.take(np.flatnonzero(valid)))
+    usable = int(search.specs[gpu_type].memory_bytes * (1.0 - search.constraints.headroom))
+    return np.asarray((dev >= 0) & (dev <= usable))
+
+
 def _all_tables(search: Search, lay: LayoutArrays, allowed: tuple[str, ...]) -> tuple[list[MixedTables], bool]:
     """Every (replica layout, set of two or more types) instance, estimated in one batch per type and link:
     the rows are (layout, D, m) with 2 <= D <= min(replicas the types hold, N) and 1 <= m <= N - D + 1 (the
@@ -174,6 +195,12 @@ def _all_tables(search: Search, lay: LayoutArrays, allowed: tuple[str, ...]) -> 
     n = gbs // lay.micro_batch_size.astype(np.int64)
     n = np.where(gbs % lay.micro_batch_size == 0, n, 0)
     held = np.sum([np.where(caps[t] > 0, caps[t], 0) for t in allowed], axis=0)
+    d_top = np.maximum(np.minimum(held, n), 1)
+    # a type whose GPUs cannot hold the layout at its least memory (most replicas, one micro-batch: memory
+    # never grows with dp nor shrinks with micro-batches, tests/test_planning_mixed.py) holds no replica
+    for t in allowed:
+        caps[t] = np.where(_fits_at_best(search, lay, t, d_top), caps[t], 0)
+    held = np.sum([caps[t] for t in allowed], axis=0)
     usable_types = np.sum([caps[t] > 0 for t in allowed], axis=0)
     d_max = np.where(usable_types >= 2, np.minimum(held, n), 0)
     per_layout = np.array([sum(max(int(n[i]) - d + 1, 0) for d in range(2, int(d_max[i]) + 1))
@@ -195,8 +222,7 @@ def _all_tables(search: Search, lay: LayoutArrays, allowed: tuple[str, ...]) -> 
     inters = {t: search.links[t].inter_node_bytes_per_s for t in allowed}
     devices: dict[object, np.ndarray] = {}
     for t in allowed:
-        recipe = search.training.replace(precision=search.precisions[t]) if t in search.precisions \
-            else search.training
+        recipe = _recipe(search, t)
         rows = LayoutArrays.from_columns({**cols, "dp": row_d, "num_microbatches": row_m}, recipe)
         if recipe.precision not in devices:
             valid = layout_mask(search.model, rows)

@@ -15,14 +15,14 @@ from frenzy_core.errors import ConfigError
 from frenzy_core.planning.candidates import CandidateTable
 from frenzy_core.planning.diagnosis import type_rejections
 from frenzy_core.planning.estimators import AnalyticEstimator, LayoutEstimator
-from frenzy_core.planning.infeasible import infeasible_error
+from frenzy_core.planning.infeasible import infeasible_error, mixing_reason
 from frenzy_core.planning.launchers import LaunchScope
 from frenzy_core.planning.mixed import mixed_search
 from frenzy_core.planning.mixed_plan import build_mixed_plan, single_type_score
 from frenzy_core.planning.nodes import Locality
 from frenzy_core.planning.placement import Solution, placement_options, solve_cp_sat, solve_exhaustive
 from frenzy_core.planning.plan import Plan
-from frenzy_core.planning.request import Objective, PlanConstraints
+from frenzy_core.planning.request import Objective, PlacementMode, PlanConstraints
 from frenzy_core.planning.runners_up import runners_up
 from frenzy_core.planning.search import ClusterLike, Search, make_search
 from frenzy_core.planning.shapes import shape_links
@@ -140,13 +140,20 @@ def plan_job(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig 
     search = make_search(model, cluster, training, objective, constraints, estimator, launcher)
     table = search.table()
     solution = solve(search, table, solver, max(deadline - time.perf_counter(), MIN_SOLVER_S))
-    if mixed_types:
+    if mixed_types or solution is None:
         start = time.perf_counter()
         incumbent = None if solution is None else single_type_score(search, table, solution)
         layouts, choice, notes = mixed_search(search, deadline, solver, incumbent)
-        if choice is not None:
+        if choice is not None and mixed_types:
             return build_mixed_plan(search, layouts, choice, table, solution, top_k, notes, solver,
                                     time.perf_counter() - start)
     if solution is None:
-        raise infeasible_error(search, table, deadline)
+        if choice is not None:
+            types = " + ".join(choice.tables.types)
+            word = f"mix GPU types (mixed_types=True): {choice.num_gpus} GPUs of {types}"
+        elif search.scope is None and search.constraints.placement is PlacementMode.ANY and not notes:
+            word = mixing_reason(search, table)
+        else:
+            word = None  # not searched (a launcher, even or whole nodes) or cut short
+        raise infeasible_error(search, table, deadline, word)
     return build_plan(search, table, solution, top_k)

@@ -47,23 +47,27 @@ def _plan(**kwargs: object) -> Plan:
 
 
 def _assert_valid(plan: Plan, cluster: Cluster, model: ModelConfig | None = None) -> None:
-    """Fits by the memory estimator, uses free GPUs only, whole TP groups on each node."""
-    spec = get_gpu_spec(plan.gpu_type)
-    again = estimate_memory(model or _model(), plan.training, plan.parallel)
-    assert again.device_bytes == plan.memory.device_bytes
-    assert plan.memory.device_bytes <= plan.usable_bytes <= spec.memory_bytes
+    """Every group fits by the memory estimator on its own type, uses free GPUs of that type only, whole TP
+    groups on each node (a single-type plan is one group)."""
     free = {}
     index = 0
     for shape in cluster.nodes:
         for _ in range(shape.count):
             free[f"node:{index}"] = (shape.gpu, shape.free_gpus)
             index += 1
-    assert sum(len(g) for g in plan.placement.values()) == plan.num_gpus == plan.parallel.world_size
-    for node, gpus in plan.placement.items():
-        gpu, nfree = free[node]
-        assert gpu == plan.gpu_type
-        assert len(set(gpus)) == len(gpus) and all(0 <= g < nfree for g in gpus)
-        assert len(gpus) % plan.parallel.tp == 0
+    assert sum(len(g) for g in plan.placement.values()) == plan.num_gpus == sum(s.num_gpus for s in plan.stages)
+    assert plan.num_gpus == plan.parallel.world_size or plan.mixed
+    for stage in plan.stages:
+        spec = get_gpu_spec(stage.gpu_type)
+        again = estimate_memory(model or _model(), plan.stage_training(stage), plan.parallel)
+        assert again.device_bytes == stage.device_bytes
+        assert stage.device_bytes <= stage.usable_bytes <= spec.memory_bytes
+        for node, gpus in stage.placement.items():
+            gpu, nfree = free[node]
+            assert gpu == stage.gpu_type and plan.placement[node] == gpus
+            assert len(set(gpus)) == len(gpus) and all(0 <= g < nfree for g in gpus)
+            assert len(gpus) % plan.parallel.tp == 0
+    assert plan.memory.device_bytes <= plan.usable_bytes
 
 
 def test_plan_fits_uses_free_gpus_and_keeps_tp_in_a_node() -> None:

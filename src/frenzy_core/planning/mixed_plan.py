@@ -103,7 +103,7 @@ def build_mixed_plan(search: Search, layouts: LayoutArrays, choice: MixedChoice,
         stages.append(StagePlan(gpu_type=g, num_gpus=n, tp=parallel.tp, pp=parallel.pp, cp=parallel.cp, dp=r,
                                 num_layers=search.model.num_layers, micro_batches=m, samples=r * m * mbs,
                                 placement=placement, device_bytes=memory.device_bytes, usable_bytes=usable,
-                                iteration_s=tm.iteration_s))
+                                iteration_s=tm.iteration_s, links=links))
         mems.append((memory.device_bytes / usable, memory, g, usable))
         times.append((tm.iteration_s, tm, links))
         peak_sum += n * spec.peak_tflops[peak_dtype(training.precision)] * 1e12

@@ -85,6 +85,7 @@ class StagePlan(FrozenModel):
     device_bytes: int = Field(ge=0, description="Memory of the group's busiest GPU (on its own type).")
     usable_bytes: int = Field(ge=0, description="Memory a GPU of this type may use (headroom taken off).")
     iteration_s: float = Field(gt=0, description="Seconds the group takes per step, gradient sync included.")
+    links: Links | None = Field(default=None, description="Node size and links the group was timed with.")
 
 
 class Plan(FrozenModel):
@@ -144,7 +145,7 @@ class Plan(FrozenModel):
                 cp=self.parallel.cp, dp=self.parallel.dp, num_layers=self.model.num_layers,
                 micro_batches=self.time.num_microbatches, samples=gbs, placement=self.placement,
                 device_bytes=self.memory.device_bytes, usable_bytes=self.usable_bytes,
-                iteration_s=self.time.iteration_s)
+                iteration_s=self.time.iteration_s, links=self.links)
             object.__setattr__(self, "stages", (group,))
         if not self.gpu_types:
             object.__setattr__(self, "gpu_types", tuple(dict.fromkeys(s.gpu_type for s in self.stages)))
@@ -152,6 +153,16 @@ class Plan(FrozenModel):
             raise ValueError(f"the groups hold {sum(s.num_gpus for s in self.stages)} GPUs, not num_gpus="
                              f"{self.num_gpus}")
         return self
+
+    def stage_training(self, stage: StagePlan) -> TrainingConfig:
+        """The recipe that reproduces ``stage``'s estimates with ``self.parallel`` (its own micro-batch count
+        per rank: ``estimate_memory(plan.model, plan.stage_training(s), plan.parallel)`` gives
+        ``s.device_bytes``, and the time model on ``s.links`` gives ``s.iteration_s``). For a single-type plan
+        it is ``self.training``."""
+        if not self.mixed:
+            return self.training
+        return self.training.replace(
+            global_batch_size=stage.micro_batches * self.training.micro_batch_size * self.parallel.dp)
 
     @property
     def mixed(self) -> bool:

@@ -247,12 +247,16 @@ def test_price_and_deadline_limits_explain_the_smallest_change() -> None:
 
 
 def test_impossible_gpu_count_suggests_the_nearest_possible_one() -> None:
-    # dp x tp x pp = 6 would need dp = 3 or 6 (not dividing 32) or tp = 3, 6 (not dividing 16 heads)
+    # on one type, dp x tp x pp = 6 would need dp = 3 or 6 (not dividing 32) or tp = 3, 6 (not dividing 16 heads)
     with pytest.raises(InfeasiblePlanError) as info:
-        _plan(constraints=FAST.replace(num_gpus=6, pp=1))
+        _plan(constraints=FAST.replace(num_gpus=6, pp=1), mixed_types=False)
     assert "no layout uses exactly num_gpus=6" in str(info.value)
     nearest = [s for s in info.value.suggestions if s.startswith("num_gpus=")]
     assert nearest in (["num_gpus=4"], ["num_gpus=8"])
+    # replica groups of two types may run different micro-batch counts, so 6 replicas split 32 samples
+    mixed = _plan(constraints=FAST.replace(num_gpus=6, pp=1))
+    assert mixed.mixed and mixed.num_gpus == 6
+    assert sum(g.samples for g in mixed.stages) == TRAINING.global_batch_size
 
 
 def test_tiny_time_limit_still_returns_a_valid_plan() -> None:

@@ -20,6 +20,7 @@ from frenzy_core.planning.mixed import (
     solve_tables_cp_sat,
     solve_tables_exhaustive,
 )
+from frenzy_core.timing import estimate_iteration_time
 
 
 def _small_plan() -> Plan:
@@ -128,9 +129,13 @@ def _assert_valid_mixed(plan: Plan, cluster: Cluster) -> None:
             gpu_type, idle = free[node]
             assert gpu_type == g.gpu_type and set(gpus) <= idle and len(gpus) % g.tp == 0
         recipe = plan.training.replace(global_batch_size=g.micro_batches * mbs * plan.parallel.dp)
+        assert plan.stage_training(g) == recipe
         memory = estimate_memory(plan.model, recipe, plan.parallel)
         usable = cluster.gpu_spec(g.gpu_type).memory_bytes * 0.95
         assert memory.device_bytes == g.device_bytes <= usable
+        spec = cluster.gpu_spec(g.gpu_type)
+        again = estimate_iteration_time(plan.model, recipe, plan.parallel, spec, cluster=g.links)
+        assert again.iteration_s == g.iteration_s
     assert plan.parallel.dp == sum(g.dp for g in plan.stages)
     assert plan.time.iteration_s == max(g.iteration_s for g in plan.stages)
     assert Plan.model_validate_json(plan.model_dump_json()) == plan

@@ -27,6 +27,7 @@ from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.config.layout import layout_mask
 from frenzy_core.config.parallel import ParallelConfig
 from frenzy_core.config.training import TrainingConfig
+from frenzy_core.errors import ConfigError
 from frenzy_core.hardware.gpu import Links
 from frenzy_core.planning.candidates import enumerate_layouts
 from frenzy_core.planning.request import Objective, PlacementMode
@@ -203,8 +204,10 @@ def _all_tables(search: Search, lay: LayoutArrays, allowed: tuple[str, ...]) -> 
     held = np.sum([caps[t] for t in allowed], axis=0)
     usable_types = np.sum([caps[t] > 0 for t in allowed], axis=0)
     d_max = np.where(usable_types >= 2, np.minimum(held, n), 0)
-    per_layout = np.array([sum(max(int(n[i]) - d + 1, 0) for d in range(2, int(d_max[i]) + 1))
-                           for i in range(len(lay))], dtype=np.int64)
+    # rows of a layout: sum over D of (N - D + 1), as Python ints (a batch of 10^18 must not overflow)
+    rows_of = [sum(max(int(n[i]) - d + 1, 0) for d in range(2, int(d_max[i]) + 1)) if n[i] <= MAX_MIXED_ROWS
+               else MAX_MIXED_ROWS + 1 for i in range(len(lay))]
+    per_layout = np.array([min(r, MAX_MIXED_ROWS + 1) for r in rows_of], dtype=np.int64)
     within = np.cumsum(per_layout) * len(allowed) <= MAX_MIXED_ROWS
     truncated = bool((~within & (per_layout > 0)).any())
     rl, rd, rm = [], [], []
@@ -237,7 +240,10 @@ def _all_tables(search: Search, lay: LayoutArrays, allowed: tuple[str, ...]) -> 
             us = np.full(row_l.shape, -1, dtype=np.int64)
             if fits.size:
                 links = Links(tp[row_l[fits]], search.links[t].intra_node_bytes_per_s, v)  # type: ignore[arg-type]
-                sec = search.estimator.iteration_s(search.model, recipe, rows.take(fits), search.specs[t], links)
+                try:
+                    sec = search.estimator.iteration_s(search.model, recipe, rows.take(fits), search.specs[t], links)
+                except ConfigError:  # the recipe's dtype has no peak on this type: it holds no replica
+                    sec = np.full(fits.size, np.inf)
                 us[fits] = np.where(np.isfinite(sec), np.ceil(sec * TIME_STEPS_PER_S), -1).astype(np.int64)
             times[(t, v)] = us
     out: list[MixedTables] = []

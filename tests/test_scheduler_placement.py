@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from frenzy_core import Cluster, InfeasiblePlanError, ModelConfig
 from frenzy_core.hardware.gpus import get_gpu_spec
 from frenzy_core.planning import plan_job
+from frenzy_core.planning.candidates import KEY_STEPS_PER_DOUBLING
 from frenzy_core.scheduling import POLICIES, GPURequest, PlannedThroughput, TrainingJob, simulate
 from frenzy_core.scheduling.check import PlacementCheck
 from frenzy_core.scheduling.rates import RateBook
@@ -80,6 +82,7 @@ def test_a_job_waits_for_a_whole_node_rather_than_split() -> None:
 @given(counts=st.lists(st.integers(1, 8), min_size=1, max_size=4),
        preset=st.sampled_from(["gpt2", "gpt3-1.3b", "llama-2-7b"]),
        gpu=st.sampled_from(["v100-32gb", "a100-80gb", "rtx-3090"]))
+@example(counts=[1, 3], preset="gpt2", gpu="v100-32gb")  # dp4 over 3 + 1 GPUs: one GPU per node's NICs
 def test_best_on_is_plan_job_on_exactly_those_gpus(counts: list[int], preset: str, gpu: str) -> None:
     model = ModelConfig.preset(preset)
     spec = get_gpu_spec(gpu)
@@ -94,6 +97,32 @@ def test_best_on_is_plan_job_on_exactly_those_gpus(counts: list[int], preset: st
     assert ours is not None
     assert ours.parallel == plan.parallel and ours.training == plan.training
     assert ours.tokens_per_s == pytest.approx(plan.time.tokens_per_s, rel=1e-12)
+
+
+KEY_RESOLUTION = 2 ** (1 / KEY_STEPS_PER_DOUBLING) - 1
+"""Rates the planner's objective key ties (it then picks among them by fragmentation and canonical order)."""
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(counts=st.lists(st.integers(1, 8), min_size=1, max_size=4),
+       preset=st.sampled_from(["gpt2", "gpt3-1.3b", "llama-2-7b"]),
+       gpu=st.sampled_from(["v100-32gb", "a100-80gb", "rtx-3090"]))
+@example(counts=[8, 3, 1], preset="gpt2", gpu="a100-80gb")
+def test_curve_on_is_plan_job_per_count_on_those_gpus(counts: list[int], preset: str, gpu: str) -> None:
+    # the estimate a policy ranks by: per count n, plan_job's rate for n GPUs among the group's (its best layout
+    # timed with the links of its placement there); ties of the objective key may pick another layout
+    model = ModelConfig.preset(preset)
+    spec = get_gpu_spec(gpu)
+    training = default_training(model, spec, 8)
+    group = GPUGroup.of(counts, spec.links._replace(gpus_per_node=max(counts)))
+    curve = THROUGHPUT.curve_on(model, training, spec.id, group, sum(counts))
+    for n in range(1, sum(counts) + 1):
+        try:
+            plan = plan_job(model, group.cluster(spec.id), training, constraints={"num_gpus": n}, top_k=0)
+        except InfeasiblePlanError:
+            assert np.isnan(curve[n]), n
+            continue
+        assert curve[n] == pytest.approx(plan.time.tokens_per_s, rel=KEY_RESOLUTION), n
 
 
 def _fragmented(draw: st.DrawFn) -> Cluster:

@@ -38,6 +38,9 @@ __all__ = [
     "dense_rank",
     "divisors_up_to",
     "enumerate_layouts",
+    "log_key",
+    "placed_links",
+    "row_links",
 ]
 
 LONG_CONTEXT_TOKENS = 16384
@@ -231,7 +234,7 @@ def dense_rank(keys: np.ndarray) -> np.ndarray:
     return rank
 
 
-def _log_key(x: np.ndarray) -> np.ndarray:
+def log_key(x: np.ndarray) -> np.ndarray:
     """``round(log2(x) * KEY_STEPS_PER_DOUBLING)`` as int64 (x > 0; 0 and infinity go to the ends)."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         key = np.rint(np.log2(x) * KEY_STEPS_PER_DOUBLING)
@@ -246,9 +249,9 @@ def _objective_keys(objective: Objective, world: np.ndarray, tokens_per_s: np.nd
     Real quantities are keyed by their logarithm (:data:`KEY_STEPS_PER_DOUBLING`), which nothing overflows;
     GPU counts are exact. A token budget scales every candidate's time and cost alike, so the keys are per
     token and the ranking is the same for every budget (time to train ranks as tokens/s does)."""
-    tok = _log_key(tokens_per_s)
+    tok = log_key(tokens_per_s)
     priced = ~np.isnan(price_per_hour)
-    money = np.where(priced, _log_key(np.nan_to_num(price_per_hour, nan=1.0)), NO_PRICE_KEY)
+    money = np.where(priced, log_key(np.nan_to_num(price_per_hour, nan=1.0)), NO_PRICE_KEY)
     if objective is Objective.THROUGHPUT:
         return np.stack([-tok, world, money]), tokens_per_s
     if objective is Objective.GPUS:
@@ -260,7 +263,7 @@ def _objective_keys(objective: Objective, world: np.ndarray, tokens_per_s: np.nd
         return np.stack([-tok, money, world]), float(token_budget) * per_token_s
     # cost: dollars per token, times the budget when there is one
     per_token_usd = np.nan_to_num(price_per_hour) / 3600.0 * per_token_s
-    cents = np.where(priced, _log_key(per_token_usd), NO_PRICE_KEY)
+    cents = np.where(priced, log_key(per_token_usd), NO_PRICE_KEY)
     return np.stack([cents, -tok, world]), per_token_usd * float(token_budget or 1)
 
 
@@ -287,7 +290,7 @@ def _shapes(pool: NodePool, name: str, tp: np.ndarray, world: np.ndarray, mode: 
     return level, per_node
 
 
-def _row_links(pool: NodePool, name: str, base: Links, level: np.ndarray, per_node: np.ndarray) -> Links:
+def row_links(pool: NodePool, name: str, base: Links, level: np.ndarray, per_node: np.ndarray) -> Links:
     """Each candidate's links, as one :class:`Links` of per-candidate arrays (the batch time model takes them,
     so a GPU type is one call): those of its placement shape. A candidate that cannot be placed is timed as if
     inside one domain (its time only orders the diagnosis of why it cannot be placed)."""
@@ -298,6 +301,15 @@ def _row_links(pool: NodePool, name: str, base: Links, level: np.ndarray, per_no
     each = np.array([shape_links(pool, name, base, int(k // span), int(k % span)) for k in keys],
                     dtype=np.float64).reshape(-1, 3)[np.asarray(which).ravel()]
     return Links(each[:, 0].astype(np.int64), each[:, 1], each[:, 2])  # type: ignore[arg-type]
+
+
+def placed_links(pool: NodePool, name: str, base: Links, tp: np.ndarray, world: np.ndarray, mode: PlacementMode
+                 ) -> tuple[np.ndarray, np.ndarray, Links]:
+    """Where each (tp, world) can go among ``pool``'s ``name`` GPUs (level and per-node GPUs,
+    :func:`placement_shapes`) and the links it is timed with there (``base``: the type's link speeds), as one
+    :class:`Links` of per-row arrays: the planner's rule, which the scheduler also applies to an allocation."""
+    level, per_node = _shapes(pool, name, tp, world, mode)
+    return level, per_node, row_links(pool, name, base, level, per_node)
 
 
 def build_candidates(model: ModelConfig, training: TrainingConfig, pool: NodePool, specs: dict[str, GPUSpec],
@@ -383,12 +395,12 @@ def _type_candidates(model: ModelConfig, training: TrainingConfig, pool: NodePoo
     limit = min(free, cap) if cap is not None else free
     idx = np.flatnonzero(fits & (world <= limit)) if allowed else np.zeros(0, np.int64)
     price = spec.price_per_gpu_hour_usd
-    level, per_node = _shapes(pool, name, layouts.tp[idx], world[idx], c.placement)
+    level, per_node, timed_links = placed_links(pool, name, links or spec.links, layouts.tp[idx], world[idx],
+                                                c.placement)
     unsupported = None
     try:
-        iteration = (estimator.iteration_s(model, training, layouts.take(idx), spec,
-                                           _row_links(pool, name, links or spec.links, level, per_node))
-                     if idx.size else np.zeros(0))
+        iteration = (estimator.iteration_s(model, training, layouts.take(idx), spec, timed_links) if idx.size
+                     else np.zeros(0))
     except ConfigError as exc:  # e.g. the recipe's dtype has no peak on this GPU
         iteration, unsupported = np.full(idx.size, np.inf), f"cannot run this recipe: {exc}"
     pph = world[idx] * (price if price is not None else np.nan)

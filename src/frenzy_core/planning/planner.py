@@ -65,9 +65,7 @@ def build_plan(search: Search, table: CandidateTable, solution: Solution, top_k:
     gpu_type = table.gpu_types[int(table.gpu[row])]
     spec = search.specs[gpu_type]
     parallel = table.layouts.parallel(i)
-    base = search.training.replace(precision=search.precisions[gpu_type]) if gpu_type in search.precisions \
-        else search.training
-    training = table.layouts.training(i, base)
+    training = table.layouts.training(i, search.recipe(gpu_type))
     placement = search.pool.assign(gpu_type, parallel.tp, list(solution.nodes_used), list(solution.groups),
                                    Locality(solution.level))
     links = shape_links(search.pool, gpu_type, search.links[gpu_type], int(table.level[row]),

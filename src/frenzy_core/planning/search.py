@@ -55,6 +55,11 @@ class Search:
     precisions: dict[str, Precision] = field(default_factory=dict)
     """Per GPU type whose precision falls back (bf16 left at its default on a GPU without bf16)."""
 
+    def recipe(self, gpu_type: str) -> TrainingConfig:
+        """The recipe ``gpu_type`` runs: the request's, in its fallback precision where it has one."""
+        fallback = self.precisions.get(gpu_type)
+        return self.training if fallback is None else self.training.replace(precision=fallback)
+
     def table(self) -> CandidateTable:
         return build_candidates(self.model, self.training, self.pool, self.specs, self.constraints, self.objective,
                                 self.estimator, links=self.links, adjustable_batch=self.default_batch is not None,

@@ -3,8 +3,9 @@
 The one module of ``scheduling`` that reads planner internals (candidate tables). Two questions:
 
 * :meth:`PlannedThroughput.best_on`: the fastest layout that fits a :class:`GPUGroup` (given GPUs on given nodes
-  with their links) -- what :func:`plan_job` returns on a cluster of exactly those GPUs (tested), from one
-  vectorised candidate table per (model, recipe, GPU type, node size, links), shared by every group.
+  with their links) -- what :func:`plan_job` returns on a cluster of exactly those GPUs (tested): the rows of one
+  vectorised candidate table per (model, recipe, GPU type, node size, links), shared by every group, each timed
+  with the links of its placement on the group (the planner's rule, :func:`placed_links`).
 * :meth:`PlannedThroughput.curve` (and ``__call__``): the best rate per GPU count on the smallest cluster of the
   type's typical nodes, for converting trace durations to work (:func:`jobs_from_trace`).
 """
@@ -22,8 +23,12 @@ from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.training import TrainingConfig
 from frenzy_core.errors import InfeasiblePlanError
 from frenzy_core.hardware.cluster import Cluster
-from frenzy_core.hardware.gpu import Links
+from frenzy_core.hardware.gpu import GPUSpec, Links
 from frenzy_core.hardware.gpus import get_gpu_spec
+from frenzy_core.planning.candidates import log_key, placed_links, row_links
+from frenzy_core.planning.estimators import LayoutEstimator
+from frenzy_core.planning.nodes import NodePool
+from frenzy_core.planning.request import PlacementMode
 from frenzy_core.scheduling.plans import RunLayout
 
 __all__ = ["GPUGroup", "PlannedThroughput", "homogeneous_cluster", "planned_tokens_per_s"]
@@ -73,38 +78,68 @@ class GPUGroup:
                   "inter_node_bytes_per_s": self.links.inter_node_bytes_per_s} for f in self.free]
         return Cluster.from_dict({"name": "allocation", "nodes": nodes})
 
+    def pool(self, gpu_type: str) -> NodePool:
+        """The planner's view of :meth:`cluster`: the nodes it places on."""
+        return NodePool.from_cluster(self.cluster(gpu_type))
+
 
 @dataclass(frozen=True)
 class _Table:
-    """One candidate table of a (model, recipe, GPU type, node size, links), sorted for look-ups: by world
-    size, then the planner's ranking (tokens/s at 1 token/s resolution, then canonical order)."""
+    """One candidate table of a (model, recipe, GPU type, node size, links): the rows that fit in memory, sorted
+    by world size, then the planner's ranking on the table's own cluster (objective key, then canonical order),
+    with what re-timing them on other GPUs needs."""
 
     world: np.ndarray
     tp: np.ndarray
     tokens_per_s: np.ndarray
+    """Timed on the table's own cluster (nodes of its size) with ``links``."""
+    links: Links
+    """Per row (arrays): the links of its placement on the table's own cluster."""
+    placement: PlacementMode
+    order: np.ndarray
+    """Canonical position (the planner's last tie-break)."""
     layout: np.ndarray
     """Index into ``layouts``."""
     layouts: LayoutArrays
     device_bytes: np.ndarray
     """Per layout."""
     training: TrainingConfig
+    """The recipe the GPU type runs (the planner's precision fallback applied)."""
+    model: ModelConfig
+    gpu_type: str
+    spec: GPUSpec
+    estimator: LayoutEstimator
 
     def rows(self, world: int) -> slice:
         lo, hi = np.searchsorted(self.world, [world, world + 1])
         return slice(int(lo), int(hi))
 
-    def run_layout(self, row: int) -> RunLayout:
+    def on(self, group: GPUGroup, rows: np.ndarray) -> np.ndarray:
+        """Tokens/s of ``rows`` placed on ``group``'s GPUs as :func:`plan_job` places them there, timed with the
+        links of that placement (re-timed where those differ from the table's); NaN where they cannot be placed."""
+        level, _, links = placed_links(group.pool(self.gpu_type), self.gpu_type, group.links, self.tp[rows],
+                                       self.world[rows], self.placement)
+        moved = np.flatnonzero(np.any([np.asarray(a) != np.asarray(b)[rows] for a, b in zip(links, self.links)],
+                                      axis=0))
+        tokens = self.tokens_per_s[rows].copy()
+        if moved.size:
+            layouts = self.layouts.take(self.layout[rows[moved]])
+            at = Links._make(np.asarray(a)[moved] for a in links)
+            seconds = self.estimator.iteration_s(self.model, self.training, layouts, self.spec, at)
+            tokens[moved] = layouts.global_batch_size.astype(np.float64) * self.training.seq_len / seconds
+        return np.where(level >= 0, tokens, np.nan)
+
+    def ranked(self, rows: np.ndarray, tokens_per_s: np.ndarray) -> np.ndarray:
+        """Positions into ``rows`` of the placeable ones, by world size, then the planner's ranking."""
+        ok = np.flatnonzero(np.isfinite(tokens_per_s) & (tokens_per_s > 0))
+        return ok[np.lexsort((self.order[rows[ok]], -log_key(tokens_per_s[ok]), self.world[rows[ok]]))]
+
+    def run_layout(self, row: int, tokens_per_s: float | None = None) -> RunLayout:
         i = int(self.layout[row])
+        rate = float(self.tokens_per_s[row]) if tokens_per_s is None else float(tokens_per_s)
         return RunLayout(parallel=self.layouts.parallel(i), training=self.layouts.training(i, self.training),
-                         tokens_per_s=float(self.tokens_per_s[row]), device_bytes=int(self.device_bytes[i]),
+                         tokens_per_s=rate, device_bytes=int(self.device_bytes[i]),
                          description=self.layouts.describe(i, compact=True))
-
-
-def _blocks(free: tuple[int, ...], tp: np.ndarray) -> np.ndarray:
-    """Whole tensor-parallel groups of each ``tp`` that nodes with ``free`` GPUs hold (a group stays in a node)."""
-    f = np.asarray(free, dtype=np.int64)
-    sizes, where = np.unique(tp, return_inverse=True)
-    return np.array([int((f // t).sum()) for t in sizes.tolist()], dtype=np.int64)[where]
 
 
 class PlannedThroughput:
@@ -115,51 +150,59 @@ class PlannedThroughput:
         self._tables: dict[tuple[object, ...], tuple[int, _Table]] = {}
         self._best: dict[tuple[object, ...], RunLayout | None] = {}
         self._curves: dict[tuple[object, ...], tuple[np.ndarray, np.ndarray, _Table]] = {}
+        self._curves_on: dict[tuple[object, ...], tuple[np.ndarray, list[np.ndarray]]] = {}
 
     # -- on given GPUs -----------------------------------------------------------------------------------------
     def best_on(self, model: ModelConfig, training: TrainingConfig, gpu_type: str, group: GPUGroup,
                 num_gpus: int) -> RunLayout | None:
-        """The fastest layout of exactly ``num_gpus`` GPUs that fits in memory and whose tensor-parallel groups
-        fit whole inside the nodes of ``group`` (None: none). With ``num_gpus`` = all of the group's GPUs this
-        is :func:`plan_job` on ``group.cluster(gpu_type)`` (the test suite checks it)."""
+        """The fastest layout of exactly ``num_gpus`` GPUs that fits in memory and can be placed on ``group``
+        (its tensor-parallel groups whole inside nodes), timed with the links of that placement (None: none).
+        With ``num_gpus`` = all of the group's GPUs this is :func:`plan_job` on ``group.cluster(gpu_type)``
+        (the test suite checks it)."""
         if sum(group.free) < num_gpus:
             return None
         key = (model, training, gpu_type, group, num_gpus)
         if key not in self._best:
             table = self._table(model, training, gpu_type, group, num_gpus)
-            rows = table.rows(num_gpus)
-            tp = table.tp[rows]
-            ok = np.flatnonzero(_blocks(group.free, tp) * tp >= num_gpus)
-            self._best[key] = table.run_layout(rows.start + int(ok[0])) if ok.size else None
+            span = table.rows(num_gpus)
+            rows = np.arange(span.start, span.stop)
+            tokens = table.on(group, rows)
+            best = table.ranked(rows, tokens)
+            self._best[key] = table.run_layout(int(rows[best[0]]), tokens[best[0]]) if best.size else None
         return self._best[key]
 
     def curve_on(self, model: ModelConfig, training: TrainingConfig, gpu_type: str, group: GPUGroup,
                  max_gpus: int) -> np.ndarray:
-        """Tokens/s of the best layout per GPU count 0..``max_gpus`` placeable on ``group`` (NaN: none)."""
+        """Tokens/s of the best layout per GPU count 0..``max_gpus`` placeable on ``group`` (NaN: none), each
+        timed with the links of its placement there."""
         return self._curve_on(model, training, gpu_type, group, max_gpus)[0][: max_gpus + 1]
 
     def tps_on(self, model: ModelConfig, training: TrainingConfig, gpu_type: str, group: GPUGroup,
                num_gpus: int) -> list[int]:
         """Tensor-parallel sizes of the layouts of ``num_gpus`` GPUs placeable on ``group``, best layout first
         (each size once): the granularities worth asking the free GPUs for."""
-        table = self._curve_on(model, training, gpu_type, group, num_gpus)[2]
-        rows = table.rows(num_gpus)
-        tp = table.tp[rows]
-        ok = _blocks(group.free, tp) * tp >= num_gpus
-        return [int(t) for t in dict.fromkeys(tp[ok].tolist())]
+        tp = self._curve_on(model, training, gpu_type, group, num_gpus)[1][num_gpus]
+        return [int(t) for t in dict.fromkeys(tp.tolist())]
 
     def _curve_on(self, model: ModelConfig, training: TrainingConfig, gpu_type: str, group: GPUGroup,
-                  max_gpus: int) -> tuple[np.ndarray, np.ndarray, _Table]:
+                  max_gpus: int) -> tuple[np.ndarray, list[np.ndarray]]:
+        """Best rate per GPU count on ``group``, and per count the tensor-parallel sizes of its placeable layouts
+        in ranking order."""
         key = (model, training, gpu_type, group)
-        known = self._curves.get(key)
+        known = self._curves_on.get(key)
         if known is None or known[0].size <= max_gpus:
             table = self._table(model, training, gpu_type, group, max_gpus)
-            ok = np.flatnonzero(_blocks(group.free, table.tp) * table.tp >= table.world)
+            rows = np.arange(table.world.size)
+            tokens = table.on(group, rows)
+            ranked = table.ranked(rows, tokens)
+            worlds = table.world[rows[ranked]]
             size = int(table.world.max(initial=max_gpus))
-            rates, best = np.full(size + 1, np.nan), np.full(size + 1, -1, dtype=np.int64)
-            worlds, first = np.unique(table.world[ok], return_index=True)  # rows are ranked within a world
-            rates[worlds], best[worlds] = table.tokens_per_s[ok[first]], ok[first]
-            known = self._curves[key] = (rates, best, table)
+            rates = np.full(size + 1, np.nan)
+            first_worlds, first = np.unique(worlds, return_index=True)  # ranked within each world
+            rates[first_worlds] = tokens[ranked[first]]
+            bounds = np.searchsorted(worlds, np.arange(size + 2))
+            tps = [table.tp[rows[ranked[bounds[w]:bounds[w + 1]]]] for w in range(size + 1)]
+            known = self._curves_on[key] = (rates, tps)
         return known
 
     def _table(self, model: ModelConfig, training: TrainingConfig, gpu_type: str, group: GPUGroup,
@@ -224,10 +267,13 @@ def _build(model: ModelConfig, training: TrainingConfig, gpu_type: str, group: G
     search = make_search(model, cluster, training, "throughput", {"max_gpus": total, "gpu_types": [gpu_type]})
     table = search.table()
     ok = np.flatnonzero(np.isfinite(table.tokens_per_s) & (table.tokens_per_s > 0))
-    ranked = ok[np.lexsort((table.order[ok], -np.rint(table.tokens_per_s[ok]), table.world[ok]))]
+    ranked = ok[np.lexsort((table.order[ok], -log_key(table.tokens_per_s[ok]), table.world[ok]))]
+    timed = row_links(search.pool, gpu_type, search.links[gpu_type], table.level[ranked], table.per_node[ranked])
     return _Table(world=table.world[ranked], tp=table.tp[ranked], tokens_per_s=table.tokens_per_s[ranked],
-                  layout=table.layout[ranked], layouts=table.layouts, device_bytes=table.device_bytes,
-                  training=search.training)
+                  links=timed, placement=table.placement,
+                  order=table.order[ranked], layout=table.layout[ranked], layouts=table.layouts,
+                  device_bytes=table.device_bytes, training=search.recipe(gpu_type), model=model,
+                  gpu_type=gpu_type, spec=search.specs[gpu_type], estimator=search.estimator)
 
 
 def _placeable(tp: np.ndarray, world: np.ndarray, gpus_per_node: int) -> np.ndarray:

@@ -16,6 +16,7 @@ from frenzy_core.config.training import Recompute
 from frenzy_core.errors import InfeasiblePlanError
 from frenzy_core.planning.candidates import CandidateTable
 from frenzy_core.planning.diagnosis import extra_free_gpus, type_rejections
+from frenzy_core.planning.mixed import mixable_types
 from frenzy_core.planning.placement import placement_options
 from frenzy_core.planning.request import PlacementMode
 from frenzy_core.planning.search import Search
@@ -181,28 +182,29 @@ def _seq_len_suggestion(search: Search) -> list[str]:
 GIB = 2**30
 
 
-def mixing_reason(search: Search, table: CandidateTable) -> str:
-    """Why no mix of GPU types holds the job either: the least memory any searched layout needs in all
-    against what every free GPU of the allowed types holds; or, when that fits, that every GPU of a replica
-    needs the same memory (uneven pipeline stages on different types are not planned yet)."""
-    lay = table.layouts
+def mixing_reason(search: Search, table: CandidateTable) -> str | None:
+    """Why no mix of GPU types meets the request either (None where fewer than two types could mix): the least
+    memory any searched layout needs in all against what the free GPUs of the mixable types hold."""
+    types = mixable_types(search)
+    if len(types) < 2:
+        return None
     dev = table.device_bytes
     valid = dev >= 0
-    c = search.constraints
-    allowed = [t for t in search.pool.gpu_types if c.gpu_types is None or t in c.gpu_types]
-    have = sum(search.pool.free_gpus(t) * search.specs[t].memory_bytes * (1.0 - c.headroom) for t in allowed)
+    have = sum(search.pool.free_gpus(t) * search.specs[t].memory_bytes * (1.0 - search.constraints.headroom)
+               for t in types)
     if not valid.any():
-        return "mixing GPU types: no layout of the model was searched"
-    total = dev[valid].astype(np.float64) * lay.world_size[valid]
+        return "no mix of GPU types meets the request either: no layout of the model was searched"
+    world = table.layouts.world_size[valid]
+    total = dev[valid].astype(np.float64) * world
     k = int(np.argmin(total))
-    need = f"{total[k] / GIB:,.0f} GiB in all ({dev[valid][k] / GIB:,.1f} GiB per GPU on {lay.world_size[valid][k]})"
+    need = f"{total[k] / GIB:,.0f} GiB in all ({dev[valid][k] / GIB:,.1f} GiB per GPU on {world[k]})"
     if total[k] > have:
-        return (f"mixing GPU types does not help: the least memory a searched layout needs is {need}, and "
-                f"the free GPUs of every allowed type together hold {have / GIB:,.0f} GiB usable")
-    return (f"mixing GPU types in data-parallel replica groups does not help: every GPU of a replica needs the "
-            f"same memory, and no layout fits enough GPUs of two or more types (the free GPUs together hold "
-            f"{have / GIB:,.0f} GiB usable, the least a searched layout needs is {need}); pipeline stages on "
-            "different types with uneven layer counts are not planned yet")
+        return (f"mixing GPU types does not help: the least memory a searched layout needs is {need}, and the "
+                f"free GPUs of {', '.join(types)} together hold {have / GIB:,.0f} GiB usable")
+    return (f"no mix of GPU types meets the request either (data-parallel replica groups of one layout, every GPU "
+            f"of a replica needing the same memory; the free GPUs of {', '.join(types)} hold {have / GIB:,.0f} GiB "
+            f"usable, the least a searched layout needs is {need}); pipeline stages on different types with "
+            "uneven layer counts are not planned yet")
 
 
 def infeasible_error(search: Search, table: CandidateTable, deadline: float | None = None,

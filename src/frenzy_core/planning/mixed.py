@@ -26,15 +26,14 @@ from ortools.sat.python import cp_model
 from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.config.layout import layout_mask
 from frenzy_core.config.parallel import ParallelConfig
-from frenzy_core.config.training import TrainingConfig
 from frenzy_core.errors import ConfigError
 from frenzy_core.hardware.gpu import Links
 from frenzy_core.planning.candidates import enumerate_layouts
 from frenzy_core.planning.request import Objective, PlacementMode
 from frenzy_core.planning.search import Search
 
-__all__ = ["MAX_MIXED_ROWS", "MixedChoice", "MixedTables", "mixed_search", "promising", "score", "solve_tables_cp_sat",
-           "solve_tables_exhaustive"]
+__all__ = ["MAX_MIXED_ROWS", "MixedChoice", "MixedTables", "mixable_types", "mixed_search", "promising", "score",
+           "solve_tables_cp_sat", "solve_tables_exhaustive"]
 
 MAX_MIXED_ROWS = 400_000
 """Most (layout, type, D, m) rows the mixed search estimates per call (our bound: about a second of the
@@ -163,16 +162,9 @@ def _replica_layouts(search: Search) -> LayoutArrays:
     return lay.take(keep)
 
 
-def _recipe(search: Search, gpu_type: str) -> TrainingConfig:
-    """The request's recipe on ``gpu_type`` (its precision fallback, if any)."""
-    if gpu_type in search.precisions:
-        return search.training.replace(precision=search.precisions[gpu_type])
-    return search.training
-
-
 def _fits_at_best(search: Search, lay: LayoutArrays, gpu_type: str, d: np.ndarray) -> np.ndarray:
     """Per replica layout: whether it fits ``gpu_type`` at dp = ``d`` with one micro-batch per rank."""
-    recipe = _recipe(search, gpu_type)
+    recipe = search.recipe(gpu_type)
     rows = LayoutArrays.from_columns({**{k: getattr(lay, k) for k in _RECIPE}, "dp": d, "num_microbatches": 1},
                                      recipe)
     valid = layout_mask(search.model, rows)
@@ -225,7 +217,7 @@ def _all_tables(search: Search, lay: LayoutArrays, allowed: tuple[str, ...]) -> 
     inters = {t: search.links[t].inter_node_bytes_per_s for t in allowed}
     devices: dict[object, np.ndarray] = {}
     for t in allowed:
-        recipe = _recipe(search, t)
+        recipe = search.recipe(t)
         rows = LayoutArrays.from_columns({**cols, "dp": row_d, "num_microbatches": row_m}, recipe)
         if recipe.precision not in devices:
             valid = layout_mask(search.model, rows)
@@ -426,6 +418,14 @@ def _limits(search: Search, n_tokens_per_step: int) -> Limits:
     return Limits(max_gpus=c.max_gpus, num_gpus=c.num_gpus, max_price_units=price, max_step_us=max_step)
 
 
+def mixable_types(search: Search) -> tuple[str, ...]:
+    """Allowed types with free GPUs that run the request's recipe as given (one recipe across the groups:
+    a type that falls back to fp16 is not mixed with others)."""
+    c = search.constraints
+    return tuple(t for t in search.pool.gpu_types if (c.gpu_types is None or t in c.gpu_types)
+                 and search.pool.free_gpus(t) > 0 and t not in search.precisions)
+
+
 def mixed_search(search: Search, deadline: float, solver: str = "cp-sat", incumbent: tuple[int, ...] | None = None
                  ) -> tuple[LayoutArrays, MixedChoice | None, list[str]]:
     """The best mixed choice over every replica layout and set of two or more allowed types that beats
@@ -439,9 +439,7 @@ def mixed_search(search: Search, deadline: float, solver: str = "cp-sat", incumb
         return none, None, notes
     gbs = search.training.global_batch_size
     assert gbs is not None
-    # one recipe across the groups: types that fall back to fp16 are not mixed with others
-    allowed = tuple(t for t in search.pool.gpu_types if (c.gpu_types is None or t in c.gpu_types)
-                    and search.pool.free_gpus(t) > 0 and t not in search.precisions)
+    allowed = mixable_types(search)
     if len(allowed) < 2:
         return none, None, notes
     lay = _replica_layouts(search)

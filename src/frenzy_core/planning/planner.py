@@ -146,6 +146,7 @@ def plan_job(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig 
             return build_mixed_plan(search, layouts, choice, table, solution, top_k, notes, solver,
                                     time.perf_counter() - start)
     if solution is None:
+        word: str | None
         if choice is not None:
             types = " + ".join(choice.tables.types)
             word = f"mix GPU types (mixed_types=True): {choice.num_gpus} GPUs of {types}"

@@ -175,6 +175,40 @@ def _fits_at_best(search: Search, lay: LayoutArrays, gpu_type: str, d: np.ndarra
     return np.asarray((dev >= 0) & (dev <= usable))
 
 
+def _row_times(search: Search, lay: LayoutArrays, allowed: tuple[str, ...], caps: dict[str, np.ndarray],
+               row_l: np.ndarray, row_d: np.ndarray, row_m: np.ndarray) -> dict[tuple[str, float], np.ndarray]:
+    """Per (type, inter-node link): whole microseconds of each (layout, D, m) row on that type (-1: does not
+    fit, the layout rules refuse it, or the type cannot run the recipe); memory once per precision."""
+    cols = {k: getattr(lay, k)[row_l] for k in _RECIPE}
+    tp = lay.tp.astype(np.int64)
+    times: dict[tuple[str, float], np.ndarray] = {}
+    inters = {t: search.links[t].inter_node_bytes_per_s for t in allowed}
+    devices: dict[object, np.ndarray] = {}
+    for t in allowed:
+        recipe = search.recipe(t)
+        rows = LayoutArrays.from_columns({**cols, "dp": row_d, "num_microbatches": row_m}, recipe)
+        if recipe.precision not in devices:
+            valid = layout_mask(search.model, rows)
+            dev = np.full(row_l.shape, -1, dtype=np.int64)
+            if valid.any():
+                dev[valid] = search.estimator.device_bytes(search.model, recipe, rows.take(np.flatnonzero(valid)))
+            devices[recipe.precision] = dev
+        dev = devices[recipe.precision]
+        usable = int(search.specs[t].memory_bytes * (1.0 - search.constraints.headroom))
+        fits = np.flatnonzero((dev >= 0) & (dev <= usable) & (caps[t][row_l] > 0))
+        for v in sorted({min(inters[t], w) for w in inters.values()}):
+            us = np.full(row_l.shape, -1, dtype=np.int64)
+            if fits.size:
+                links = Links(tp[row_l[fits]], search.links[t].intra_node_bytes_per_s, v)  # type: ignore[arg-type]
+                try:
+                    sec = search.estimator.iteration_s(search.model, recipe, rows.take(fits), search.specs[t], links)
+                except ConfigError:  # the recipe's dtype has no peak on this type: it holds no replica
+                    sec = np.full(fits.size, np.inf)
+                us[fits] = np.where(np.isfinite(sec), np.ceil(sec * TIME_STEPS_PER_S), -1).astype(np.int64)
+            times[(t, v)] = us
+    return times
+
+
 def _all_tables(search: Search, lay: LayoutArrays, allowed: tuple[str, ...]) -> tuple[list[MixedTables], bool]:
     """Every (replica layout, set of two or more types) instance, estimated in one batch per type and link:
     the rows are (layout, D, m) with 2 <= D <= min(replicas the types hold, N) and 1 <= m <= N - D + 1 (the
@@ -212,32 +246,8 @@ def _all_tables(search: Search, lay: LayoutArrays, allowed: tuple[str, ...]) -> 
     if not rl:
         return [], truncated
     row_l, row_d, row_m = (np.concatenate(a).astype(np.int64) for a in (rl, rd, rm))
-    cols = {k: getattr(lay, k)[row_l] for k in _RECIPE}
-    times: dict[tuple[str, float], np.ndarray] = {}
     inters = {t: search.links[t].inter_node_bytes_per_s for t in allowed}
-    devices: dict[object, np.ndarray] = {}
-    for t in allowed:
-        recipe = search.recipe(t)
-        rows = LayoutArrays.from_columns({**cols, "dp": row_d, "num_microbatches": row_m}, recipe)
-        if recipe.precision not in devices:
-            valid = layout_mask(search.model, rows)
-            dev = np.full(row_l.shape, -1, dtype=np.int64)
-            if valid.any():
-                dev[valid] = search.estimator.device_bytes(search.model, recipe, rows.take(np.flatnonzero(valid)))
-            devices[recipe.precision] = dev
-        dev = devices[recipe.precision]
-        usable = int(search.specs[t].memory_bytes * (1.0 - search.constraints.headroom))
-        fits = np.flatnonzero((dev >= 0) & (dev <= usable) & (caps[t][row_l] > 0))
-        for v in sorted({min(inters[t], w) for w in inters.values()}):
-            us = np.full(row_l.shape, -1, dtype=np.int64)
-            if fits.size:
-                links = Links(tp[row_l[fits]], search.links[t].intra_node_bytes_per_s, v)  # type: ignore[arg-type]
-                try:
-                    sec = search.estimator.iteration_s(search.model, recipe, rows.take(fits), search.specs[t], links)
-                except ConfigError:  # the recipe's dtype has no peak on this type: it holds no replica
-                    sec = np.full(fits.size, np.inf)
-                us[fits] = np.where(np.isfinite(sec), np.ceil(sec * TIME_STEPS_PER_S), -1).astype(np.int64)
-            times[(t, v)] = us
+    times = _row_times(search, lay, allowed, caps, row_l, row_d, row_m)
     out: list[MixedTables] = []
     for i in (int(k) for k in np.flatnonzero(within & (per_layout > 0))):
         sel = np.flatnonzero(row_l == i)
@@ -317,6 +327,61 @@ def solve_tables_exhaustive(t: MixedTables, objective: Objective, lim: Limits) -
     return None if best is None else best[1]
 
 
+@dataclass(frozen=True)
+class _Model:
+    """One instance's CP-SAT model and the variables the objective and the answer read."""
+
+    model: cp_model.CpModel
+    r: list[cp_model.IntVar]
+    m: list[cp_model.IntVar]
+    d: cp_model.IntVar
+    step: cp_model.IntVar
+    rate: cp_model.LinearExprT
+    worst: int
+
+
+def _cp_model(t: MixedTables, objective: Objective, lim: Limits, allowed_d: np.ndarray | None,
+              upper: tuple[int, ...] | None) -> _Model | None:
+    """Variables and constraints of one instance (None: nothing can satisfy them)."""
+    n, k = t.micro_batches, len(t.types)
+    d_max = t.time_us[0].shape[0] - 1
+    worst = max(int(tab.max()) for tab in t.time_us)
+    ds = [int(x) for x in np.flatnonzero(allowed_d)] if allowed_d is not None else list(range(k, d_max + 1))
+    ds = [x for x in ds if x >= k]
+    priced = all(pr is not None for pr in t.price_units)
+    if d_max < k or worst < 0 or not ds or not all((tab >= 0).any() for tab in t.time_us) or (
+            not priced and (lim.max_price_units is not None or objective is Objective.COST)):
+        return None
+    model = cp_model.CpModel()
+    r = [model.new_int_var(1, min(c, d_max), f"r{j}") for j, c in enumerate(t.capacity)]
+    m = [model.new_int_var(1, n, f"m{j}") for j in range(k)]
+    p = [model.new_int_var(1, n, f"p{j}") for j in range(k)]
+    d = model.new_int_var_from_domain(cp_model.Domain.from_values(ds), "d")
+    for j in range(k):
+        model.add_multiplication_equality(p[j], [r[j], m[j]])
+    model.add(sum(p) == n)
+    model.add(sum(r) == d)
+    step = model.new_int_var(0, worst, "step")
+    for j, tab in enumerate(t.time_us):
+        tj = model.new_int_var(0, worst + 1, f"t{j}")
+        idx = model.new_int_var(0, tab.size - 1, f"i{j}")
+        model.add(idx == d * (n + 1) + m[j])
+        model.add_element(idx, [int(v) if v >= 0 else worst + 1 for v in tab.ravel()], tj)  # worst + 1: not allowed
+        model.add(step >= tj)
+    gpus = d * t.gpus_per_replica
+    rate = sum(rj * (pr or 0) for rj, pr in zip(r, t.price_units))
+    for bound, ok in ((lim.max_gpus, gpus <= (lim.max_gpus or 0)), (lim.num_gpus, gpus == (lim.num_gpus or 0)),
+                      (lim.max_step_us, step <= (lim.max_step_us or 0)),
+                      (lim.max_price_units, rate <= (lim.max_price_units or 0))):
+        if bound is not None:
+            model.add(ok)
+    if upper is not None and objective in (Objective.THROUGHPUT, Objective.TIME_TO_TRAIN):
+        model.add(step <= upper[0])
+    if upper is not None and objective is Objective.GPUS:
+        model.add(gpus <= upper[0])
+    return _Model(model, r, m, d, step, rate, worst)
+
+
 def solve_tables_cp_sat(t: MixedTables, objective: Objective, lim: Limits, time_limit_s: float,
                         allowed_d: np.ndarray | None = None, upper: tuple[int, ...] | None = None
                         ) -> MixedChoice | None:
@@ -325,66 +390,20 @@ def solve_tables_cp_sat(t: MixedTables, objective: Objective, lim: Limits, time_
     the step at least every group's time; the key of :func:`score` folded into one integer objective.
     ``allowed_d`` (:func:`promising`) and ``upper`` (a key to reach: its first entry bounds the first key)
     only cut what cannot win."""
-    n, k = t.micro_batches, len(t.types)
-    d_max = t.time_us[0].shape[0] - 1
-    if d_max < k:
+    built = _cp_model(t, objective, lim, allowed_d, upper)
+    if built is None:
         return None
-    worst = max(int(tab.max()) for tab in t.time_us)
-    if worst < 0:
-        return None
-    model = cp_model.CpModel()
-    r = [model.new_int_var(1, min(c, d_max), f"r{j}") for j, c in enumerate(t.capacity)]
-    m = [model.new_int_var(1, n, f"m{j}") for j in range(k)]
-    p = [model.new_int_var(1, n, f"p{j}") for j in range(k)]
-    ds = [int(x) for x in np.flatnonzero(allowed_d)] if allowed_d is not None else list(range(k, d_max + 1))
-    ds = [x for x in ds if x >= k]
-    if not ds:
-        return None
-    d = model.new_int_var_from_domain(cp_model.Domain.from_values(ds), "d")
-    for j in range(k):
-        model.add_multiplication_equality(p[j], [r[j], m[j]])
-    model.add(sum(p) == n)
-    model.add(sum(r) == d)
-    step = model.new_int_var(0, worst, "step")
-    width = n + 1
-    for j, tab in enumerate(t.time_us):
-        flat = tab.ravel()
-        if not (flat >= 0).any():
-            return None
-        tj = model.new_int_var(0, worst + 1, f"t{j}")
-        idx = model.new_int_var(0, flat.size - 1, f"i{j}")
-        model.add(idx == d * width + m[j])
-        model.add_element(idx, [int(v) if v >= 0 else worst + 1 for v in flat], tj)  # worst + 1: not allowed
-        model.add(step >= tj)
-    gpus = t.gpus_per_replica
-    if lim.max_gpus is not None:
-        model.add(d * gpus <= lim.max_gpus)
-    if lim.num_gpus is not None:
-        model.add(d * gpus == lim.num_gpus)
-    if lim.max_step_us is not None:
-        model.add(step <= lim.max_step_us)
-    if upper is not None and objective in (Objective.THROUGHPUT, Objective.TIME_TO_TRAIN):
-        model.add(step <= upper[0])
-    if upper is not None and objective is Objective.GPUS:
-        model.add(d * t.gpus_per_replica <= upper[0])
-    priced = all(pr is not None for pr in t.price_units)
-    rate = sum(rj * (pr or 0) for rj, pr in zip(r, t.price_units))
-    if lim.max_price_units is not None:
-        if not priced:
-            return None
-        model.add(rate <= lim.max_price_units)
-    g_span = d_max * gpus + 1
+    model, step, d, worst = built.model, built.step, built.d, built.worst
+    gpus = d * t.gpus_per_replica
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(time_limit_s, 0.01)
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = 0
     if objective is Objective.COST:
-        if not priced:
-            return None
         # two phases (one folded key would overflow int64): least price x time, then time and GPUs at it
         top_rate = sum(cap * (pr or 0) for cap, pr in zip(t.capacity, t.price_units))
         rate_var = model.new_int_var(0, top_rate, "rate")
-        model.add(rate_var == rate)
+        model.add(rate_var == built.rate)
         cost = model.new_int_var(0, top_rate * worst, "cost")
         model.add_multiplication_equality(cost, [rate_var, step])
         if upper is not None:
@@ -394,14 +413,14 @@ def solve_tables_cp_sat(t: MixedTables, objective: Objective, lim: Limits, time_
             return None
         model.add(cost == int(solver.value(cost)))
     if objective is Objective.GPUS:
-        model.minimize(d * gpus * (worst + 1) + step)
+        model.minimize(gpus * (worst + 1) + step)
     else:
-        model.minimize(step * g_span + d * gpus)
+        model.minimize(step * ((t.time_us[0].shape[0] - 1) * t.gpus_per_replica + 1) + gpus)
     status = solver.solve(model)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
-    rv = tuple(int(solver.value(x)) for x in r)
-    mv = tuple(int(solver.value(x)) for x in m)
+    rv = tuple(int(solver.value(x)) for x in built.r)
+    mv = tuple(int(solver.value(x)) for x in built.m)
     us = _feasible(t, rv, mv, lim)
     assert us is not None, "CP-SAT's solution breaks the instance's constraints"
     return MixedChoice(t, rv, mv, us, optimal=status == cp_model.OPTIMAL)

@@ -439,10 +439,12 @@ def _limits(search: Search, n_tokens_per_step: int) -> Limits:
 
 def mixable_types(search: Search) -> tuple[str, ...]:
     """Allowed types with free GPUs that run the request's recipe as given (one recipe across the groups:
-    a type that falls back to fp16 is not mixed with others)."""
+    a type that falls back to fp16 is not mixed with others), priced where the request needs prices."""
     c = search.constraints
+    needs_price = search.objective is Objective.COST or c.max_price_per_hour_usd is not None
     return tuple(t for t in search.pool.gpu_types if (c.gpu_types is None or t in c.gpu_types)
-                 and search.pool.free_gpus(t) > 0 and t not in search.precisions)
+                 and search.pool.free_gpus(t) > 0 and t not in search.precisions
+                 and not (needs_price and search.specs[t].price_per_gpu_hour_usd is None))
 
 
 def mixed_search(search: Search, deadline: float, solver: str = "cp-sat", incumbent: tuple[int, ...] | None = None

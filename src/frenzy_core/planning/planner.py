@@ -141,7 +141,9 @@ def plan_job(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig 
     if mixed_types or solution is None:
         start = time.perf_counter()
         incumbent = None if solution is None else single_type_score(search, table, solution)
-        layouts, choice, notes = mixed_search(search, deadline, solver, incumbent)
+        # with no single-type plan, half of what is left, so the suggestions get the other half
+        until = deadline if solution is not None else start + (deadline - start) / 2
+        layouts, choice, notes = mixed_search(search, until, solver, incumbent)
         if choice is not None and mixed_types:
             return build_mixed_plan(search, layouts, choice, table, solution, top_k, notes, solver,
                                     time.perf_counter() - start)

@@ -33,14 +33,21 @@ COLUMN_VALUES: dict[str, list[int]] = {
     "cp": [1, 1, 2, 3], "ep": [1, 2, 4, 3, 0], "micro_batch_size": [1, 2, 0], "global_batch_size": [1, 4, 8, 12, 0],
     "seq_len": [256, 512, 1000, 1024, 0], "zero_stage": [0, 1, 2, 3, 4, -1], "distributed_optimizer": [0, 1, 2],
     "recompute": [0, 1, 2, 3, -1], "recompute_num_layers": [0, 1, 2, -1], "sequence_parallel": [0, 1, 2],
-    "schedule": [0, 1, 2, 3, -1],
+    "schedule": [0, 1, 2, 3, -1], "etp": [0, 0, 1, 2, -1], "shard_group_size": [0, 0, 1, 2, 3, -1],
+    "microbatch_group_size": [0, 0, 2, 4, -1], "stage_split": [0, 0, 0, 1, 2, 3, 4, 5, 6, -1],
 }
+SPLITS = ((), (2, 2), (1, 1, 1, 1), (4, 8), (0, 6), (3, 3, 3, 3), (0, 2, 2, 0))
+"""Chunk layer counts the rows' stage_split refers to: right and wrong lengths and sums for the models."""
 
 
 def _configs(layouts: LayoutArrays, i: int) -> tuple[TrainingConfig, ParallelConfig]:
     """Row ``i`` as the configs a user would write (ConfigError where a config refuses a value)."""
     row = {k: int(getattr(layouts, k)[i]) for k in LAYOUT_COLUMNS}
+    if not 0 <= row["stage_split"] < len(layouts.splits):
+        raise ConfigError("no such split", field="stage_split")
     parallel = ParallelConfig(**{k: row[k] for k in ("dp", "tp", "pp", "vpp", "cp", "ep")},
+                              **{k: row[k] or None for k in ("etp", "shard_group_size", "microbatch_group_size")},
+                              stage_layers=layouts.stage_layers(i),
                               schedule=PipelineSchedule.from_code(row["schedule"]))
     training = TrainingConfig(
         micro_batch_size=row["micro_batch_size"], global_batch_size=row["global_batch_size"], seq_len=row["seq_len"],
@@ -65,7 +72,8 @@ def _accepts(model: ModelConfig, layouts: LayoutArrays, i: int) -> bool:
                 max_size=20))
 def test_mask_is_what_validate_layout_accepts(model_name: str, rows: list[dict[str, int]]) -> None:
     model = MODELS[model_name]
-    layouts = LayoutArrays(**{k: np.array([r[k] for r in rows], dtype=np.int64) for k in LAYOUT_COLUMNS})
+    layouts = LayoutArrays(**{k: np.array([r[k] for r in rows], dtype=np.int64) for k in LAYOUT_COLUMNS},
+                           splits=SPLITS)
     mask = layout_mask(model, layouts)
     assert [bool(m) for m in mask] == [_accepts(model, layouts, i) for i in range(len(rows))]
 
@@ -102,7 +110,8 @@ def test_rules_name_their_fields_once() -> None:
     assert prefixes <= {"model", "training", "parallel"}
     columns = {field.partition(".")[2] for rule in LAYOUT_RULES for field in rule.fields
                if not field.startswith("model.")}
-    assert columns <= set(LAYOUT_COLUMNS)
+    # parallel.stage_layers is derived from the stage_split column (the split's layer total, RuleRow)
+    assert columns <= {*LAYOUT_COLUMNS, "stage_layers"}
 
 
 def test_require_rows_names_the_first_bad_row() -> None:

@@ -289,19 +289,11 @@ def test_moe_swiglu_case_by_hand() -> None:
 # Reference cases that use what the configs cannot express (read off their flags by hand).
 UNSUPPORTED_CASES = {
     "bert/bert_release": "tp 8 x pp 8 needs 64 GPUs, not 8",
-    "gpt/gpt3_mcore_te_tp1_pp4_vp1_tunable_overlap": "--microbatch-group-size-per-virtual-pipeline-stage",
-    "gpt/gpt3_mcore_te_tp1_pp4_vp1_uneven_pipeline": "--decoder-first/last-pipeline-num-layers",
-    "gpt/gpt3_mcore_te_tp1_pp4_vp2_account_for_embedding_loss_in_pipeline_split": "--account-for-*",
     "gpt/gpt3_mcore_te_tp2_pp2_cross_entropy_loss_fusion": "--cross-entropy-loss-fusion",
-    "gpt/gpt3_weekly_mcore_tp2_pp2_current_scaling_native_fp8_tp_pp_sp_tp_overlap": "--fp8-param-gather",
-    "gpt/gpt3_weekly_mcore_tp4_cp2_current_scaling_native_fp8_tp_sp_cp_tp_overlap": "--fp8-param-gather",
-    "moe/gpt3_mcore_te_tp2_pp1_te_8experts_etp1_ep4": "--expert-tensor-parallel-size 1 != tp 2",
-    "moe/gpt3_mcore_te_tp2_pp1_te_a2a_ovlp_8experts_etp1_ep4": "--expert-tensor-parallel-size 1 != tp 2",
-    "moe/gpt3_mcore_tp2_pp2_ep2_etp2_te_4experts2parallel": "--expert-tensor-parallel-size 2 != tp 4",
-    "moe/gpt3_mcore_tp2_pp2_ep2_etp2_te_4experts2parallel_dp_last": "--expert-tensor-parallel-size 2 != tp 4",
-    "moe/gpt3_moe_mcore_te_tp2_pp2_ep4_etp1_fine_grained_offloading": "MLA, MTP, etp 1 != tp 2",
-    "moe/gpt3_moe_mcore_te_tp2_pp2_ep4_etp1_no_mtp_no_a2a_ovlp_fine_grained_offloading": "MLA, etp 1 != tp 2",
-    "moe/gpt3_moe_mcore_te_tp4_ep2_etp2_pp2_scoped_cudagraph": "MTP, CUDA graphs, fp8, etp 2 != tp 4",
+    "gpt/gpt3_weekly_mcore_tp2_pp2_current_scaling_native_fp8_tp_pp_sp_tp_overlap": "--tp-comm-overlap",
+    "moe/gpt3_moe_mcore_te_tp2_pp2_ep4_etp1_fine_grained_offloading": "MLA, MTP, --recompute-modules",
+    "moe/gpt3_moe_mcore_te_tp2_pp2_ep4_etp1_no_mtp_no_a2a_ovlp_fine_grained_offloading": "MLA, --recompute-modules",
+    "moe/gpt3_moe_mcore_te_tp4_ep2_etp2_pp2_scoped_cudagraph": "MTP, CUDA graphs, --recompute-modules",
 }
 
 

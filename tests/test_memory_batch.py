@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 import pytest
 
@@ -51,7 +53,7 @@ def _scalar(model: ModelConfig, training: TrainingConfig, cfg: dict[str, np.ndar
                                                  ("megatron", "bf16-mixed"), ("megatron", "fp8-mixed")])
 def test_batch_equals_scalar(model: ModelConfig, framework: str, precision: str) -> None:
     training = TrainingConfig(framework=framework, precision=precision, attention="eager", seq_len=512)
-    cfg = _random(80, seed=hash((framework, precision, model.num_layers)) % 2**32)
+    cfg = _random(80, seed=zlib.crc32(f"{framework}/{precision}/{model.num_layers}".encode()))  # not hash(): salted per run
     out = estimate_memory_batch(model, cfg, training)
     checked = 0
     for i in range(80):

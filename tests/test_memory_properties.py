@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from frenzy_core import ConfigError, ModelConfig, ParallelConfig, TrainingConfig, estimate_memory
+from frenzy_core.config import LayoutArrays
 from frenzy_core.config.params import count_parameters
 from frenzy_core.memory.shards import stage_params, stage_shape
 
@@ -166,7 +167,7 @@ def test_shard_parameter_counts_sum_to_the_model(model: ModelConfig, tp: int, pp
     assume(model.num_layers >= pp * vpp and (vpp == 1 or pp > 1))
     assume(ep == 1 or (model.moe is not None and model.moe.num_experts % ep == 0))
     stages = np.arange(pp)
-    shape = stage_shape(model, stages, np.int64(pp), np.int64(vpp))
+    shape = stage_shape(model, LayoutArrays.from_columns({"pp": pp, "vpp": vpp}, TrainingConfig()), stages)
     prm = stage_params(model, shape, tp)
     assert int(shape.num_layers.sum()) == model.num_layers
     assert int(shape.num_moe_layers.sum()) == model.num_moe_layers

@@ -95,12 +95,15 @@ def test_compile_never_adds_memory_traffic_or_launches(model: ModelConfig, layou
     training, parallel = _run({**layout, "framework": "torch"})
     eager = estimate_iteration_time(model, training, parallel, H100)
     compiled = estimate_iteration_time(model, training.replace(compile=True), parallel, H100)
+    # each stage gets no slower, so neither does the busiest
+    assert compiled.iteration_s <= eager.iteration_s * (1 + 1e-9) + 1e-12
+    if model.num_layers % parallel.pp != 0:
+        return  # the longer first stage and the last (with the head) may swap as the busiest one
     for key in ("compute", "tensor_parallel", "data_parallel"):
         assert compiled.breakdown[key] == eager.breakdown[key]
     assert compiled.breakdown["kernel_launch"] <= eager.breakdown["kernel_launch"]
     if model.mlp.gated or model.norm.value == "rmsnorm" or model.position_embedding.value == "rotary":
         assert compiled.breakdown["elementwise"] < eager.breakdown["elementwise"]
-    assert compiled.iteration_s <= eager.iteration_s * (1 + 1e-9) + 1e-12
 
 
 @SETTINGS

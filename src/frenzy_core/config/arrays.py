@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,11 +28,17 @@ IntArray = npt.NDArray[np.int64]
 LAYOUT_COLUMNS: tuple[str, ...] = (
     "dp", "tp", "pp", "vpp", "cp", "ep", "micro_batch_size", "global_batch_size", "seq_len", "zero_stage",
     "distributed_optimizer", "recompute", "recompute_num_layers", "sequence_parallel", "schedule",
+    "etp", "shard_group_size", "microbatch_group_size", "stage_split",
 )
 """The columns of :class:`LayoutArrays`. :meth:`LayoutArrays.from_columns` also takes ``num_microbatches``
-instead of ``global_batch_size``."""
+instead of ``global_batch_size`` and ``stage_layers`` (per-row chunk layer counts) instead of ``stage_split``."""
 
 _PARALLEL = ("dp", "tp", "pp", "vpp", "cp", "ep")
+_OPTIONAL = ("etp", "shard_group_size", "microbatch_group_size")
+"""ParallelConfig fields whose None is stored as 0."""
+EVEN_SPLIT: tuple[int, ...] = ()
+"""``LayoutArrays.splits[0]``: layers spread as evenly as possible over the pipeline chunks."""
+Splits = tuple[tuple[int, ...], ...]
 _CODED: dict[str, type[CodedEnum]] = {"recompute": Recompute, "schedule": PipelineSchedule}
 
 
@@ -48,6 +54,30 @@ def enum_codes(values: npt.ArrayLike, kind: type[CodedEnum], field: str) -> IntA
         raise ConfigError(f"{field} has unknown values {unknown}", field=field, value=unknown,
                           hint=f"use one of {sorted(by_name)} or codes {sorted(by_name.values())}")
     return np.array([by_name[v] if isinstance(v, str) else int(v) for v in flat], dtype=np.int64).reshape(raw.shape)
+
+
+def _split_codes(value: Any) -> tuple[IntArray, Splits]:
+    """``stage_layers`` given to :meth:`LayoutArrays.from_columns` (None, one tuple, or one entry per row) as
+    codes into a table of splits."""
+    def one(v: Any) -> tuple[int, ...]:
+        if v is None:
+            return EVEN_SPLIT
+        try:
+            split = tuple(int(x) for x in v)
+        except (TypeError, ValueError):
+            raise ConfigError(f"stage_layers entries must be None or sequences of layer counts, got {v!r}",
+                              field="stage_layers", value=v) from None
+        if not split:
+            raise ConfigError("stage_layers entries need one layer count per pipeline chunk, got ()",
+                              field="stage_layers", value=v, hint="use None for the even split")
+        return split
+
+    single = value is None or (isinstance(value, (tuple, list)) and all(isinstance(x, (int, np.integer))
+                                                                       for x in value))
+    rows = [value] if single else list(value)
+    table: dict[tuple[int, ...], int] = {EVEN_SPLIT: 0}
+    codes = np.asarray([table.setdefault(one(v), len(table)) for v in rows], dtype=np.int64)
+    return (codes[0] if single else codes), tuple(table)
 
 
 def _int_column(name: str, value: Any) -> IntArray:
@@ -85,6 +115,24 @@ class LayoutArrays:
     sequence_parallel: IntArray
     schedule: IntArray
     """:attr:`PipelineSchedule.code`."""
+    etp: IntArray = None  # type: ignore[assignment]  # filled with zeros in __post_init__
+    """Expert tensor-parallel ranks; 0: = tp."""
+    shard_group_size: IntArray = None  # type: ignore[assignment]  # filled with zeros in __post_init__
+    """GPUs of a ZeRO shard group (HSDP); 0: all dp x cp replicas."""
+    microbatch_group_size: IntArray = None  # type: ignore[assignment]  # filled with zeros in __post_init__
+    """Interleaved schedule's micro-batch group per virtual stage; 0: pp."""
+    stage_split: IntArray = None  # type: ignore[assignment]  # filled with zeros in __post_init__
+    """Index into :attr:`splits`: the layers of each pipeline chunk (0: the even split)."""
+    splits: Splits = (EVEN_SPLIT,)
+    """Chunk layer counts the rows refer to; ``splits[0]`` is the even split."""
+
+    def __post_init__(self) -> None:
+        for name in ("etp", "shard_group_size", "microbatch_group_size", "stage_split"):
+            if getattr(self, name) is None:  # columns callers that predate them leave out
+                object.__setattr__(self, name, np.zeros_like(self.dp))
+        if not self.splits or self.splits[0] != EVEN_SPLIT:
+            raise ConfigError("LayoutArrays.splits must start with the even split ()", field="splits",
+                              value=self.splits)
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -92,11 +140,14 @@ class LayoutArrays:
         """One row: ``parallel`` with ``training``'s searched fields."""
         gbs = training.global_batch_size or training.micro_batch_size * parallel.dp
         row = {name: getattr(parallel, name) for name in _PARALLEL}
+        row.update({name: getattr(parallel, name) or 0 for name in _OPTIONAL})
         row.update(micro_batch_size=training.micro_batch_size, global_batch_size=gbs, seq_len=training.seq_len,
                    zero_stage=training.zero_stage, distributed_optimizer=int(training.distributed_optimizer),
                    recompute=training.recompute.code, recompute_num_layers=training.recompute_num_layers or 0,
-                   sequence_parallel=int(training.sequence_parallel), schedule=parallel.schedule.code)
-        return cls(**{k: np.array([v], dtype=np.int64) for k, v in row.items()})
+                   sequence_parallel=int(training.sequence_parallel), schedule=parallel.schedule.code,
+                   stage_split=0 if parallel.stage_layers is None else 1)
+        splits = (EVEN_SPLIT,) if parallel.stage_layers is None else (EVEN_SPLIT, tuple(parallel.stage_layers))
+        return cls(**{k: np.array([v], dtype=np.int64) for k, v in row.items()}, splits=splits)
 
     @classmethod
     def from_columns(cls, columns: Mapping[str, npt.ArrayLike], training: TrainingConfig) -> LayoutArrays:
@@ -106,14 +157,22 @@ class LayoutArrays:
         if not isinstance(columns, Mapping):
             raise ConfigError(f"layouts must be a LayoutArrays or a mapping of columns, got {type(columns).__name__}",
                               field="layouts")
-        unknown = sorted(set(columns) - set(LAYOUT_COLUMNS) - {"num_microbatches"})
+        unknown = sorted(set(columns) - set(LAYOUT_COLUMNS) - {"num_microbatches", "stage_layers"})
         if unknown:
             raise ConfigError(f"unknown configs keys {unknown}", field="configs", value=unknown,
-                              hint=f"use keys from {[*LAYOUT_COLUMNS, 'num_microbatches']}")
+                              hint=f"use keys from {[*LAYOUT_COLUMNS, 'num_microbatches', 'stage_layers']}")
+        if "stage_layers" in columns and "stage_split" in columns:
+            raise ConfigError("give configs['stage_layers'] or configs['stage_split'], not both", field="configs")
         if "num_microbatches" in columns and "global_batch_size" in columns:
             raise ConfigError("give configs['num_microbatches'] or configs['global_batch_size'], not both",
                               field="configs")
         defaults: dict[str, Any] = {name: 1 for name in _PARALLEL}
+        defaults.update({name: 0 for name in _OPTIONAL})
+        splits: Splits = (EVEN_SPLIT,)
+        if "stage_layers" in columns:
+            defaults["stage_split"], splits = _split_codes(columns["stage_layers"])
+        else:
+            defaults["stage_split"] = 0
         defaults.update(micro_batch_size=training.micro_batch_size, seq_len=training.seq_len,
                         zero_stage=training.zero_stage, distributed_optimizer=int(training.distributed_optimizer),
                         recompute=training.recompute.code, recompute_num_layers=training.recompute_num_layers or 0,
@@ -134,7 +193,10 @@ class LayoutArrays:
             shape = np.broadcast(*vals.values()).shape
         except ValueError as exc:
             raise ConfigError(f"configs arrays do not broadcast together: {exc}", field="configs") from None
-        return cls(**{k: np.broadcast_to(vals[k], shape) for k in LAYOUT_COLUMNS})
+        if int(np.max(vals["stage_split"], initial=0)) >= len(splits) or int(np.min(vals["stage_split"], initial=0)) < 0:
+            raise ConfigError("configs['stage_split'] indexes LayoutArrays.splits; only 0 (the even split) is known "
+                              "here", field="stage_split", hint="give configs['stage_layers'] instead")
+        return cls(**{k: np.broadcast_to(vals[k], shape) for k in LAYOUT_COLUMNS}, splits=splits)
 
     # ------------------------------------------------------------------ rows
     def __len__(self) -> int:
@@ -147,19 +209,20 @@ class LayoutArrays:
     def take(self, index: npt.ArrayLike) -> LayoutArrays:
         """The rows at ``index`` (a boolean mask or integer positions)."""
         idx = np.asarray(index)
-        return LayoutArrays(**{f.name: getattr(self, f.name)[idx] for f in fields(self)})
+        return LayoutArrays(**{k: getattr(self, k)[idx] for k in LAYOUT_COLUMNS}, splits=self.splits)
 
     def flat(self) -> LayoutArrays:
         """The same rows as one-dimensional columns (C order)."""
-        return LayoutArrays(**{f.name: np.atleast_1d(getattr(self, f.name)).ravel() for f in fields(self)})
+        return LayoutArrays(**{k: np.atleast_1d(getattr(self, k)).ravel() for k in LAYOUT_COLUMNS},
+                            splits=self.splits)
 
     def masked(self, keep: npt.NDArray[np.bool_]) -> LayoutArrays:
         """Rows where ``keep`` is False replaced by the trivial layout (one GPU, one micro-batch, nothing
         sharded or recomputed), so that arithmetic on them stays finite; their results are to be discarded."""
         trivial = {"zero_stage": 0, "distributed_optimizer": 0, "recompute": 0, "recompute_num_layers": 0,
-                   "sequence_parallel": 0, "schedule": 0}
-        return LayoutArrays(**{f.name: np.where(keep, getattr(self, f.name), trivial.get(f.name, 1))
-                               for f in fields(self)})
+                   "sequence_parallel": 0, "schedule": 0, **{k: 0 for k in (*_OPTIONAL, "stage_split")}}
+        return LayoutArrays(**{k: np.where(keep, getattr(self, k), trivial.get(k, 1)) for k in LAYOUT_COLUMNS},
+                            splits=self.splits)
 
     @functools.cached_property
     def world_size(self) -> IntArray:
@@ -178,13 +241,85 @@ class LayoutArrays:
         return np.maximum(self.zero_stage, self.distributed_optimizer)
 
     @functools.cached_property
+    def expert_tp(self) -> IntArray:
+        """Expert tensor-parallel ranks (etp, or tp where unset)."""
+        return np.where(self.etp > 0, self.etp, self.tp)
+
+    @functools.cached_property
+    def shard_group(self) -> IntArray:
+        """GPUs a ZeRO shard spans: the HSDP group, or all dp x cp replicas."""
+        return np.where(self.shard_group_size > 0, self.shard_group_size, self.dp * self.cp)
+
+    @functools.cached_property
+    def microbatch_group(self) -> IntArray:
+        """Micro-batches per virtual stage of the interleaved schedule (pp where unset)."""
+        return np.where(self.microbatch_group_size > 0, self.microbatch_group_size, self.pp)
+
+    @functools.cached_property
     def active_sequence_parallel(self) -> IntArray:
         """Sequence parallelism where it has an effect (tp > 1), else 0."""
         return np.where(self.tp > 1, self.sequence_parallel, 0)
 
+    @functools.cached_property
+    def _split_table(self) -> tuple[IntArray, IntArray, IntArray]:
+        """Chunk layer counts of every split as a zero-padded matrix, their prefix sums, and their lengths."""
+        width = max(len(sp) for sp in self.splits) or 1
+        sizes = np.zeros((len(self.splits), width), dtype=np.int64)
+        for k, sp in enumerate(self.splits):
+            sizes[k, :len(sp)] = sp
+        starts = np.cumsum(sizes, axis=1) - sizes
+        return sizes, starts, np.array([len(sp) for sp in self.splits], dtype=np.int64)
+
+    def chunk_span(self, num_layers: int, chunk: npt.ArrayLike) -> tuple[IntArray, IntArray]:
+        """(first layer, layer count) of pipeline chunk ``chunk`` (0-based, model order) of each row: the row's
+        split, or ``num_layers`` cut into pp x vpp chunks with the first ``num_layers mod (pp vpp)`` one longer
+        (so stage 0 is never lighter than a middle stage). Chunks beyond a row's pp x vpp are empty."""
+        c = np.asarray(chunk, dtype=np.int64)
+        chunks = np.maximum(self.pp * self.vpp, 1)
+        base, extra = num_layers // chunks, num_layers % chunks
+        even_size = np.where(c < chunks, base + (c < extra), 0)
+        even_start = c * base + np.minimum(c, extra)
+        if len(self.splits) == 1:
+            return np.asarray(even_start), np.asarray(even_size)
+        sizes, starts, lengths = self._split_table
+        code = np.clip(self.stage_split, 0, len(self.splits) - 1)
+        inside = (c >= 0) & (c < lengths[code])
+        col = np.clip(c, 0, sizes.shape[1] - 1)
+        explicit = code > 0
+        size = np.where(explicit, np.where(inside, sizes[code, col], 0), even_size)
+        start = np.where(explicit, starts[code, col], even_start)
+        return np.asarray(start), np.asarray(size)
+
+    def stage_layer_count(self, num_layers: int, stage: npt.ArrayLike) -> IntArray:
+        """Transformer layers pipeline stage ``stage`` holds over all its virtual chunks (stage, stage + pp, ...)."""
+        st = np.asarray(stage, dtype=np.int64)
+        total = np.zeros(np.broadcast(st, self.pp).shape, dtype=np.int64)
+        for j in range(int(np.max(self.vpp, initial=1))):
+            _, size = self.chunk_span(num_layers, st + j * self.pp)
+            total += np.where(j < self.vpp, size, 0)
+        return total
+
+    def split_layer_total(self) -> IntArray:
+        """Sum of each row's chunk layer counts (-1 for rows on the even split)."""
+        sizes, _, _ = self._split_table
+        totals = sizes.sum(axis=1)
+        totals[0] = -1
+        return totals[np.clip(self.stage_split, 0, len(self.splits) - 1)]
+
+    def split_chunks(self) -> IntArray:
+        """Chunks each row's split lists (0 for the even split)."""
+        return self._split_table[2][np.clip(self.stage_split, 0, len(self.splits) - 1)]
+
+    def stage_layers(self, i: int) -> tuple[int, ...] | None:
+        """Row ``i``'s chunk layer counts (None: the even split)."""
+        split = self.splits[int(self.stage_split[i])]
+        return None if split == EVEN_SPLIT else split
+
     def parallel(self, i: int) -> ParallelConfig:
         """Row ``i`` as a :class:`ParallelConfig`."""
-        return ParallelConfig(**{k: int(getattr(self, k)[i]) for k in _PARALLEL},
+        fields: dict[str, Any] = {k: int(getattr(self, k)[i]) for k in _PARALLEL}
+        fields.update({k: int(getattr(self, k)[i]) or None for k in _OPTIONAL})
+        return ParallelConfig(**fields, stage_layers=self.stage_layers(i),
                               schedule=PipelineSchedule.from_code(int(self.schedule[i])))
 
     def training(self, i: int, base: TrainingConfig) -> TrainingConfig:
@@ -210,6 +345,8 @@ class LayoutArrays:
         """
         degrees = [(k, int(getattr(self, k)[i])) for k in _PARALLEL if k in ("dp", "tp", "pp")
                    or int(getattr(self, k)[i]) > 1]
+        degrees += [(k, int(getattr(self, k)[i])) for k in _OPTIONAL if int(getattr(self, k)[i]) > 0
+                    and not (k == "etp" and int(self.etp[i]) == int(self.tp[i]))]
         recompute = Recompute.from_code(int(self.recompute[i]))
         zero, dist_opt, sp = int(self.zero_stage[i]), bool(self.distributed_optimizer[i]), bool(self.sequence_parallel[i])
         if compact:
@@ -218,6 +355,8 @@ class LayoutArrays:
             parts += ([f"zero{zero}"] if zero else []) + (["dist-opt"] if dist_opt else []) + (["sp"] if sp else [])
             return " ".join(parts)
         parts = [f"{k}={v}" for k, v in degrees]
+        split = self.stage_layers(i)
+        parts += [f"stage_layers={list(split)}"] if split is not None else []
         parts += [f"micro_batch_size={int(self.micro_batch_size[i])}", f"recompute={recompute.value}"]
         parts.append("distributed_optimizer" if dist_opt else f"zero_stage={zero}")
         parts += ["sequence_parallel"] if sp else []

@@ -63,6 +63,8 @@ class RuleRow:
 
     def __getitem__(self, field: str) -> int:
         kind, _, name = field.partition(".")
+        if name == "stage_layers":
+            return int(self.layouts.split_layer_total()[self.i])
         if kind == "model":
             value: object = self.model
             for part in name.split("."):
@@ -95,7 +97,8 @@ class LayoutRule:
         """The :class:`ConfigError` for row ``i`` (field and names rendered through ``names``)."""
         row = RuleRow(model, layouts, i, names)
         field = self.fields[0]
-        return ConfigError(prefix + self.message(row), field=row.names.get(field, field), value=row[field],
+        value: object = layouts.stage_layers(i) if field == "parallel.stage_layers" else row[field]
+        return ConfigError(prefix + self.message(row), field=row.names.get(field, field), value=value,
                            hint=None if self.hint is None else self.hint(row))
 
 
@@ -119,8 +122,23 @@ def _microbatches(a: LayoutArrays) -> npt.NDArray[np.int64]:
     return a.global_batch_size // np.maximum(a.micro_batch_size * a.dp, 1)
 
 
+def _unset_or_positive(field: str) -> LayoutRule:
+    """A column whose 0 means unset (None in the configs): negative values are refused."""
+    name = field.partition(".")[2]
+
+    def ok(m: ModelConfig, a: LayoutArrays) -> npt.NDArray[np.bool_]:
+        return np.asarray(getattr(a, name) >= 0)
+
+    return LayoutRule(f"{name}_range", (field,), ok, lambda r: f"{r.show(field)} must be >= 1 (0: unset)")
+
+
 BOUND_RULES: tuple[LayoutRule, ...] = (
     *(_positive(f"parallel.{k}") for k in ("dp", "tp", "pp", "vpp", "cp", "ep")),
+    *(_unset_or_positive(f"parallel.{k}") for k in ("etp", "shard_group_size", "microbatch_group_size")),
+    LayoutRule("stage_split_range", ("parallel.stage_split",),
+               lambda m, a: (a.stage_split >= 0) & (a.stage_split < len(a.splits)),
+               lambda r: f"{r.show('parallel.stage_split')} indexes none of the layouts' {len(r.layouts.splits)} "
+                         "stage splits"),
     *(_positive(f"training.{k}") for k in ("micro_batch_size", "seq_len", "global_batch_size")),
     _in_range("training.zero_stage", 3, "0, 1, 2 or 3"),
     _in_range("training.distributed_optimizer", 1, "0 or 1"),
@@ -141,10 +159,28 @@ _COMBINATIONS: tuple[LayoutRule, ...] = (
                lambda m, a: (a.vpp == 1) | (a.schedule == PipelineSchedule.INTERLEAVED.code),
                lambda r: f"{r.show('parallel.vpp')} needs schedule='interleaved' (got {_schedule_name(r)!r})"),
     LayoutRule("ep_divides_dp_cp", ("parallel.ep", "parallel.dp", "parallel.cp"),
-               lambda m, a: (a.dp * a.cp) % np.maximum(a.ep, 1) == 0,
-               lambda r: f"{r.show('parallel.ep')} must divide {r.label('parallel.dp')} x {r.label('parallel.cp')} = "
-                         f"{r['parallel.dp'] * r['parallel.cp']}; expert-parallel ranks are taken from the data- and "
-                         "context-parallel ranks"),
+               lambda m, a: (a.dp * a.cp * a.tp) % np.maximum(a.ep * a.expert_tp, 1) == 0,
+               lambda r: f"{r.label('parallel.etp')} x {r.show('parallel.ep')} = "
+                         f"{int(r.layouts.expert_tp[r.i])} x {r['parallel.ep']} must divide "
+                         f"{r.label('parallel.dp')} x {r.label('parallel.cp')} x {r.label('parallel.tp')} = "
+                         f"{r['parallel.dp'] * r['parallel.cp'] * r['parallel.tp']}; expert-parallel ranks are taken "
+                         "from the data-, context- and tensor-parallel ranks"),
+    LayoutRule("shard_group_divides_dp_cp", ("parallel.shard_group_size", "parallel.dp", "parallel.cp"),
+               lambda m, a: (a.dp * a.cp) % np.maximum(a.shard_group, 1) == 0,
+               lambda r: f"{r.show('parallel.shard_group_size')} must divide {r.label('parallel.dp')} x "
+                         f"{r.label('parallel.cp')} = {r['parallel.dp'] * r['parallel.cp']}",
+               lambda r: f"use {r.label('parallel.shard_group_size')} in "
+                         f"{_divisors(r['parallel.dp'] * r['parallel.cp'])}"),
+    LayoutRule("microbatch_group_needs_interleaving", ("parallel.microbatch_group_size", "parallel.vpp"),
+               lambda m, a: (a.microbatch_group_size == 0) | ((a.vpp > 1) & (a.microbatch_group_size >= a.pp)),
+               lambda r: f"{r.show('parallel.microbatch_group_size')} needs the interleaved schedule "
+                         f"({r.label('parallel.vpp')} > 1) and at least {r.show('parallel.pp')} micro-batches"),
+    LayoutRule("stage_layers_one_per_chunk", ("parallel.stage_layers", "parallel.pp", "parallel.vpp"),
+               lambda m, a: (a.stage_split == 0) | (a.split_chunks() == a.pp * a.vpp),
+               lambda r: f"stage_layers lists {int(r.layouts.split_chunks()[r.i])} chunks, not "
+                         f"{r.label('parallel.pp')} x {r.label('parallel.vpp')} = "
+                         f"{r['parallel.pp'] * r['parallel.vpp']}",
+               lambda r: "give one layer count per pipeline chunk, in model order"),
     LayoutRule("distributed_optimizer_is_zero_1", ("training.zero_stage", "training.distributed_optimizer"),
                lambda m, a: (a.distributed_optimizer == 0) | (a.zero_stage <= 1),
                lambda r: f"{r.label('training.distributed_optimizer')} (ZeRO-1) cannot be combined with "
@@ -162,8 +198,13 @@ _MODEL_FIT: tuple[LayoutRule, ...] = (
                lambda r: f"{r.show('model.num_kv_heads')} is not divisible by {r.show('parallel.tp')} (Megatron "
                          "splits key/value groups across tensor-parallel ranks)",
                lambda r: f"use {r.label('parallel.tp')} in {_divisors(r['model.num_kv_heads'])}"),
+    LayoutRule("stage_layers_sum_to_layers", ("parallel.stage_layers", "model.num_layers"),
+               lambda m, a: (a.stage_split == 0) | (a.split_layer_total() == m.num_layers),
+               lambda r: f"stage_layers {list(r.layouts.stage_layers(r.i) or ())} sum to "
+                         f"{r['parallel.stage_layers']} layers, not {r.show('model.num_layers')}",
+               lambda r: f"make the chunk layer counts add up to {r['model.num_layers']}"),
     LayoutRule("layers_cover_pipeline_chunks", ("parallel.pp", "parallel.vpp", "model.num_layers"),
-               lambda m, a: m.num_layers >= a.pp * a.vpp,
+               lambda m, a: (m.num_layers >= a.pp * a.vpp) | (a.stage_split > 0),
                lambda r: f"{r.show('model.num_layers')} is fewer than {r.label('parallel.pp')} x "
                          f"{r.label('parallel.vpp')} = {r['parallel.pp'] * r['parallel.vpp']} pipeline chunks",
                lambda r: f"use {r.label('parallel.pp')} x {r.label('parallel.vpp')} <= {r['model.num_layers']}"),
@@ -193,9 +234,11 @@ _MODEL_FIT: tuple[LayoutRule, ...] = (
                          f"{r['training.micro_batch_size'] * r['parallel.dp']}",
                lambda r: f"use a multiple of {r['training.micro_batch_size'] * r['parallel.dp']}"),
     LayoutRule("interleaved_microbatches_multiple_of_pp", ("training.global_batch_size", "parallel.pp"),
-               lambda m, a: (a.vpp == 1) | (_microbatches(a) % np.maximum(a.pp, 1) == 0),
+               lambda m, a: (a.vpp == 1) | (_microbatches(a) % np.maximum(a.microbatch_group, 1) == 0),
                lambda r: f"the interleaved schedule needs the number of micro-batches "
-                         f"({int(_microbatches(r.layouts)[r.i])}) to be a multiple of {r.show('parallel.pp')}"),
+                         f"({int(_microbatches(r.layouts)[r.i])}) to be a multiple of "
+                         + (r.show('parallel.microbatch_group_size') if r['parallel.microbatch_group_size']
+                            else r.show('parallel.pp'))),
 )
 """Whether the model splits as the layout asks (what :func:`validate_layout` checks)."""
 

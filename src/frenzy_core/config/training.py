@@ -7,11 +7,13 @@ import enum
 from pydantic import Field, model_validator
 
 from frenzy_core._base import CodedEnum, FrozenModel
+from frenzy_core.config.finetune import LoRAConfig
 
 __all__ = [
     "Attention",
     "Fp8Recipe",
     "Framework",
+    "OffloadDevice",
     "Optimizer",
     "OptimizerImpl",
     "Precision",
@@ -144,6 +146,17 @@ class Fp8Recipe(str, enum.Enum):
     """Per-row scales (torchao rowwise): an amax and a cast along each axis, no reuse of one cast for the transpose."""
 
 
+class OffloadDevice(str, enum.Enum):
+    """Where offloaded model states live between their uses."""
+
+    NONE = "none"
+    """On the GPU."""
+    CPU = "cpu"
+    """Host memory (ZeRO-Offload, FSDP ``CPUOffload``, Megatron ``--optimizer-cpu-offload``)."""
+    NVME = "nvme"
+    """NVMe through pinned host staging buffers (ZeRO-Infinity)."""
+
+
 class TrainingConfig(FrozenModel):
     """One training recipe. ``global_batch_size`` None means one micro-batch per data-parallel rank."""
 
@@ -171,6 +184,37 @@ class TrainingConfig(FrozenModel):
         "counts their memory traffic as fused."))
     fp8_recipe: Fp8Recipe = Field(default=Fp8Recipe.DELAYED, description=(
         "Scaling of fp8 GEMM inputs (precision fp8-mixed only): decides the cost of the quantisation kernels."))
+    fp8_param_gather: bool = Field(default=False, description=(
+        "Megatron --fp8-param-gather (fp8-mixed only): the model keeps its weights in fp8 (no bf16 copy) and the "
+        "distributed optimizer gathers fp8 parameters."))
+    # ---- which weights train (docs/memory-model.md, section 9) ----
+    lora: LoRAConfig | None = Field(default=None, description=(
+        "LoRA adapters on a frozen base (QLoRA with base_quantization nf4); None: the base weights train."))
+    freeze_embeddings: bool = Field(default=False, description=(
+        "The input embeddings (and a head tied to them) get no gradient."))
+    trainable_layers: int | None = Field(default=None, ge=0, description=(
+        "Only the last k transformer layers train (with LoRA: get adapters); the final norm and an untied head "
+        "train with them. None: every layer."))
+    # ---- offload (docs/memory-model.md, section 10) ----
+    offload_optimizer: OffloadDevice = Field(default=OffloadDevice.NONE, description=(
+        "Master weights, optimizer states and the step itself on the host (ZeRO-Offload, Megatron "
+        "--optimizer-cpu-offload) or NVMe (ZeRO-Infinity)."))
+    offload_params: OffloadDevice = Field(default=OffloadDevice.NONE, description=(
+        "Parameters and gradients (as ZeRO shards them) on the host or NVMe, copied to the GPU layer by layer "
+        "(ZeRO-Infinity offload_param; FSDP cpu_offload is this with offload_optimizer 'cpu'); torch only."))
+    activation_offload_layers: int = Field(default=0, ge=0, description=(
+        "Layers per pipeline stage whose saved activations wait in host memory between their forward and backward "
+        "(torch save_on_cpu: all of them; Megatron --cpu-offloading-num-layers); 0: none."))
+    # ---- sharding variants (docs/memory-model.md, section 4) ----
+    reshard_after_forward: bool | int = Field(default=True, description=(
+        "FSDP2 (zero_stage 3; no effect below): True frees each layer's gathered weights after its forward, False "
+        "keeps them until its backward, an integer n keeps a 1/n shard of them (n GPUs, e.g. a node)."))
+    zero_hpz_partition_size: int = Field(default=1, ge=1, description=(
+        "ZeRO++ hierarchical partitioning (zero_stage 3; no effect below): a secondary copy of the weights sharded "
+        "over this many GPUs (a node) is kept beside the primary shard; 1: off."))
+    moe_load_imbalance: float | None = Field(default=None, ge=1.0, description=(
+        "Tokens the busiest expert-parallel rank receives over its fair share. None: the capacity factor when there "
+        "is one (no rank takes more), else 1.0."))
 
     @model_validator(mode="after")
     def _check(self) -> TrainingConfig:
@@ -189,9 +233,33 @@ class TrainingConfig(FrozenModel):
                 "keep_outputs=True with framework='megatron': Megatron-LM's schedules keep only the loss "
                 "(the output tensors are freed before backward); set keep_outputs false or framework 'torch'"
             )
+        if self.fp8_param_gather and self.precision is not Precision.FP8_MIXED:
+            raise ValueError(f"fp8_param_gather needs precision='fp8-mixed' (got {self.precision.value!r})")
+        _check_sharding_variants(self)
+        _check_offload(self)
         return self
 
     @property
     def effective_zero_stage(self) -> int:
         """ZeRO stage counting Megatron's distributed optimizer as stage 1."""
         return max(self.zero_stage, 1 if self.distributed_optimizer else 0)
+
+
+def _check_sharding_variants(t: TrainingConfig) -> None:
+    """FSDP2's integer resharding names a group size (>= 2; False keeps whole weights)."""
+    reshard = t.reshard_after_forward
+    if not isinstance(reshard, bool) and reshard < 2:
+        raise ValueError(f"reshard_after_forward={reshard}: an integer is the group size to reshard to and must be "
+                         ">= 2; use False to keep whole weights after forward")
+
+
+def _check_offload(t: TrainingConfig) -> None:
+    """Offload combinations Megatron-LM runs (torch offloads at any ZeRO stage: FSDP CPUOffload, DeepSpeed)."""
+    if t.framework is not Framework.MEGATRON:
+        return
+    if t.offload_params is not OffloadDevice.NONE:
+        raise ValueError(f"offload_params={t.offload_params.value!r} with framework 'megatron': Megatron-LM offloads "
+                         "optimizer states only; set offload_params='none'")
+    if t.offload_optimizer is OffloadDevice.NVME:
+        raise ValueError("offload_optimizer='nvme' with framework 'megatron': Megatron-LM offloads to the host; use "
+                         "'cpu'")

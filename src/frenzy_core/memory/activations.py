@@ -11,17 +11,23 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from frenzy_core.config.hf import module_layout
-from frenzy_core.config.model import ArchKind, ModelConfig, NormKind, PositionEmbedding
+from frenzy_core.config.finetune import LoRATarget
+from frenzy_core.config.hf import ModuleLayout, module_layout
+from frenzy_core.config.model import ArchKind, MLPKind, ModelConfig, NormKind, NormPlacement, PositionEmbedding
 from frenzy_core.config.training import Attention, Framework, Precision, TrainingConfig
 from frenzy_core.memory.torch_attention import FP32, MASK_BYTES
 from frenzy_core.memory.torch_layers import norm_bytes, torch_layer
+from frenzy_core.memory.trainable import adapter_counts, projection_shapes
 
 __all__ = [
     "EdgeActivations",
+    "ExpertShard",
+    "FrozenActivations",
     "LayerActivations",
     "LogitBytes",
     "edge_activations",
+    "expert_shard",
+    "frozen_activations",
     "layer_activations",
     "logit_bytes",
 ]
@@ -63,6 +69,36 @@ class LayerActivations:
     """torch: attention masks the model builds once per forward (kept by each checkpointed micro-batch)."""
 
 
+@dataclass(frozen=True)
+class ExpertShard:
+    """How one rank's routed experts see the tokens: routed (token, expert) pairs they compute per token of the
+    layer's sequence shard, and the expert tensor-parallel split of their widths."""
+
+    routed: FloatArray
+    etp: FloatArray
+
+
+def expert_shard(model: ModelConfig, training: TrainingConfig, tp: npt.ArrayLike, etp: npt.ArrayLike | None = None,
+                 ep: npt.ArrayLike = 1) -> ExpertShard:
+    """Routed pairs per token: top-k, times the busiest rank's load over its fair share, times etp / tp (the
+    dispatcher gathers tokens over the etp ranks that split an expert).
+
+    The load factor is ``moe_load_imbalance`` capped by the capacity factor (tokens beyond capacity are dropped)
+    where experts are spread over ep > 1 ranks; a rank holding every expert computes every routed pair, padded to
+    capacity when there is a capacity factor. Default imbalance: the capacity factor, or 1.0 (docs/memory-model.md,
+    section 11)."""
+    tp_a = np.asarray(tp, dtype=np.float64)
+    etp_a = tp_a if etp is None else np.where(np.asarray(etp) > 0, np.asarray(etp, dtype=np.float64), tp_a)
+    moe = model.moe
+    if moe is None:
+        return ExpertShard(routed=0.0 * tp_a, etp=etp_a)
+    cap = moe.capacity_factor
+    imbalance = training.moe_load_imbalance if training.moe_load_imbalance is not None else (cap or 1.0)
+    spread = min(imbalance, cap) if cap is not None else imbalance
+    factor = np.where(np.asarray(ep) > 1, spread, cap or 1.0)
+    return ExpertShard(routed=np.asarray(moe.top_k * factor * etp_a / tp_a), etp=etp_a)
+
+
 def _bytes(training: TrainingConfig) -> tuple[int, int, int]:
     """(residual stream, matmul output, saved linear input) bytes per element."""
     p = training.precision
@@ -75,7 +111,7 @@ def _bytes(training: TrainingConfig) -> tuple[int, int, int]:
 
 
 def _megatron_layer(model: ModelConfig, training: TrainingConfig, tp: FloatArray, rep: FloatArray,
-                    s_keys: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+                    s_keys: FloatArray, ex: ExpertShard) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
     """Megatron-Core + Transformer Engine (Korthikanti et al. 2022, section 4.1, generalised)."""
     h, q, kv, f = model.hidden_size, model.q_size, model.kv_size, model.ffn_hidden_size
     a = model.num_attention_heads
@@ -102,23 +138,24 @@ def _megatron_layer(model: ModelConfig, training: TrainingConfig, tp: FloatArray
     moe_mlp = np.asarray(0.0)
     if model.moe is not None:
         m = model.moe
-        routed = m.top_k * (m.capacity_factor or 1.0)
+        routed = ex.routed
         fe = m.expert_ffn_hidden_size
         fe_in = 2 * fe if model.mlp.gated else fe
         fs = m.shared_expert_ffn_hidden_size
         shared = body(fs, 2 * fs if model.mlp.gated else fs) / tp if fs else 0.0
-        # router logits and probabilities (fp32); per routed token (gathered over etp = tp): permuted input,
+        # router logits and probabilities (fp32); per routed token (gathered over etp): permuted input,
         # expert activation input and fc2 input (/ etp), unpermute input kept for the probability gradient.
         moe_mlp = (ln + b * h + mask + 2 * FP32 * m.num_experts) * rep + shared + routed * (
-            lin * h + body(fe, fe_in) / tp + b * h)
+            lin * h + body(fe, fe_in) / ex.etp + b * h)
     layer_in = b * h * rep
     return attn + core + dense, attn + core + moe_mlp, np.asarray(core), np.asarray(layer_in)
 
 
 def layer_activations(model: ModelConfig, training: TrainingConfig, *, tp: npt.ArrayLike, sp: npt.ArrayLike,
-                      cp: npt.ArrayLike, seq_len: npt.ArrayLike, micro_batch_size: npt.ArrayLike
-                      ) -> LayerActivations:
-    """Saved bytes of one layer for one micro-batch on one rank (arrays broadcast together)."""
+                      cp: npt.ArrayLike, seq_len: npt.ArrayLike, micro_batch_size: npt.ArrayLike,
+                      etp: npt.ArrayLike | None = None, ep: npt.ArrayLike = 1) -> LayerActivations:
+    """Saved bytes of one layer for one micro-batch on one rank (arrays broadcast together); ``etp`` (0 or
+    None: = tp) and ``ep`` place the routed experts (Megatron; torch runs its experts whole)."""
     tp_a = np.asarray(tp, dtype=np.float64)
     s_loc = np.asarray(seq_len, dtype=np.float64) / np.asarray(cp, dtype=np.float64)
     tokens = s_loc * np.asarray(micro_batch_size, dtype=np.float64)
@@ -131,13 +168,13 @@ def layer_activations(model: ModelConfig, training: TrainingConfig, *, tp: npt.A
                                 kv_extra=tokens * t.kv_extra, mlp_grad=tokens * t.mlp_grad,
                                 freed_before_core=tokens * t.freed_before_core, masks=tokens * t.masks)
     rep = np.where(np.asarray(sp, dtype=bool), 1.0 / tp_a, 1.0)
-    dense, moe, core, inp = _megatron_layer(model, training, tp_a, rep, s_loc)
+    ex = expert_shard(model, training, tp_a, etp, ep)
+    dense, moe, core, inp = _megatron_layer(model, training, tp_a, rep, s_loc, ex)
     dispatch = np.zeros_like(tokens)
     if model.moe is not None:
         # token_dispatcher.py: the all-to-all output and sort_chunks_by_idxs' copy live together within the layer
         # (forward and backward); their backward needs only indices, so neither is saved.
-        routed = model.moe.top_k * (model.moe.capacity_factor or 1.0)
-        dispatch = 2.0 * _bytes(training)[1] * model.hidden_size * routed * tokens
+        dispatch = 2.0 * _bytes(training)[1] * model.hidden_size * ex.routed * tokens
     score_grad = np.zeros_like(tokens)
     if training.attention is Attention.EAGER:
         softmax_bytes = FP32 if training.precision.is_amp else _bytes(training)[1]
@@ -231,3 +268,133 @@ def logit_bytes(model: ModelConfig, training: TrainingConfig, *, tp: npt.ArrayLi
     upcast = FP32 if bm != FP32 else 0
     return LogitBytes(saved=FP32 * v + capped, forward_peak=(bm + upcast + FP32) * v + capped,
                       backward_peak=3 * FP32 * v + capped, returned=returned)
+
+
+def _hf_style(model: ModelConfig) -> tuple[ModuleLayout, bool]:
+    """The module lineage the eager-torch terms follow (the family :func:`frenzy_core.config.hf.to_hf_config`
+    builds and the probe measures, or the closest) and whether q/k/v come from one fused projection with rotary
+    positions (GPT-NeoX, Phi-3: the fused output stays saved beside the rotated copies)."""
+    layout = module_layout(model)
+    fused_rope = (model.fused_qkv and model.position_embedding is PositionEmbedding.ROTARY
+                  and layout not in (ModuleLayout.GPT2, ModuleLayout.BERT))
+    return layout, fused_rope
+
+
+@dataclass(frozen=True)
+class FrozenActivations:
+    """What frozen weights change in the tensors one layer saves for one micro-batch on one rank (bytes;
+    positive: released). A linear whose weight is frozen does not save its input (its input gradient needs the
+    weight only; autograd saves ``self`` of ``mm`` only when the weight's gradient is computed); LoRA adapters
+    save their own input (or dropped copy) and their rank-r intermediate. Docs: memory-model.md, section 9."""
+
+    frozen_dense: FloatArray
+    """A dense layer whose weights are all frozen while a gradient flows through it."""
+    frozen_moe: FloatArray
+    adapted_dense: FloatArray
+    """A dense layer with LoRA adapters (released minus what the adapters save)."""
+    adapted_moe: FloatArray
+    head: FloatArray
+    """The head's saved input, when the head is frozen."""
+    dequant: FloatArray
+    """QLoRA: one dequantized weight in the compute dtype while a layer runs (forward and backward)."""
+
+
+def _released(group: float, consumers: list[bool], per_consumer: float, amp: bool) -> float:
+    """Bytes of one linear-input tensor released: without autocast the consumers share it (released when none
+    keeps it); under autocast each consumer saves its own cast copy."""
+    if amp:
+        return per_consumer * sum(not keep for keep in consumers)
+    return group if not any(consumers) else 0.0
+
+
+def frozen_activations(model: ModelConfig, training: TrainingConfig, *, tp: npt.ArrayLike, sp: npt.ArrayLike,
+                       cp: npt.ArrayLike, seq_len: npt.ArrayLike, micro_batch_size: npt.ArrayLike,
+                       etp: npt.ArrayLike | None = None, ep: npt.ArrayLike = 1) -> FrozenActivations:
+    """Bytes frozen weights release from a layer's saved tensors (arrays broadcast together)."""
+    tp_a = np.asarray(tp, dtype=np.float64)
+    rep = np.where(np.asarray(sp, dtype=bool), 1.0 / tp_a, 1.0)
+    tokens = np.asarray(seq_len, dtype=np.float64) / np.asarray(cp) * np.asarray(micro_batch_size)
+    h, f = model.hidden_size, model.ffn_hidden_size
+    bs, bm, _ = _bytes(training)
+    megatron = training.framework is Framework.MEGATRON
+    amp = training.precision.is_amp and not megatron
+    lora = training.lora
+    shared = model.moe.shared_expert_ffn_hidden_size if model.moe is not None else 0
+    ex = expert_shard(model, training, tp_a, etp, ep)
+
+    def adapted(ffn: int) -> tuple[dict[LoRATarget, bool], FloatArray]:
+        """Which projections' adapters save their input, and what else the adapters save (per token)."""
+        if lora is None:
+            return {}, 0.0 * tp_a
+        keep: dict[LoRATarget, bool] = {}
+        added = 0.0 * tp_a
+        for target, n_in, _, r in adapter_counts(model, lora, ffn).projections:
+            keep[target] = lora.dropout == 0 or amp  # under autocast lora_A saves its cast (dropped) input
+            width = n_in / tp_a if target.row_parallel else n_in * (rep if megatron else 1.0)
+            dropped = width * (MASK_BYTES + (0 if amp else bm)) if lora.dropout > 0 else 0.0
+            added = added + bm * r + dropped  # A's output, saved by B; the dropout mask and dropped input
+        return keep, added
+
+    keep_d, add_d = adapted(f)
+    keep_m, add_m = adapted(shared)
+    dequant = 0.0 * tp_a
+    if lora is not None and lora.quantized:
+        largest = max(n_in * n_out for n_in, n_out in projection_shapes(model, f).values())
+        dequant = bm * largest / tp_a + 0.0 * tokens
+    head_in = (bm * h * rep if megatron else (2 * h if amp else bs * h)) if model.lm_head else 0
+    norm = _frozen_norm(model, training)
+    norms = norm * {NormPlacement.SHARED: 1, NormPlacement.SANDWICH: 4}.get(model.norm_placement, 2)
+    head_norm = norm if (lora is not None and model.final_norm) else 0.0  # LoRA freezes the final norm too
+    return FrozenActivations(
+        frozen_dense=tokens * (_linear_inputs(model, training, {}, f, None, tp_a, rep) + norms),
+        frozen_moe=tokens * (_linear_inputs(model, training, {}, shared, ex, tp_a, rep) + norms),
+        adapted_dense=tokens * (_linear_inputs(model, training, keep_d, f, None, tp_a, rep) + norms - add_d),
+        adapted_moe=tokens * (_linear_inputs(model, training, keep_m, shared, ex, tp_a, rep) + norms - add_m),
+        head=tokens * (head_in + head_norm), dequant=np.asarray(dequant))
+
+
+def _frozen_norm(model: ModelConfig, training: TrainingConfig) -> float:
+    """Per token, what one frozen HF RMSNorm does not save: ``weight * y`` keeps the normalised ``y`` only for the
+    weight's gradient (LlamaRMSNorm and its lineage); a LayerNorm saves its input, mean and rstd either way, and
+    Transformer Engine's norms save the same tensors whether or not their weights train."""
+    if training.framework is Framework.MEGATRON or model.norm is not NormKind.RMSNORM:
+        return 0.0
+    stream = _bytes(training)[0]
+    fp32_product = stream == FP32 or module_layout(model).norm_product_fp32
+    return float((FP32 if fp32_product else stream) * model.hidden_size)
+
+
+def _linear_inputs(model: ModelConfig, training: TrainingConfig, keep: dict[LoRATarget, bool], ffn: int,
+                   moe: ExpertShard | None, tp: FloatArray, rep: FloatArray) -> FloatArray:
+    """Per token: the saved inputs of a layer's frozen linears that no adapter keeps (an MoE layer: its router,
+    routed experts and a shared MLP of width ``ffn``)."""
+    T = LoRATarget  # noqa: N806 (short alias)
+    h, q = model.hidden_size, model.q_size
+    bs, bm, lin = _bytes(training)
+    megatron = training.framework is Framework.MEGATRON
+    amp = training.precision.is_amp and not megatron
+    kept = {t: keep.get(t, False) for t in T}
+    if model.fused_qkv:
+        kept[T.K] = kept[T.V] = kept[T.Q]
+    up = [kept[T.GATE], kept[T.UP]] if model.mlp.gated and not model.fused_gate_up else [kept[T.GATE] or kept[T.UP]]
+    if megatron:
+        attn = (0.0 if (kept[T.Q] or kept[T.K] or kept[T.V]) else lin * h * rep) + (0.0 if kept[T.O] else lin * q / tp)
+        mlp_in = 0.0 if any(up) and ffn else lin * h * rep  # also the router's input in an MoE layer
+        down_bytes = lin
+    else:
+        layout, fused_rope = _hf_style(model)
+        separate = layout not in (ModuleLayout.GPT2, ModuleLayout.BERT) and not fused_rope
+        attn = _released(bs * h, [kept[T.Q], kept[T.K], kept[T.V]] if separate else [kept[T.Q]], 2 * h, amp) \
+            + np.where(training.attention is Attention.EAGER and not kept[T.O], bm * q / tp, 0.0)
+        consumers = ([False] if moe is not None else []) + (up if ffn else [])  # an MoE layer's router reads the norm too
+        mlp_in = _released(bs * h, consumers, 2 * h, amp)
+        down_bytes = bm
+    down = 0.0 if (kept[T.DOWN] or model.mlp is MLPKind.RELU or not ffn) else down_bytes * ffn / tp
+    out = attn + mlp_in + down
+    if moe is not None and model.moe is not None:
+        # routed experts (frozen, never adapted): the gathered input of their first matmul and their down input
+        ex = moe
+        be = lin if megatron else (bs if training.precision.is_amp else bm)
+        fe = 0 if model.mlp is MLPKind.RELU else model.moe.expert_ffn_hidden_size
+        out = out + ex.routed * be * (h + fe / ex.etp)
+    return np.asarray(out)

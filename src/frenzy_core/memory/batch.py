@@ -15,10 +15,11 @@ import numpy.typing as npt
 from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.config.layout import layout_mask
 from frenzy_core.config.model import ModelConfig
-from frenzy_core.config.training import TrainingConfig
+from frenzy_core.config.training import OffloadDevice, TrainingConfig
 from frenzy_core.memory.kernel import stage_arrays
 from frenzy_core.memory.overhead import overhead_bytes
 from frenzy_core.memory.result import MEMORY_CATEGORIES
+from frenzy_core.memory.trainable import check_trainable
 
 __all__ = ["BatchEstimate", "estimate_memory_batch"]
 
@@ -34,11 +35,18 @@ class BatchEstimate:
     busiest_stage: IntArray
     valid: npt.NDArray[np.bool_]
     breakdown: dict[str, IntArray]
+    host_bytes: IntArray
+    """The most host memory one rank of the layout keeps (offload), as ``MemoryEstimate.host_bytes``."""
 
 
-def _candidate_stages(model: ModelConfig, pp: IntArray) -> list[IntArray]:
-    """Stages that can be the busiest: the first and the last, unless MoE layers are spread unevenly."""
-    if model.moe is not None and (model.moe.first_dense_layers > 0 or model.moe.layer_interval > 1):
+def _candidate_stages(model: ModelConfig, lay: LayoutArrays, training: TrainingConfig) -> list[IntArray]:
+    """Stages that can be the busiest: the first and the last, unless MoE layers are spread unevenly, a row
+    splits its layers unevenly (``stage_layers``) or states are offloaded (the host figure is every stage's)."""
+    pp = lay.pp
+    uneven = bool(np.any(lay.stage_split > 0))
+    offload = training.offload_optimizer is not OffloadDevice.NONE or training.offload_params is not \
+        OffloadDevice.NONE or training.activation_offload_layers > 0
+    if uneven or offload or (model.moe is not None and (model.moe.first_dense_layers > 0 or model.moe.layer_interval > 1)):
         return [np.minimum(i, pp - 1) for i in range(int(pp.max(initial=1)))]
     return [np.zeros_like(pp), pp - 1]
 
@@ -53,14 +61,17 @@ def estimate_memory_batch(model: ModelConfig, configs: LayoutArrays | Mapping[st
     ``estimate_memory`` would refuse: :func:`layout_mask`) get ``valid`` False and -1.
     """
     layouts = configs if isinstance(configs, LayoutArrays) else LayoutArrays.from_columns(configs, training)
+    check_trainable(model, training)
     valid = layout_mask(model, layouts)
     arrays = layouts.masked(valid)
     best_device = np.full(valid.shape, -1, dtype=np.int64)
     best_peak = np.full(valid.shape, -1, dtype=np.int64)
     best_stage = np.full(valid.shape, -1, dtype=np.int64)
     best_breakdown = {cat: np.full(valid.shape, -1, dtype=np.int64) for cat in MEMORY_CATEGORIES}
-    for stage in _candidate_stages(model, arrays.pp):
+    host = np.zeros(valid.shape, dtype=np.int64)
+    for stage in _candidate_stages(model, arrays, training):
         st = stage_arrays(model, training, arrays, stage)
+        host = np.maximum(host, st.host_bytes)
         over = overhead_bytes(st.peak_bytes, st.communicators)
         device = st.peak_bytes + sum(over.values())
         better = (device > best_device) | ((device == best_device) & (stage < best_stage))
@@ -73,4 +84,5 @@ def estimate_memory_batch(model: ModelConfig, configs: LayoutArrays | Mapping[st
     return BatchEstimate(
         peak_bytes=np.where(invalid, -1, best_peak), device_bytes=np.where(invalid, -1, best_device),
         busiest_stage=np.where(invalid, -1, best_stage), valid=valid,
-        breakdown={k: np.where(invalid, -1, v) for k, v in best_breakdown.items()})
+        breakdown={k: np.where(invalid, -1, v) for k, v in best_breakdown.items()},
+        host_bytes=np.where(invalid, -1, host))

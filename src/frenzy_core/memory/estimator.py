@@ -13,6 +13,7 @@ from frenzy_core.errors import require_instance
 from frenzy_core.memory.kernel import PHASES, stage_arrays
 from frenzy_core.memory.overhead import overhead_bytes
 from frenzy_core.memory.result import MEMORY_CATEGORIES, MemoryEstimate, StageMemory
+from frenzy_core.memory.trainable import check_trainable
 
 __all__ = ["estimate_memory"]
 
@@ -28,6 +29,7 @@ def estimate_memory(model: ModelConfig, training: TrainingConfig,
     require_instance("training", training, TrainingConfig)
     require_instance("parallel", parallel, ParallelConfig)
     validate_layout(model, training, parallel)
+    check_trainable(model, training)
     arrays = stage_arrays(model, training, LayoutArrays.from_configs(training, parallel),
                           np.arange(parallel.pp, dtype=np.int64))
     over = overhead_bytes(arrays.peak_bytes, arrays.communicators)
@@ -41,8 +43,9 @@ def estimate_memory(model: ModelConfig, training: TrainingConfig,
             inflight_microbatches=float(arrays.inflight[i]), breakdown=breakdown, peak_bytes=peak,
             peak_phase=PHASES[int(arrays.phase[i])], overhead=overhead,
             model_state_bytes=int(arrays.model_state_bytes[i]), activation_bytes=int(arrays.activation_bytes[i]),
-            device_bytes=peak + sum(overhead.values())))
+            host_bytes=int(arrays.host_bytes[i]), device_bytes=peak + sum(overhead.values())))
     busiest = max(stages, key=lambda st: (st.device_bytes, -st.stage))
     return MemoryEstimate(stages=stages, busiest_stage=busiest.stage, peak_bytes=busiest.peak_bytes,
                           device_bytes=busiest.device_bytes, breakdown=dict(busiest.breakdown),
-                          overhead=dict(busiest.overhead), peak_phase=busiest.peak_phase)
+                          overhead=dict(busiest.overhead), peak_phase=busiest.peak_phase,
+                          host_bytes=max(st.host_bytes for st in stages))

@@ -8,14 +8,21 @@ import numpy as np
 import numpy.typing as npt
 
 from frenzy_core.config.arrays import LayoutArrays
-from frenzy_core.config.model import ModelConfig, PositionEmbedding
+from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.parallel import PipelineSchedule
 from frenzy_core.config.training import Framework, Recompute, RecomputeMethod, TrainingConfig
-from frenzy_core.memory.activations import edge_activations, layer_activations, logit_bytes
+from frenzy_core.memory.activations import (
+    LayerActivations,
+    edge_activations,
+    frozen_activations,
+    layer_activations,
+    logit_bytes,
+)
 from frenzy_core.memory.overhead import workspace_bytes
-from frenzy_core.memory.recipe import StateBytes, state_bytes
+from frenzy_core.memory.recipe import state_bytes
 from frenzy_core.memory.result import MEMORY_CATEGORIES
-from frenzy_core.memory.shards import StageParams, StageShape, layer_constants, stage_params, stage_shape
+from frenzy_core.memory.shards import StageParams, StageShape, stage_params, stage_shape
+from frenzy_core.memory.states import comm_buffers, gradients, layer_params, model_states, sharding, trains
 
 __all__ = ["PHASES", "StageArrays", "stage_arrays"]
 
@@ -48,6 +55,8 @@ class StageArrays:
     """Parameters, gradients, master weights and optimizer states as held at the optimizer step."""
     activation_bytes: IntArray
     """Largest activations (saved tensors plus the backward working set) at any moment of the passes."""
+    host_bytes: IntArray
+    """Host memory the rank's offloaded states and activations take (0 without offload)."""
 
 
 @dataclass(frozen=True)
@@ -67,13 +76,26 @@ class _Modes:
                    interleaved=layouts.schedule == PipelineSchedule.INTERLEAVED.code)
 
 
-def _inflight(stage: IntArray, lay: LayoutArrays, modes: _Modes) -> FloatArray:
-    """Micro-batches of the stage's layers live at its peak (interleaved: chunk-micro-batches / vpp)."""
+def _inflight(model: ModelConfig, stage: IntArray, lay: LayoutArrays, modes: _Modes) -> FloatArray:
+    """Micro-batches of the stage's layers live at its peak (interleaved: chunk-micro-batches weighted by their
+    chunk's share of the stage's layers)."""
     pp, m, vpp = lay.pp, lay.num_microbatches, lay.vpp
     one_f_one_b = np.minimum(pp - stage, m)
-    # Megatron schedules.py, interleaved: warm-up (pp - rank - 1) * 2 + (vpp - 1) * pp chunk-micro-batches,
-    # plus the one forward before the first backward; capped by all m * vpp of them.
-    inter = np.minimum(2 * (pp - stage - 1) + (vpp - 1) * pp + 1, m * vpp) / vpp
+    # Megatron schedules.py, interleaved: warm-up (pp - rank - 1) * 2 + (vpp - 1) * g chunk-micro-batches (g: the
+    # micro-batch group per virtual stage, pp by default), plus the one forward before the first backward;
+    # capped by all m * vpp of them. They run g at a time per model chunk, chunk 0 first, so with chunks of
+    # unequal length the early chunks' layers hold more of them.
+    g = lay.microbatch_group
+    warm = np.minimum(2 * (pp - stage - 1) + (vpp - 1) * g + 1, m * vpp)
+    cycles, rest = warm // np.maximum(g * vpp, 1), warm % np.maximum(g * vpp, 1)
+    weighted = np.zeros(np.broadcast(stage, pp).shape, dtype=np.float64)
+    layers = np.zeros_like(weighted)
+    for j in range(int(np.max(vpp, initial=1))):
+        _, size = lay.chunk_span(model.num_layers, stage + j * pp)
+        size = np.where(j < vpp, size, 0)
+        weighted += (cycles * g + np.clip(rest - j * g, 0, g)) * size
+        layers += size
+    inter = np.where(layers > 0, weighted / np.maximum(layers, 1), warm / vpp)
     out = np.where(modes.interleaved, inter, np.where(modes.gpipe, m, one_f_one_b))
     return np.asarray(np.where(pp == 1, 1, out), dtype=np.float64)
 
@@ -106,77 +128,110 @@ class _Activations:
     """Of that cache, what the layers do not also save for backward."""
     kv_first: FloatArray
     """Of the cache, what the first layer also saves for backward (alive anyway while it runs its backward)."""
+    host: FloatArray
+    """Saved activations offloaded to host memory."""
+
+
+@dataclass(frozen=True)
+class _Layers:
+    """The stage's layers by what they save for one micro-batch without recomputation."""
+
+    saved: FloatArray
+    """All of them together."""
+    biggest: FloatArray
+    """The largest single layer."""
+    grad: FloatArray
+    """How many a gradient flows through (the others, frozen behind a frozen embedding, save nothing)."""
+    dequant: FloatArray
+    """QLoRA's dequantized weight while a layer runs (0 otherwise)."""
+
+
+def _layers(model: ModelConfig, training: TrainingConfig, shape: StageShape, layer: LayerActivations,
+            dense: FloatArray, moe: FloatArray, kw: dict[str, npt.ArrayLike]) -> _Layers:
+    """Saved bytes of the stage's layers, each by its kind: trained, LoRA-adapted, or frozen with a gradient
+    flowing through it (docs/memory-model.md, section 9); ``dense`` and ``moe``: ``layer``'s, as this layout's
+    layers save them (less the KV cache under checkpointing)."""
+    n = shape.num_layers.astype(np.float64)
+    n_moe = shape.num_moe_layers.astype(np.float64)
+    kinds = [(n - n_moe, dense), (n_moe, moe)]
+    grad, dequant = n, 0.0 * n
+    if training.lora is not None or training.freeze_embeddings or training.trainable_layers is not None:
+        frozen = frozen_activations(model, training, **kw)
+        n_train, n_train_moe = shape.num_trainable_layers.astype(np.float64), shape.num_trainable_moe_layers
+        n_flow = n - shape.num_nograd_layers - n_train
+        n_flow_moe = n_moe - shape.num_nograd_moe_layers - n_train_moe
+        trained = (dense, moe) if training.lora is None else (dense - frozen.adapted_dense, moe - frozen.adapted_moe)
+        kinds = [(n_train - n_train_moe, trained[0]), (n_train_moe.astype(np.float64), trained[1]),
+                 (n_flow - n_flow_moe, dense - frozen.frozen_dense),
+                 (n_flow_moe.astype(np.float64), moe - frozen.frozen_moe)]
+        grad = n - shape.num_nograd_layers
+        dequant = frozen.dequant + 0.0 * n
+    saved = sum((count * size for count, size in kinds), 0.0 * n)
+    biggest = np.max(np.stack(np.broadcast_arrays(*[np.where(count > 0, size, 0.0) for count, size in kinds])),
+                     axis=0)
+    return _Layers(saved=np.asarray(saved), biggest=biggest, grad=np.asarray(grad, dtype=np.float64),
+                   dequant=np.asarray(dequant))
 
 
 def _activations(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays, modes: _Modes, shape: StageShape,
                  held: StageParams, stage: IntArray) -> _Activations:
     """Saved activations, recompute working set and autocast copies of one stage (docs/memory-model.md, 3)."""
-    megatron = training.framework is Framework.MEGATRON
-    tp = lay.tp.astype(np.float64)
-    kw = {"tp": lay.tp, "sp": lay.active_sequence_parallel, "cp": lay.cp, "seq_len": lay.seq_len,
-          "micro_batch_size": lay.micro_batch_size}
-    layer = layer_activations(model, training, **kw)
+    kw: dict[str, npt.ArrayLike] = {"tp": lay.tp, "sp": lay.active_sequence_parallel, "cp": lay.cp,
+                                    "seq_len": lay.seq_len, "micro_batch_size": lay.micro_batch_size}
+    layer = layer_activations(model, training, **kw, etp=lay.etp, ep=lay.ep)
     edge = edge_activations(model, training, **kw)
     n = shape.num_layers.astype(np.float64)
     n_moe = shape.num_moe_layers.astype(np.float64)
-    n_dense = n - n_moe
-    inflight = _inflight(stage, lay, modes)
+    inflight = _inflight(model, stage, lay, modes)
     # Checkpointed layers run with use_cache=False (Transformers turns the cache off for gradient checkpointing).
     no_cache = np.where(modes.full, layer.cache_delta, 0.0)
     dense, moe = layer.dense - no_cache, layer.moe - no_cache
-    full_layers = n_dense * dense + n_moe * moe
-    biggest_layer = layer.kind_excess + np.where(
-        n_moe > 0, np.maximum(moe, np.where(n_dense > 0, dense, 0.0)), dense)
+    layers = _layers(model, training, shape, layer, dense, moe, {**kw, "etp": lay.etp, "ep": lay.ep})
+    full_layers, n_grad = layers.saved, layers.grad
+    biggest_layer = layer.kind_excess + layers.biggest
     k = lay.recompute_num_layers.astype(np.float64)
     if training.recompute_method is RecomputeMethod.BLOCK:
-        recomputed = np.where(k > 0, np.minimum(k * lay.vpp, n), n)
-        avg = np.where(n > 0, full_layers / np.maximum(n, 1), 0.0)
-        full_saved = recomputed * layer.layer_input + (n - recomputed) * avg
+        recomputed = np.where(k > 0, np.minimum(k * lay.vpp, n_grad), n_grad)
+        avg = np.where(n_grad > 0, full_layers / np.maximum(n_grad, 1), 0.0)
+        full_saved = recomputed * layer.layer_input + (n_grad - recomputed) * avg
         full_work = np.where(recomputed > 0, biggest_layer - layer.layer_input, 0.0)
     else:
         k_eff = np.where(k > 0, k, 1.0)
-        full_saved = np.ceil(n / k_eff) * layer.layer_input
-        full_work = np.minimum(k_eff, n) * biggest_layer - layer.layer_input
+        full_saved = np.ceil(n_grad / k_eff) * layer.layer_input
+        full_work = np.minimum(k_eff, n_grad) * biggest_layer - layer.layer_input
     saved_layers = np.where(modes.full, full_saved,
-                            np.where(modes.selective, full_layers - n * layer.core_dense, full_layers))
+                            np.where(modes.selective, full_layers - n_grad * layer.core_dense, full_layers))
     work = np.where(modes.full, full_work, np.where(modes.selective, layer.core_dense, 0.0))
-    work = np.where(n > 0, np.maximum(work, 0.0), 0.0)
+    work = np.where(n_grad > 0, np.maximum(work, 0.0), 0.0) + np.where(n_grad > 0, layers.dequant, 0.0)
     # MoE dispatcher buffers exist while an MoE layer runs, forward or backward.
     dispatch = np.where(n_moe > 0, layer.dispatch, 0.0)
     work = np.maximum(work, dispatch)
     first = shape.is_first.astype(np.float64)
     last = shape.is_last.astype(np.float64)
-    acts = inflight * (saved_layers + first * edge.embedding + last * edge.head)
+    saved_layers, offloaded = _offload(training, saved_layers, n_grad)
+    embeddings_train, head_trains = trains(model, training)
+    head = edge.head if head_trains else edge.head - frozen_activations(model, training, **kw).head
+    acts = inflight * (saved_layers + first * edge.embedding * float(embeddings_train) + last * head)
     # torch: the attention masks the model builds once per forward live through it; checkpointed layers keep them
     # as inputs until their recomputation (one set per micro-batch in flight).
     acts = acts + np.where(modes.full, inflight, 0.0) * layer.masks
-    acts_fwd = acts + np.where(modes.full, 0.0, layer.masks) + dispatch
+    acts_fwd = acts + np.where(modes.full, 0.0, layer.masks) + dispatch + np.where(n > 0, layers.dequant, 0.0)
     kv_layer = np.where(modes.full, 0.0, layer.kv_cache)
     kv_extra = np.where(modes.full, 0.0, layer.kv_extra)
     acts_fwd = acts_fwd + n * kv_extra  # the cache this forward fills, beyond what its layers save
     if training.precision.is_amp:
-        # autocast caches a half copy of every weight a matmul casts until the forward ends; saved tensors keep
-        # them until each layer's backward. With full recomputation a layer saves nothing, so at the start of
-        # backward only the head's copy is live, and each recomputed chunk re-casts its own during backward.
-        vh = model.vocab_size * model.hidden_size if model.lm_head else 0
-        same_stage_tied = first * last * (vh if model.tied_embeddings else 0)
-        emb = first * model.vocab_size * model.hidden_size
-        cast = (held.split - emb + same_stage_tied) / tp + (held.experts / (tp * lay.ep) if megatron else 0.0)
-        head_cast = last * vh / tp
-        per_layer = np.where(n > 0, (cast - head_cast) / np.maximum(n, 1), 0.0)
-        chunk = np.minimum(np.where(lay.recompute_num_layers > 0, lay.recompute_num_layers, 1), n)
-        acts_fwd = acts_fwd + 2.0 * cast
-        acts = acts + 2.0 * np.where(modes.full, head_cast, cast)
-        work = work + np.where(modes.full, 2.0 * chunk * per_layer, 0.0)
+        copies = _autocast_copies(model, training, lay, modes, shape, held, n_grad)
+        acts_fwd, acts, work = acts_fwd + copies.forward, acts + copies.backward, work + copies.work
 
-    one_mb = saved_layers + last * edge.head
-    # The first layer while it runs its backward: rebuilt (its chunk's input and working set) or as saved.
-    per_layer_saved = np.where(n > 0, saved_layers / np.maximum(n, 1), 0.0)
+    one_mb = saved_layers + last * head
+    # The first layer while it runs its backward: rebuilt (its chunk's input and working set) or as saved (nothing
+    # when no gradient reaches it).
+    per_layer_saved = np.where(n_grad >= n, np.where(n > 0, saved_layers / np.maximum(n, 1), 0.0), 0.0)
     first_layer = np.where(modes.full, np.minimum(layer.layer_input, saved_layers), per_layer_saved) + work
     # While a layer runs its backward, its MLP's gradient temporaries exist beside its saved tensors, and then,
     # its MLP's saved tensors freed, eager attention's probability gradients.
-    mlp_temps = np.where(n > 0, layer.mlp_grad, 0.0)
-    attn_temps = np.where(n > 0, layer.score_grad - layer.freed_before_core, 0.0)
+    mlp_temps = np.where(n_grad > 0, layer.mlp_grad, 0.0)
+    attn_temps = np.where(n_grad > 0, layer.score_grad - layer.freed_before_core, 0.0)
     late = acts - one_mb + first_layer + mlp_temps
     late_attn = acts - one_mb + first_layer + attn_temps
     top = work + mlp_temps
@@ -185,145 +240,57 @@ def _activations(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
     return _Activations(forward=acts_fwd, backward=acts, work=work, top=top, top_attention=top_attn,
                         late=np.maximum(late, 0.0),
                         late_attention=np.maximum(late_attn, 0.0),
-                        inflight=inflight, kv_cache=n * kv_layer, kv_extra=n * kv_extra, kv_first=kv_first)
+                        inflight=inflight, kv_cache=n * kv_layer, kv_extra=n * kv_extra, kv_first=kv_first,
+                        host=inflight * offloaded)
 
 
 @dataclass(frozen=True)
-class _States:
-    """Model states of one rank (bytes), after tensor, expert and ZeRO sharding."""
+class _Casts:
+    """Autocast's cached half weights: live at the end of the forward, at the start of backward, and rebuilt by
+    a recomputed chunk."""
 
-    params: FloatArray
-    grads: FloatArray
-    master: FloatArray
-    optimizer: FloatArray
-    temporaries: FloatArray
-    """Optimizer-step temporaries."""
-    num_params: FloatArray
-    """Parameters the rank holds before ZeRO sharding."""
-    dense: FloatArray
-    """Of those, the dense (non-expert) ones."""
+    forward: FloatArray
+    backward: FloatArray
+    work: FloatArray
 
 
-def _model_states(per_param: StateBytes, lay: LayoutArrays, held: StageParams, tp: FloatArray,
-                  replicas: FloatArray) -> _States:
-    """Weights, gradients, master weights, optimizer states and step temporaries, ZeRO-sharded over the
-    ``replicas`` (dp x cp) from the stage each one starts being sharded at."""
-    expert_replicas = replicas / lay.ep
-    dense = held.split / tp + held.replicated
-    experts = held.experts / (tp * lay.ep)
-    zero = lay.effective_zero_stage
-
-    def shard(from_stage: int) -> FloatArray:
-        return np.asarray(np.where(zero >= from_stage, dense / replicas + experts / expert_replicas, dense + experts))
-
-    temporaries = per_param.step_temp_local * shard(1) + per_param.step_temp_largest * held.largest_tensor
-    return _States(params=per_param.param * shard(3), grads=per_param.grad * shard(2),
-                   master=per_param.master * shard(1), optimizer=per_param.states * shard(1),
-                   temporaries=temporaries, num_params=dense + experts, dense=dense)
-
-
-@dataclass(frozen=True)
-class _LayerParams:
-    """Parameters one rank holds of one layer."""
-
-    dense: FloatArray
-    moe: FloatArray
-    """An MoE layer without its routed experts."""
-    experts: FloatArray
-    """The routed experts of an MoE layer."""
-    attention: FloatArray
-    """The attention part of a layer (with its norms)."""
-
-
-def _layer_params(model: ModelConfig, lay: LayoutArrays, tp: FloatArray) -> _LayerParams:
-    lc = layer_constants(model)
-    attention = lc.attn_split / tp + lc.attn_replicated
-    dense = attention + lc.mlp_split / tp + lc.mlp_replicated
-    moe = attention + lc.moe_shared_split / tp + lc.moe_shared_replicated + lc.moe_router
-    return _LayerParams(dense=dense, moe=moe, experts=lc.moe_experts / (tp * lay.ep), attention=attention)
-
-
-def _comm_buffers(per_param: StateBytes, megatron: bool, lay: LayoutArrays, shape: StageShape, states: _States,
-                  layer: _LayerParams, replicas: FloatArray) -> tuple[FloatArray, FloatArray]:
-    """Communication buffers during the passes and at the optimizer step."""
-    zero = lay.effective_zero_stage
-    layer_local = np.where(shape.num_moe_layers > 0, np.maximum(layer.moe + layer.experts, layer.dense), layer.dense)
-    edge_local = states.dense - (shape.num_layers - shape.num_moe_layers) * layer.dense \
-        - shape.num_moe_layers * layer.moe
-    ddp = (zero <= 1) & (replicas > 1) & (not megatron)
-    # torch DDP keeps bucket buffers as large as all gradients (gradient_as_bucket_view=False, the default).
-    passes = np.where(ddp, per_param.grad * states.num_params, 0.0)
-    step = passes
-    # ZeRO-2: one FSDP unit's unsharded gradients before its reduce-scatter; ZeRO-3: that plus the current and
-    # prefetched units' gathered parameters, and the root unit (embeddings, head) gathered for the whole pass.
-    passes = np.where(zero == 2, per_param.grad * layer_local, passes)
-    passes = np.where(zero == 3, (2 * per_param.param + per_param.grad) * layer_local
-                      + per_param.param * edge_local * (1 - 1 / replicas), passes)
-    return passes, step
-
-
-@dataclass(frozen=True)
-class _Gradients:
-    """Gradients live at each moment of the passes (bytes per rank)."""
-
-    passes: FloatArray
-    """While activations are live."""
-    top: FloatArray
-    """While the top layer runs its MLP's backward (the head's gradient written)."""
-    top_attention: FloatArray
-    """While it runs its attention's backward (its MLP's gradients written too)."""
-    late: FloatArray
-    """While the stage's first layer runs its MLP's backward."""
-    late_attention: FloatArray
-    """While the stage's first layer runs its attention's backward."""
-    tied_buffer: FloatArray
-    """torch's autograd input buffer of a tied head and embedding on one stage."""
-
-
-def _gradients(model: ModelConfig, megatron: bool, per_param: StateBytes, lay: LayoutArrays, shape: StageShape,
-               states: _States, layer: _LayerParams, tp: FloatArray, replicas: FloatArray) -> _Gradients:
+def _autocast_copies(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays, modes: _Modes,
+                     shape: StageShape, held: StageParams, n_grad: FloatArray) -> _Casts:
+    """Autocast caches a half copy of every weight a matmul casts until the forward ends; saved tensors keep
+    them until each layer's backward. With full recomputation a layer saves nothing, so at the start of backward
+    only the head's copy is live, and each recomputed chunk re-casts its own during backward."""
+    megatron = training.framework is Framework.MEGATRON
+    tp = lay.tp.astype(np.float64)
+    n = shape.num_layers.astype(np.float64)
     first = shape.is_first.astype(np.float64)
     last = shape.is_last.astype(np.float64)
-    n = shape.num_layers.astype(np.float64)
-    grads = states.grads
-    # Megatron's grad buffer always exists; torch's .grad tensors once a backward has run in this step (zero_grad
-    # sets them to None): with gradient accumulation (m > 1) the later micro-batches run with them (a stage whose
-    # peak precedes its first backward is overestimated by them).
-    passes = grads if megatron else np.where(lay.num_microbatches > 1, grads, 0.0)
-    # Once the loss gradient is through the head, its weight gradient exists (torch creates it then) while the
-    # top layer runs its backward (and, with recomputation, its working set).
-    head_grad = last * per_param.grad * (model.vocab_size * model.hidden_size / tp if model.lm_head else 0.0)
-    # torch, tied head and embedding on one stage: the weight's gradient node has two inputs, so autograd holds the
-    # head's contribution in its input buffer (torch/csrc/autograd/input_buffer.cpp) and writes .grad only when the
-    # embedding's arrives at the very end of backward: one V x h gradient while the layers run their backward, in
-    # the buffer, and two at the end (the buffered one and the embedding's).
-    tied = not megatron and model.tied_embeddings and model.lm_head
-    tied_buffer = first * head_grad * (1.0 if tied else 0.0)
-    head_written = head_grad - tied_buffer
-    top = np.maximum(passes, head_written)
-    # Late backward: the stage's first layer is being recomputed; its own gradients and the embeddings' are not
-    # written yet.
-    emb_grad = model.vocab_size * model.hidden_size / tp
-    if model.position_embedding is PositionEmbedding.LEARNED:
-        emb_grad = emb_grad + model.max_position_embeddings * model.hidden_size
-    emb_grad = emb_grad + model.type_vocab_size * model.hidden_size
-    k_late = np.minimum(np.where(lay.recompute_num_layers > 0, lay.recompute_num_layers, 1), n)
-    # (the first layer's kind is known only when the stage's layers are all of one kind; else the smaller)
-    n_moe = shape.num_moe_layers
-    first_layer = np.where(n_moe == shape.num_layers, layer.moe + layer.experts,
-                           np.where(n_moe > 0, np.minimum(layer.dense, layer.moe + layer.experts), layer.dense))
-    not_yet = k_late * first_layer + first * emb_grad
-    sharded = lay.effective_zero_stage >= 2
-    late = np.maximum(top, grads - per_param.grad * np.where(sharded, not_yet / replicas, not_yet)) + tied_buffer
-    # By the time the first layer's attention runs its backward, its MLP's gradients are written too.
-    not_yet_attn = np.minimum(not_yet, layer.attention + (k_late - 1) * layer.dense + first * emb_grad)
-    late_attn = np.maximum(top, grads - per_param.grad * np.where(sharded, not_yet_attn / replicas, not_yet_attn)
-                           ) + tied_buffer
-    mlp_layer = np.where(n_moe == shape.num_layers, layer.moe + layer.experts, layer.dense) - layer.attention
-    top_attn = np.maximum(passes, np.minimum(head_written + per_param.grad * np.where(sharded, mlp_layer / replicas,
-                                                                                   mlp_layer), grads))
-    return _Gradients(passes=passes, top=top, top_attention=np.where(n > 0, top_attn, top), late=late,
-                      late_attention=late_attn, tied_buffer=tied_buffer)
+    vh = model.vocab_size * model.hidden_size if model.lm_head else 0
+    same_stage_tied = first * last * (vh if model.tied_embeddings else 0)
+    emb = first * model.vocab_size * model.hidden_size
+    cast = (held.split - emb + same_stage_tied) / tp + (held.experts / (lay.expert_tp * lay.ep) if megatron else 0.0)
+    if training.lora is not None and training.lora.quantized:
+        cast = cast - held.matmul_split / tp  # 4-bit weights are dequantized, not cast (nor cached)
+    head_cast = last * vh / tp
+    per_layer = np.where(n > 0, (cast - head_cast) / np.maximum(n, 1), 0.0)
+    # layers no gradient reaches save nothing, so their casts are freed at once
+    cast = cast - per_layer * (n - n_grad)
+    chunk = np.minimum(np.where(lay.recompute_num_layers > 0, lay.recompute_num_layers, 1), n)
+    return _Casts(forward=2.0 * cast, backward=2.0 * np.where(modes.full, head_cast, cast),
+                  work=np.where(modes.full, 2.0 * chunk * per_layer, 0.0))
+
+
+def _offload(training: TrainingConfig, saved_layers: FloatArray, n_grad: FloatArray) -> tuple[FloatArray,
+                                                                                               FloatArray]:
+    """(saved on the device, saved on the host) per micro-batch when ``activation_offload_layers`` layers of the
+    stage send their saved tensors to the host after their forward (torch ``save_on_cpu``, Megatron
+    ``--cpu-offloading``): one layer's worth stays on the device, in transfer or prefetched for its backward."""
+    k = float(training.activation_offload_layers)
+    if k == 0:
+        return saved_layers, 0.0 * saved_layers
+    per_layer = np.where(n_grad > 0, saved_layers / np.maximum(n_grad, 1), 0.0)
+    moved = np.minimum(k, n_grad) * per_layer
+    staging = np.where(moved > 0, per_layer, 0.0)
+    return saved_layers - moved + staging, moved
 
 
 def _logits(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays, modes: _Modes, shape: StageShape
@@ -405,14 +372,13 @@ def stage_arrays(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
     modes = _Modes.of(lay)
     per_param = state_bytes(training)
     megatron = training.framework is Framework.MEGATRON
-    shape = stage_shape(model, stage, lay.pp, lay.vpp)
-    held = stage_params(model, shape, lay.tp)
-    tp = lay.tp.astype(np.float64)
-    replicas = (lay.dp * lay.cp).astype(np.float64)
-    states = _model_states(per_param, lay, held, tp, replicas)
-    layer = _layer_params(model, lay, tp)
-    comm_passes, comm_step = _comm_buffers(per_param, megatron, lay, shape, states, layer, replicas)
-    grads = _gradients(model, megatron, per_param, lay, shape, states, layer, tp, replicas)
+    shape = stage_shape(model, lay, stage, training)
+    held = stage_params(model, shape, lay.tp, training)
+    sh = sharding(lay)
+    states = model_states(per_param, training, held, sh)
+    layer = layer_params(model, training, sh)
+    comm_passes, comm_step = comm_buffers(per_param, training, lay, shape, states, layer, sh)
+    grads = gradients(model, training, per_param, lay, shape, states, layer, sh)
     act = _activations(model, training, lay, modes, shape, held, stage)
     logits_others, logits_fwd, logits_bwd, returned = _logits(model, training, lay, modes, shape)
     out = _outputs(training, act, returned)
@@ -446,8 +412,9 @@ def stage_arrays(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
     states_total = np.sum([_whole(step[cat], shape_all) for cat in ("parameters", "gradients", "master_weights",
                                                                      "optimizer_states")], axis=0)
     act_peak = np.broadcast_to(np.rint(np.maximum(act.forward, acts + act.work)).astype(np.int64), shape_all)
+    host = np.broadcast_to(np.rint(states.host + act.host).astype(np.int64), shape_all)
     return StageArrays(breakdown=breakdown, peak_bytes=peak, phase=phase,
-                       model_state_bytes=states_total, activation_bytes=act_peak,
+                       model_state_bytes=states_total, activation_bytes=act_peak, host_bytes=host,
                        num_layers=np.broadcast_to(shape.num_layers, shape_all),
                        num_params=np.broadcast_to(states.num_params, shape_all),
                        inflight=np.broadcast_to(act.inflight, shape_all),

@@ -31,6 +31,11 @@ class OverheadModel(FrozenModel):
     nccl_per_communicator_source: str
     fragmentation_fraction: float
     fragmentation_source: str
+    nvme_param_buffer_bytes: int
+    nvme_param_buffer_source: str
+    nvme_optimizer_buffers: int
+    nvme_optimizer_sub_group: int
+    nvme_optimizer_source: str
 
 
 @functools.lru_cache(maxsize=1)

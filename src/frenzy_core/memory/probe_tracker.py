@@ -82,6 +82,25 @@ def snapshot_total(snap: Mapping[Any, Mapping[Any, int]]) -> tuple[int, dict[str
 
 
 @functools.lru_cache(maxsize=1)
+def _frozen_aware(tracker: Any, track: Any, module: Any, install_grad_hooks: bool) -> tuple[int, int]:
+    """MemTracker's parameter tracking with frozen parameters (LoRA, frozen layers) counted as parameters without
+    the gradient hooks torch refuses on them; ``track`` is MemTracker's own method, shown only the trainable ones."""
+    from torch.distributed._tools.mem_tracker import _MemRefType
+
+    frozen = [p for p in module.parameters() if not p.requires_grad]
+    if not frozen or not install_grad_hooks:
+        return track(module, install_grad_hooks)  # type: ignore[no-any-return]
+    frozen_bytes = sum(w.mem_consumed for p in frozen
+                       for w in tracker._update_and_maybe_create_winfos(p, _MemRefType.PARAM))
+    trainable = [p for p in module.parameters() if p.requires_grad]
+    module.__dict__["parameters"] = lambda *args, **kwargs: iter(trainable)
+    try:
+        param_bytes, buffer_bytes = track(module, install_grad_hooks)
+    finally:
+        del module.__dict__["parameters"]
+    return param_bytes + frozen_bytes, buffer_bytes
+
+
 def _tracker_class() -> type:
     """MemTracker that also tags head-and-loss storages, counts ops, and can list the live tensors at one op."""
     from torch.distributed._tools.common_utils import get_untyped_storages
@@ -108,6 +127,8 @@ def _tracker_class() -> type:
             """Live activation bytes of tagged storages (a head weight's gradient is not counted)."""
             return sum(w.mem_consumed for _, w in self._head.values() if w.reftype in activation_types)
 
+        def _track_module_params_and_buffers(self, module: Any, install_grad_hooks: bool = True) -> tuple[int, int]:
+            return _frozen_aware(self, super()._track_module_params_and_buffers, module, install_grad_hooks)
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
             self.op_index += 1
             self._op = str(func)

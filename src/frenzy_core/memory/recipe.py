@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from frenzy_core.config.finetune import nf4_bytes_per_param
 from frenzy_core.config.training import Framework, Optimizer, OptimizerImpl, Precision, TrainingConfig
 
 __all__ = ["ADAM_8BIT_BLOCK_SIZE", "StateBytes", "state_bytes"]
@@ -18,7 +19,10 @@ class StateBytes:
     """Bytes per (local) parameter of each model-state category, and step-time temporaries."""
 
     param: float
-    """Working weights (plus the fp8 weight copy Transformer Engine keeps for fp8 recipes)."""
+    """Working weights."""
+    matmul_weight: float
+    """A layer's matmul weight: ``param``, plus the fp8 copy fp8 recipes keep beside it, or fp8 alone with
+    Megatron's fp8 parameter gather, or 4-bit NF4 with block scales under QLoRA."""
     grad: float
     """Gradients as accumulated over micro-batches (Megatron: fp32 main grads for half recipes)."""
     master: float
@@ -48,16 +52,21 @@ def state_bytes(training: TrainingConfig) -> StateBytes:
     p = training.precision
     megatron = training.framework is Framework.MEGATRON
     param = float(p.param_bytes)
+    matmul = param
     if p is Precision.FP8_MIXED:
-        # Transformer Engine keeps an fp8 copy of each weight for the fp8 GEMMs (1 byte per element).
-        param += 1.0
+        # Transformer Engine keeps an fp8 copy of each linear weight for the fp8 GEMMs (1 byte per element);
+        # with --fp8-param-gather the weight itself is an fp8 tensor (Float8Tensor) holding its row-wise data and
+        # the column-wise (transposed) copy the backward GEMMs read: 1 + 1 bytes, no bf16 weight.
+        matmul = 2.0 if training.fp8_param_gather else param + 1.0
+    if training.lora is not None and training.lora.quantized:
+        matmul = nf4_bytes_per_param(training.lora)  # bitsandbytes Linear4bit: packed 4-bit data + absmax
     if p.is_mixed:
         # Megatron: fp32 main_grad buffer (accumulate_allreduce_grads_in_fp32); DeepSpeed/torch: half grads
         # (the ZeRO paper's 2 + 2 + K accounting).
         grad = 4.0 if megatron else 2.0
         master = 4.0
     else:
-        grad = param if p is not Precision.FP8_MIXED else 2.0
+        grad = param
         master = 0.0
     n_states = _num_states(training.optimizer)
     sdt = _state_dtype_bytes(p)
@@ -80,5 +89,5 @@ def state_bytes(training: TrainingConfig) -> StateBytes:
         # DeepSpeed's mixed-precision optimizers copy the half gradient shard to fp32 before stepping
         # (single_partition_of_fp32_groups[i].grad).
         temp_local += 4.0
-    return StateBytes(param=param, grad=grad, master=master, states=states, step_temp_local=temp_local,
-                      step_temp_largest=temp_largest)
+    return StateBytes(param=param, matmul_weight=matmul, grad=grad, master=master, states=states,
+                      step_temp_local=temp_local, step_temp_largest=temp_largest)

@@ -43,6 +43,9 @@ class StageMemory(FrozenModel):
         default=0, ge=0, description="Parameters + gradients + master weights + optimizer states at the optimizer step.")
     activation_bytes: int = Field(
         default=0, ge=0, description="Largest activations (saved tensors and recompute working set) over the passes.")
+    host_bytes: int = Field(default=0, ge=0, description=(
+        "Host memory this stage's rank keeps: offloaded optimizer states, weights, gradients and activations, and "
+        "offload staging buffers (0 without offload)."))
 
     @model_validator(mode="after")
     def _sums(self) -> StageMemory:
@@ -63,6 +66,9 @@ class MemoryEstimate(FrozenModel):
     breakdown: dict[str, int] = Field(description="Busiest stage's bytes per category at its peak.")
     overhead: dict[str, int] = Field(description="Busiest stage's runtime overhead bytes.")
     peak_phase: str
+    host_bytes: int = Field(default=0, ge=0, description=(
+        "The most host memory any one rank keeps (offload; its stage's ``host_bytes``): a node needs this times "
+        "its GPUs."))
 
     def fits(self, gpu_memory_bytes: int, headroom: float = 0.0) -> bool:
         """Whether ``device_bytes`` fits in ``gpu_memory_bytes`` leaving ``headroom`` (a fraction) free."""

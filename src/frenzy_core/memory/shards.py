@@ -7,8 +7,11 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.config.model import ArchKind, ModelConfig, PositionEmbedding
 from frenzy_core.config.params import layer_parameters, mlp_parameters, norm_parameters, qk_norm_parameters
+from frenzy_core.config.training import TrainingConfig
+from frenzy_core.memory.trainable import adapter_counts, first_trainable_layer, matmul_weights, nograd_layers
 
 __all__ = ["LayerConstants", "StageParams", "StageShape", "layer_constants", "stage_params", "stage_shape"]
 
@@ -77,6 +80,12 @@ class StageShape:
     num_moe_layers: IntArray
     is_first: npt.NDArray[np.bool_]
     is_last: npt.NDArray[np.bool_]
+    num_trainable_layers: IntArray
+    """Of ``num_layers``, those that train (or get adapters)."""
+    num_trainable_moe_layers: IntArray
+    num_nograd_layers: IntArray
+    """Of ``num_layers``, those no gradient flows through (frozen, after a frozen embedding)."""
+    num_nograd_moe_layers: IntArray
 
 
 def _count_moe(model: ModelConfig, lo: IntArray, hi: IntArray) -> IntArray:
@@ -90,24 +99,30 @@ def _count_moe(model: ModelConfig, lo: IntArray, hi: IntArray) -> IntArray:
     return np.where(hi > a, n, 0)
 
 
-def stage_shape(model: ModelConfig, stage: IntArray, pp: IntArray, vpp: IntArray) -> StageShape:
-    """Layers of ``stage``: the model is cut into pp x vpp chunks, the first L mod (pp x vpp) one layer longer
-    (so stage 0 is never lighter than a middle stage); stage i holds chunks i, i + pp, ..."""
-    n_layers = model.num_layers
-    chunks = pp * vpp
-    base, extra = n_layers // chunks, n_layers % chunks
-    total = np.zeros(np.broadcast(stage, pp, vpp).shape, dtype=np.int64)
-    moe = np.zeros_like(total)
-    for j in range(int(np.max(vpp))):
-        c = stage + j * pp
+def stage_shape(model: ModelConfig, layouts: LayoutArrays, stage: IntArray,
+                training: TrainingConfig | None = None) -> StageShape:
+    """Layers of ``stage``: stage i holds pipeline chunks i, i + pp, ... of the layout's split
+    (:meth:`LayoutArrays.chunk_span`); ``training`` says which of them train."""
+    pp, vpp = layouts.pp, layouts.vpp
+    shape = np.broadcast(stage, pp, vpp, layouts.stage_split).shape
+    lo_train = first_trainable_layer(model, training) if training is not None else 0
+    nograd = nograd_layers(model, training) if training is not None else 0
+    counts = {k: np.zeros(shape, dtype=np.int64) for k in ("all", "moe", "train", "train_moe", "nograd",
+                                                            "nograd_moe")}
+    for j in range(int(np.max(vpp, initial=1))):
+        start, size = layouts.chunk_span(model.num_layers, stage + j * pp)
         active = j < vpp
-        size = base + (c < extra)
-        start = c * base + np.minimum(c, extra)
-        total += np.where(active, size, 0)
-        if model.moe is not None:
-            moe += np.where(active, _count_moe(model, start, start + size), 0)
-    return StageShape(num_layers=total, num_moe_layers=moe, is_first=np.asarray(stage == 0),
-                      is_last=np.asarray(stage == pp - 1))
+        end = start + size
+        for key, lo, hi in (("all", start, end), ("train", np.maximum(start, lo_train), end),
+                            ("nograd", start, np.minimum(end, nograd))):
+            counts[key] += np.where(active, np.maximum(hi - lo, 0), 0)
+            if model.moe is not None:
+                moe_key = "moe" if key == "all" else f"{key}_moe"
+                counts[moe_key] += np.where(active & (hi > lo), _count_moe(model, lo, hi), 0)
+    return StageShape(num_layers=counts["all"], num_moe_layers=counts["moe"], is_first=np.asarray(stage == 0),
+                      is_last=np.asarray(stage == pp - 1), num_trainable_layers=counts["train"],
+                      num_trainable_moe_layers=counts["train_moe"], num_nograd_layers=counts["nograd"],
+                      num_nograd_moe_layers=counts["nograd_moe"])
 
 
 @dataclass(frozen=True)
@@ -119,36 +134,36 @@ class StageParams:
     replicated: FloatArray
     """Whole on every tp rank (norms, row-parallel biases, routers, position tables)."""
     experts: FloatArray
-    """Routed experts: divided by ep x tp on each rank."""
+    """Routed experts: divided by ep x etp on each rank."""
     tied_copy: FloatArray
     """Of ``split``: the word-embedding copy the last stage holds for a tied head when pp > 1 (not unique)."""
     largest_tensor: FloatArray
     """Largest single tensor a rank holds (after sharding)."""
+    trainable_split: FloatArray
+    """Of ``split``, ``replicated`` and ``experts``: the parameters that train (all of them unless frozen)."""
+    trainable_replicated: FloatArray
+    trainable_experts: FloatArray
+    matmul_split: FloatArray
+    """Of ``split`` and ``experts``: the layers' matmul weights (what QLoRA stores in 4 bits and Transformer
+    Engine keeps fp8 copies of; biases, norms, routers, embeddings and head excluded)."""
+    matmul_experts: FloatArray
 
     def per_rank(self, tp: npt.ArrayLike, ep: npt.ArrayLike) -> FloatArray:
-        """Parameters one rank of this stage holds."""
+        """Parameters one rank of this stage holds (experts split over tp, as with etp = tp)."""
         tp_a = np.asarray(tp, dtype=np.float64)
         return np.asarray(self.split / tp_a + self.replicated + self.experts / (tp_a * np.asarray(ep)))
 
 
-def stage_params(model: ModelConfig, shape: StageShape, tp: npt.ArrayLike) -> StageParams:
-    """Parameter counts of the stage ``shape`` describes; ``tp`` only sizes ``largest_tensor``."""
-    c = layer_constants(model)
+def _edges(model: ModelConfig, shape: StageShape) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray,
+                                                         FloatArray]:
+    """(embedding split, embedding replicated, head split, head replicated, tied copy) of the stage."""
     h, v = model.hidden_size, model.vocab_size
-    n = shape.num_layers.astype(np.float64)
-    nm = shape.num_moe_layers.astype(np.float64)
-    nd = n - nm
-    split = n * c.attn_split + nd * c.mlp_split + nm * c.moe_shared_split
-    repl = n * c.attn_replicated + nd * c.mlp_replicated + nm * (c.moe_shared_replicated + c.moe_router)
-    experts = nm * c.moe_experts
+    first = shape.is_first.astype(np.float64)
+    last = shape.is_last.astype(np.float64)
     # First stage: word embeddings (vocabulary-parallel), position/token-type tables and embedding norm.
     emb_repl = (model.max_position_embeddings * h if model.position_embedding is PositionEmbedding.LEARNED else 0)
     emb_repl += model.type_vocab_size * h + (norm_parameters(model) if model.embedding_norm else 0)
     emb_repl += model.vision_tower_params  # a vision tower (Gemma 3) sits before the text stack, unsharded
-    first = shape.is_first.astype(np.float64)
-    last = shape.is_last.astype(np.float64)
-    split = split + first * (v * h)
-    repl = repl + first * emb_repl
     # Last stage: final norm, output head (untied, or a tied copy when the embedding lives on another stage).
     head_repl = norm_parameters(model) if model.final_norm else 0
     head_repl += h * h + h if model.pooler else 0
@@ -161,10 +176,53 @@ def stage_params(model: ModelConfig, shape: StageShape, tp: npt.ArrayLike) -> St
     if model.lm_head_bias:
         head_split += v  # one bias per vocabulary row, split with the head's rows
     tied = last * (1.0 - first) * (v * h if model.tied_embeddings and model.lm_head else 0)
-    split = split + last * head_split + tied
-    repl = repl + last * head_repl
+    return first * (v * h), first * emb_repl, last * head_split, last * head_repl, tied
+
+
+def stage_params(model: ModelConfig, shape: StageShape, tp: npt.ArrayLike,
+                 training: TrainingConfig | None = None) -> StageParams:
+    """Parameter counts of the stage ``shape`` describes; ``tp`` only sizes ``largest_tensor``; ``training``
+    says which train (LoRA adds its adapters)."""
+    c = layer_constants(model)
+    moe = model.moe
+    n = shape.num_layers.astype(np.float64)
+    nm = shape.num_moe_layers.astype(np.float64)
+    nd = n - nm
+    nt = shape.num_trainable_layers.astype(np.float64)
+    ntm = shape.num_trainable_moe_layers.astype(np.float64)
+    ntd = nt - ntm
+    split = n * c.attn_split + nd * c.mlp_split + nm * c.moe_shared_split
+    repl = n * c.attn_replicated + nd * c.mlp_replicated + nm * (c.moe_shared_replicated + c.moe_router)
+    experts = nm * c.moe_experts
+    emb_s, emb_r, head_s, head_r, tied = _edges(model, shape)
+    split = split + emb_s + head_s + tied
+    repl = repl + emb_r + head_r
+    lora = training.lora if training is not None else None
+    zero = 0.0 * n
+    shared = moe.shared_expert_ffn_hidden_size if moe is not None else 0
+    q_split = nd * matmul_weights(model, model.ffn_hidden_size) + nm * matmul_weights(model, shared)
+    expert_weights = (3 if model.mlp.gated else 2) * model.hidden_size * (moe.expert_ffn_hidden_size if moe else 0)
+    q_experts = nm * (moe.num_experts if moe is not None else 0) * expert_weights
+    if lora is not None:
+        ad_dense, ad_moe = adapter_counts(model, lora, model.ffn_hidden_size), adapter_counts(model, lora, shared)
+        t_split = ntd * ad_dense.split + ntm * ad_moe.split
+        t_repl = ntd * ad_dense.replicated + ntm * ad_moe.replicated
+        t_experts = zero
+        split, repl = split + t_split, repl + t_repl
+    else:
+        frozen_emb = training is not None and training.freeze_embeddings
+        t_split = ntd * c.mlp_split + ntm * c.moe_shared_split + nt * c.attn_split + head_s
+        t_repl = ntd * c.mlp_replicated + ntm * (c.moe_shared_replicated + c.moe_router) + nt * c.attn_replicated \
+            + head_r
+        t_experts = ntm * c.moe_experts
+        if not frozen_emb:
+            t_split, t_repl = t_split + emb_s + tied, t_repl + emb_r
     tp_a = np.asarray(tp, dtype=np.float64)
+    v, h = model.vocab_size, model.hidden_size
     largest = np.maximum(np.where(n > 0, c.largest_layer_tensor / tp_a, 0.0),
-                         np.where((first + last) > 0, v * h / tp_a, 0.0))
+                         np.where((shape.is_first | shape.is_last), v * h / tp_a, 0.0))
     return StageParams(split=np.asarray(split), replicated=np.asarray(repl), experts=np.asarray(experts),
-                       tied_copy=np.asarray(tied), largest_tensor=np.asarray(largest))
+                       tied_copy=np.asarray(tied), largest_tensor=np.asarray(largest),
+                       trainable_split=np.asarray(t_split), trainable_replicated=np.asarray(t_repl),
+                       trainable_experts=np.asarray(t_experts), matmul_split=np.asarray(q_split),
+                       matmul_experts=np.asarray(q_experts))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -155,7 +156,9 @@ def _layouts(grid: np.ndarray, training: TrainingConfig, adjustable_batch: bool)
                "distributed_optimizer": dopt, "recompute": rc,
                "recompute_num_layers": np.full_like(dp, training.recompute_num_layers or 0),
                "sequence_parallel": sp, "schedule": schedule}
-    return LayoutArrays(**{k: np.ascontiguousarray(columns[k], dtype=np.int64) for k in LAYOUT_COLUMNS})
+    arrays: dict[str, Any] = {k: np.ascontiguousarray(columns[k], dtype=np.int64) for k in LAYOUT_COLUMNS
+                              if k in columns}
+    return LayoutArrays(**arrays)
 
 
 @dataclass(frozen=True)

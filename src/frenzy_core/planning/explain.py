@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from frenzy_core.config.arrays import LayoutArrays
+from frenzy_core.config.finetune import describe_trainable
 
 if TYPE_CHECKING:
     from frenzy_core.planning.plan import Plan
@@ -85,6 +86,9 @@ def explain_plan(plan: Plan) -> str:
         f"({'proven optimal' if plan.optimal else 'best found, not proven optimal'} by {plan.solver} "
         f"in {plan.solve_time_s * 1000:.0f} ms); {plan.stranded_gpus} free GPU(s) left on the nodes it touches."),
     ]
+    t = plan.training
+    trains = describe_trainable(t.lora, t.freeze_embeddings, t.trainable_layers)
+    lines += [f"Trains: {trains}."] if trains else []
     lines += [f"Note: {note}." for note in plan.notes]
     if plan.mixed:
         lines += group_lines(plan)

@@ -1,6 +1,8 @@
 """Seconds per training iteration of a layout on one GPU type: compute, communication, bubble, optimizer.
 
-The busiest GPU (last pipeline stage: ceil(layers / pp) layers plus the head) sets the pace. One micro-batch on
+The busiest GPU sets the pace: the last pipeline stage (its layers plus the head) or the stage with the most
+layers before it, each with the layer counts the layout's split gives it (``ParallelConfig.stage_layers``, or
+the even split with the first stages one layer longer). One micro-batch on
 it (timing/stage.py, per layer timing/layer.py) runs its GEMMs at the GPU's sustained matmul rate times their
 shape factor and its attention at the measured speed of the framework's kernel (timing/efficiency.py),
 memory-bound kernels counted per framework at a share of HBM bandwidth, and tensor-, context- and
@@ -44,13 +46,13 @@ from frenzy_core.timing.comm import (
     ring_one_way_s,
     take_links,
 )
-from frenzy_core.timing.efficiency import gemm_hardware
+from frenzy_core.timing.efficiency import GemmHardware, gemm_hardware
 from frenzy_core.timing.flops import training_flops
 from frenzy_core.timing.layer import Rates
 from frenzy_core.timing.overlap import data_parallel_exposure, fsdp_exposure, pipelined_hidden
 from frenzy_core.timing.params import TimeModelParams, default_time_model_params
 from frenzy_core.timing.result import TIME_CATEGORIES, TimeEstimate, TimeEstimateBatch
-from frenzy_core.timing.stage import distinct, stage_terms
+from frenzy_core.timing.stage import StageTerms, distinct, stage_terms
 from frenzy_core.timing.traffic import FP8_CAST_BYTES, grad_reduce_bytes, optimizer_bytes_per_param
 
 __all__ = [
@@ -68,6 +70,7 @@ _PEAK_DTYPE = {
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 ArrayLike = npt.ArrayLike
+BoolArray = npt.NDArray[np.bool_]
 
 
 def peak_dtype(precision: Precision) -> str:
@@ -92,19 +95,34 @@ def _peak_flops(gpu: GPUSpec, precision: Precision) -> float:
 
 
 def _stage_params(model: ModelConfig, counts: ParamCounts, pp: IntArray, layers_stage: IntArray, tp: FloatArray,
-                  ep: IntArray) -> tuple[FloatArray, FloatArray]:
-    """Dense and expert parameters held by one GPU of the busiest stage (after tp and ep sharding)."""
+                  ep: IntArray, first: BoolArray, last: BoolArray) -> tuple[FloatArray, FloatArray]:
+    """Dense and expert parameters held by one GPU of the busiest stage (after tp and ep sharding); ``first`` and
+    ``last``: whether that stage holds the embedding and the head."""
     dense_per_layer = (counts.layers - counts.experts) / model.num_layers
     expert_per_layer = counts.experts / model.num_layers
     embed = embedding_parameters(model)
     final = norm_parameters(model) if model.final_norm else 0
     head_side = head_parameters(model) + final + (model.vocab_size * model.hidden_size
                                                   if model.tied_embeddings else 0)
-    # One stage holds the embedding and the head; otherwise the bigger end (a tied head keeps its own copy).
-    ends = np.where(pp == 1, embed + head_parameters(model) + final, max(embed, head_side))
+    # One stage holds the embedding and the head; otherwise each end its own (a tied head keeps its own copy).
+    ends = np.where(pp == 1, embed + head_parameters(model) + final,
+                    np.where(first, embed, 0) + np.where(last, head_side, 0))
     dense = (layers_stage * dense_per_layer + ends) / tp
     experts = layers_stage * expert_per_layer / (tp * ep)
     return dense, experts
+
+
+def _stage_candidates(model: ModelConfig, lay: LayoutArrays) -> tuple[IntArray, IntArray, IntArray]:
+    """Layers of the last pipeline stage, the most layers any earlier stage holds, and which stage that is (the
+    first one on a tie; 0 where pp = 1)."""
+    pp = np.atleast_1d(lay.pp)
+    last = np.atleast_1d(lay.stage_layer_count(model.num_layers, pp - 1))
+    mid, where = np.zeros_like(last), np.zeros_like(last)
+    for stage in range(int(np.max(pp, initial=1)) - 1):
+        count = np.where(stage < pp - 1, lay.stage_layer_count(model.num_layers, np.full_like(pp, stage)), -1)
+        where = np.where(count > mid, stage, where)
+        mid = np.maximum(mid, count)
+    return last, mid, where
 
 
 _CHECKED_RULES = (*BOUND_RULES, layout_rule("global_batch_splits_into_microbatches"))
@@ -140,55 +158,38 @@ def estimate_iteration_time_batch(
         lay.dp, lay.tp, lay.pp, lay.vpp, lay.cp, lay.ep, lay.micro_batch_size, lay.global_batch_size, lay.recompute,
         lay.schedule, lay.effective_zero_stage))
     sp = np.atleast_1d(lay.sequence_parallel).astype(bool)
-    per_step = mb * dp_
-    m = gbs // per_step
+    m = gbs // (mb * dp_)
     world = dp_ * tp_ * pp_ * cp_
     sp = sp & (tp_ > 1)
-    full = rc == Recompute.FULL.code
-    selective = rc == Recompute.SELECTIVE.code
 
     s = training.seq_len
-    layers_stage = -(-model.num_layers // pp_)  # ceil: the busiest stage
     tokens = mb * s / cp_  # tokens one GPU processes per micro-batch (before tensor-parallel sharding)
     tpf = tp_.astype(np.float64)
-    cpf = cp_.astype(np.float64)
     mf = m.astype(np.float64)
     hw = gemm_hardware(gpu)
     share = min(p.comm_sms / hw.sms, 1.0)  # compute lost while a collective overlaps it
     rates = _rates(gpu, training, p, peak, mem_bw)
 
     # ---- one micro-batch on the busiest stage, once per distinct stage shape (timing/stage.py, timing/layer.py)
-    if training.recompute_method is RecomputeMethod.BLOCK and training.recompute_num_layers is not None:
-        recomputed_layers = np.minimum(layers_stage, training.recompute_num_layers)
-    else:
-        recomputed_layers = layers_stage
     interleaved = sched == PipelineSchedule.INTERLEAVED.code
     chunks_i = np.where(interleaved, vpp_, 1)
-    inter = world > links.gpus_per_node  # stage boundaries cross nodes
     link_id = link_rows(links, world.shape)  # per-layout links (the planner's placements) or one for all
-    first, inverse = distinct(mb, cp_, tp_, ep_, sp, pp_, rc, chunks_i, inter, link_id)
-    st = stage_terms(
-        model, training, gpu, p, rates, take_links(links, first), hw, tokens=tokens[first], tp=tpf[first],
-        cp=cpf[first],
-        ep=ep_[first].astype(np.float64), sp=sp[first], layers=layers_stage[first],
-        redo=np.where(full, recomputed_layers, 0)[first].astype(np.float64), selective=selective[first],
-        chunks=chunks_i[first].astype(np.float64), pp=pp_[first], p2p_span=world[first].astype(np.float64),
-    ).take(inverse)
+    st, layers_stage, holds_embedding, pick_mid = _busiest_stage(
+        model, training, gpu, p, rates, links, link_id, hw, lay, tokens=tokens, mb=mb, cp=cp_, tp=tp_, ep=ep_, sp=sp,
+        pp=pp_, rc=rc, chunks=chunks_i, world=world)
     chunks = chunks_i.astype(np.float64)
     counts = count_parameters(model)
     elementwise_mb = st.elementwise + _fp8_weight_cast_s(model, counts, training, layers_stage, tpf, mf, mem_bw)
     bubble = (pp_ - 1) / chunks * (st.stage + elementwise_mb - st.elementwise)
 
     # ---- data parallel: gradient reduction and ZeRO gathers over dp x cp replicas (timing/overlap.py)
-    dense, experts = _stage_params(model, counts, pp_, layers_stage, tpf, ep_)
+    dense, experts = _stage_params(model, counts, pp_, layers_stage, tpf, ep_, holds_embedding, ~pick_mid)
     dp_s, hidden_dp = _data_parallel(model, counts, training, p, links, link_id, dense, experts, layers_stage, tp_,
-                                     cp_, dp_, ep_, pp_, zero, mf, st.fwd_window, st.bwd_window, bubble / 2.0)
+                                     cp_, dp_, ep_, pp_, zero, mf, st.fwd_window, st.bwd_window, bubble / 2.0,
+                                     holds_embedding.astype(np.int64) + 2 * (~pick_mid).astype(np.int64))
     hidden_dp = (1.0 - share) * p.data_parallel_overlap * hidden_dp
 
-    # ---- optimizer step: memory-bound over the (ZeRO-sharded) parameters of this GPU
-    replicas = (dp_ * cp_).astype(np.float64)
-    local = dense / np.where(zero >= 1, replicas, 1.0) + experts / np.where(zero >= 1, replicas / ep_, 1.0)
-    optimizer_s = local * optimizer_bytes_per_param(training.precision, training.optimizer) / mem_bw
+    optimizer_s = _optimizer_s(training, dense, experts, (dp_ * cp_).astype(np.float64), ep_, zero, mem_bw)
 
     breakdown = {
         "compute": mf * st.compute, "recompute": mf * st.recompute, "elementwise": mf * elementwise_mb,
@@ -200,15 +201,64 @@ def estimate_iteration_time_batch(
     assert tuple(breakdown) == TIME_CATEGORIES
     breakdown = {k: np.asarray(v, dtype=np.float64) * np.ones_like(mf) for k, v in breakdown.items()}
     overlapped = mf * st.hidden + hidden_dp
+    return _batch_result(model, s, breakdown, overlapped, m, gbs, world, peak)
+
+
+def _busiest_stage(model: ModelConfig, training: TrainingConfig, gpu: GPUSpec, p: TimeModelParams, rates: Rates,
+                   links: Links, link_id: IntArray, hw: GemmHardware, lay: LayoutArrays, *, tokens: FloatArray, mb: IntArray,
+                   cp: IntArray, tp: IntArray, ep: IntArray, sp: BoolArray, pp: IntArray, rc: IntArray,
+                   chunks: IntArray, world: IntArray) -> tuple[StageTerms, IntArray, BoolArray, BoolArray]:
+    """One micro-batch's terms on the busiest stage: the last stage (with the head) or the longest stage before
+    it, whichever takes longer; with that stage's layers, whether it holds the embedding, and whether it is the
+    earlier one. Each distinct stage shape is computed once."""
+    last_layers, mid_layers, mid_stage = _stage_candidates(model, lay)
+    full = rc == Recompute.FULL.code
+    selective = rc == Recompute.SELECTIVE.code
+    inter = world > links.gpus_per_node  # stage boundaries cross nodes
+    tpf, cpf = tp.astype(np.float64), cp.astype(np.float64)
+
+    def on_stage(layers: IntArray, head: float) -> StageTerms:
+        if training.recompute_method is RecomputeMethod.BLOCK and training.recompute_num_layers is not None:
+            redo = np.minimum(layers, training.recompute_num_layers)
+        else:
+            redo = layers
+        first, inverse = distinct(mb, cp, tp, ep, sp, pp, rc, chunks, inter, link_id, layers)
+        return stage_terms(
+            model, training, gpu, p, rates, take_links(links, first), hw, tokens=tokens[first], tp=tpf[first],
+            cp=cpf[first], ep=ep[first].astype(np.float64), sp=sp[first], layers=layers[first],
+            redo=np.where(full, redo, 0)[first].astype(np.float64), selective=selective[first],
+            chunks=chunks[first].astype(np.float64), pp=pp[first], p2p_span=world[first].astype(np.float64),
+            head=head + 0.0 * tpf[first],
+        ).take(inverse)
+
+    st_last = on_stage(last_layers, 1.0)
+    st_mid = on_stage(mid_layers, 0.0)
+    pick_mid = (pp > 1) & (st_mid.stage > st_last.stage)
+    st = StageTerms(*(np.where(pick_mid, a, b) for a, b in zip(st_mid, st_last, strict=True)))
+    layers_stage = np.where(pick_mid, mid_layers, last_layers)
+    holds_embedding = np.where(pick_mid, mid_stage == 0, pp == 1)
+    return st, layers_stage, holds_embedding, pick_mid
+
+
+def _batch_result(model: ModelConfig, seq_len: int, breakdown: dict[str, FloatArray], overlapped: FloatArray,
+                  m: IntArray, gbs: IntArray, world: IntArray, peak: float) -> TimeEstimateBatch:
+    """The step time (the categories less what overlaps) and the rates derived from it."""
     iteration_s = sum(breakdown.values()) - overlapped
-    model_flops = training_flops(model, s, 1) * gbs
+    model_flops = training_flops(model, seq_len, 1) * gbs
     gbs_f = gbs.astype(np.float64)
     return TimeEstimateBatch(
         iteration_s=iteration_s, breakdown=breakdown, overlapped_s=overlapped,
-        tokens_per_s=gbs_f * s / iteration_s, samples_per_s=gbs_f / iteration_s,
+        tokens_per_s=gbs_f * seq_len / iteration_s, samples_per_s=gbs_f / iteration_s,
         mfu=model_flops / (iteration_s * world * peak), model_tflops_per_gpu=model_flops / (iteration_s * world) / 1e12,
         num_microbatches=m, global_batch_size=gbs, world_size=world,
     )
+
+
+def _optimizer_s(training: TrainingConfig, dense: FloatArray, experts: FloatArray, replicas: FloatArray,
+                 ep: IntArray, zero: IntArray, mem_bw: float) -> FloatArray:
+    """The optimizer step: memory-bound over this GPU's (ZeRO-sharded over ``replicas``) parameters."""
+    local = dense / np.where(zero >= 1, replicas, 1.0) + experts / np.where(zero >= 1, replicas / ep, 1.0)
+    return np.asarray(local * optimizer_bytes_per_param(training.precision, training.optimizer) / mem_bw)
 
 
 def _rates(gpu: GPUSpec, training: TrainingConfig, p: TimeModelParams, peak: float, mem_bw: float) -> Rates:
@@ -235,19 +285,19 @@ def _data_parallel(model: ModelConfig, counts: ParamCounts, training: TrainingCo
                    links: Links, link_id: IntArray,
                    dense: FloatArray, experts: FloatArray, layers_stage: IntArray, tp: IntArray, cp: IntArray,
                    dp: IntArray, ep: IntArray, pp: IntArray, zero: IntArray, m: FloatArray, fwd_window: FloatArray,
-                   bwd_window: FloatArray, cooldown: FloatArray) -> tuple[FloatArray, FloatArray]:
+                   bwd_window: FloatArray, cooldown: FloatArray, ends: IntArray) -> tuple[FloatArray, FloatArray]:
     """Data-parallel seconds per step before overlap, and those compute can hide (before the overlap share).
 
     Per-micro-batch traffic hides behind that micro-batch's forward (``fwd_window``) and backward
     (``bwd_window``); the once-per-step gradient reduction also behind the pipeline's cooldown (``cooldown``,
-    the stage's idle half of the bubble).
+    the stage's idle half of the bubble). ``ends``: which of the embedding (1) and the head (2) the stage holds.
 
     Gradients are reduced over the dp x cp replicas (routed experts over dp x cp / ep), layer by layer: ZeRO 0
     all-reduces once per step, ZeRO 1 reduce-scatters and all-gathers once, ZeRO 2 reduce-scatters every
     micro-batch and gathers once, ZeRO 3 (FSDP) gathers each layer before its forward and backward and
     reduce-scatters after it, every micro-batch.
     """
-    first, inverse = distinct(dp, cp, tp, pp, ep, link_id)
+    first, inverse = distinct(dp, cp, tp, pp, ep, link_id, layers_stage, ends)
     costs = _dp_collectives(model, counts, training, p, take_links(links, first), dense[first], experts[first],
                             layers_stage[first],
                             tp[first].astype(np.float64), (dp * cp)[first].astype(np.float64),
@@ -275,7 +325,7 @@ def _dp_collectives(model: ModelConfig, counts: ParamCounts, training: TrainingC
     bw = group_bandwidth(span, span / replicas, links, p.collective_efficiency)
     n_layers = layers_stage.astype(np.float64)
     dense_layer = (counts.layers - counts.experts) / model.num_layers / tp
-    expert_layer = experts / n_layers
+    expert_layer = experts / np.maximum(n_layers, 1.0)
     ends = dense - n_layers * dense_layer  # embedding and head on this stage
 
     def one(n_params: FloatArray, group: FloatArray, nbytes: float, one_way: bool) -> FloatArray:

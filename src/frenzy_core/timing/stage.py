@@ -1,5 +1,6 @@
-"""One micro-batch on the busiest pipeline stage: its layers' terms (timing/layer.py) times the layer count, with
-recompute, the head, pipeline sends and what overlaps, for each distinct stage shape of a batch of candidates.
+"""One micro-batch on one pipeline stage: its layers' terms (timing/layer.py) times the layer count, with
+recompute, the head where the stage holds it, pipeline sends and what overlaps, for each distinct stage shape of a
+batch of candidates.
 
 Layouts that differ only in dp, ZeRO stage or global batch share their stage shape, so the estimator evaluates the
 physics once per distinct shape (:func:`distinct`) and gathers the results.
@@ -57,7 +58,7 @@ def distinct(*columns: npt.NDArray[np.int64] | BoolArray) -> tuple[npt.NDArray[n
 
 
 class StageTerms(NamedTuple):
-    """Seconds of one micro-batch on the busiest stage, by category (before overlap), the seconds hidden, and
+    """Seconds of one micro-batch on a stage, by category (before overlap), the seconds hidden, and
     the forward and backward compute that data-parallel traffic can hide behind."""
 
     compute: FloatArray
@@ -91,16 +92,18 @@ class StageTerms(NamedTuple):
 def stage_terms(model: ModelConfig, training: TrainingConfig, gpu: GPUSpec, p: TimeModelParams, rates: Rates,
                 links: Links, hw: GemmHardware, *, tokens: FloatArray, tp: FloatArray, cp: FloatArray, ep: FloatArray,
                 sp: BoolArray, layers: IntArray, redo: FloatArray, selective: BoolArray, chunks: FloatArray,
-                pp: IntArray, p2p_span: FloatArray) -> StageTerms:
+                pp: IntArray, p2p_span: FloatArray, head: FloatArray) -> StageTerms:
     """One micro-batch over ``layers`` layers (``redo`` of them recomputed in full, or the attention core of all
-    of them when ``selective``) and the head, with ``chunks`` model chunks crossing stage boundaries."""
+    of them when ``selective``) and, where ``head`` is 1, the output head and logits, with ``chunks`` model chunks
+    crossing stage boundaries."""
     lt = layer_terms(model, training, gpu, p, rates, links, hw, tokens, tp, cp, ep, sp)
+    head_fwd, head_bwd, logits = head * lt.head_fwd, head * lt.head_bwd, head * lt.logits
     share = min(p.comm_sms / hw.sms, 1.0)
     n = layers.astype(np.float64)
     fwd_layer = lt.gemm_fwd + lt.attn_fwd + lt.elem_fwd
-    compute = n * (lt.gemm_fwd + lt.gemm_bwd + lt.attn_fwd + lt.attn_bwd) + lt.head_fwd + lt.head_bwd
+    compute = n * (lt.gemm_fwd + lt.gemm_bwd + lt.attn_fwd + lt.attn_bwd) + head_fwd + head_bwd
     recompute = redo * fwd_layer + np.where(selective, n * (lt.attn_fwd + lt.score_fwd), 0.0)
-    elementwise = n * (lt.elem_fwd + lt.elem_bwd) + lt.logits
+    elementwise = n * (lt.elem_fwd + lt.elem_bwd) + logits
     launch = n * (lt.launch_fwd + lt.launch_bwd) + redo * lt.launch_fwd
     tensor_parallel = n * (lt.tp_fwd + lt.tp_bwd) + redo * lt.tp_fwd
     context_parallel = n * (lt.cp_fwd + lt.cp_bwd) + redo * lt.cp_fwd
@@ -117,7 +120,7 @@ def stage_terms(model: ModelConfig, training: TrainingConfig, gpu: GPUSpec, p: T
     p2p = np.where(pp > 1, 2.0 * chunks * send_s(tokens * model.hidden_size * act / tp, bw, lat), 0.0)
     busy = compute + recompute + elementwise + launch
     hidden = hidden + (1.0 - share) * p.pipeline_p2p_overlap * np.minimum(p2p, busy)
-    fwd_window = n * fwd_layer + lt.head_fwd
-    bwd_window = n * (lt.gemm_bwd + lt.attn_bwd + lt.elem_bwd) + lt.head_bwd + recompute
+    fwd_window = n * fwd_layer + head_fwd
+    bwd_window = n * (lt.gemm_bwd + lt.attn_bwd + lt.elem_bwd) + head_bwd + recompute
     return StageTerms(compute, recompute, elementwise, launch, tensor_parallel, context_parallel, expert_parallel,
                       p2p, hidden, fwd_window, bwd_window)

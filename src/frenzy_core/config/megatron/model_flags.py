@@ -137,15 +137,11 @@ def _vocab_size(r: FlagReader, model_type: str, tp: int) -> int:
 
 def _moe(r: FlagReader, num_layers: int, ffn: int, tp: int, problems: Problems) -> MoEConfig | None:
     experts = r.integer("--num-experts")
-    etp = r.positive("--expert-tensor-parallel-size")
     if not experts:  # validate_args: --num-experts 0 means no MoE; MoE details without experts change nothing
         r.used.update(_MOE_DETAILS)
         return None
     if experts < 0:
         raise ConfigError(f"--num-experts must be positive, got {experts}", field="--num-experts", value=experts)
-    if etp is not None and etp != tp:
-        problems.append(("--expert-tensor-parallel-size",
-                         f"expert tensor parallelism ({etp}) different from --tensor-model-parallel-size ({tp})"))
     top_k = r.positive("--moe-router-topk", _MOE_TOPK)
     expert_ffn = r.positive("--moe-ffn-hidden-size", ffn)  # validate_args: defaults to ffn_hidden_size
     shared = r.positive("--moe-shared-expert-intermediate-size")

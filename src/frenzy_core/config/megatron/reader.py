@@ -64,6 +64,9 @@ def parse_megatron_args(
 
     parallel = _parallel(r, world_size)
     model = read_model(r, model_type, parallel.tp, problems)
+    parallel = parallel.replace(
+        stage_layers=_stage_split(r, model.num_layers, parallel.pp, parallel.vpp),
+        microbatch_group_size=_microbatch_group(r, parallel))
     training = _training(r, parallel, problems)
     _check_megatron_layout(r, model, training, parallel)
 
@@ -128,24 +131,17 @@ def _parallel(r: FlagReader, world_size: int) -> ParallelConfig:
         )
     dp = world_size // (tp * pp * cp)
     vpp = _virtual_stages(r, pp)
-    if ep > 1 and (dp * cp) % ep != 0:
-        etp = r.positive("--expert-tensor-parallel-size")
-        if etp is not None and etp != tp and (tp * dp * cp) % (etp * ep) == 0:
-            # Megatron-Core lays experts out as etp x ep x expert-dp = tp x cp x dp;
-            # ParallelConfig keeps etp = tp.
-            raise ConfigError(
-                f"--expert-tensor-parallel-size={etp} with --expert-model-parallel-size={ep} is not "
-                f"supported: the configs take expert-parallel ranks from data x context parallel = {dp * cp} "
-                f"(expert tensor parallelism = --tensor-model-parallel-size={tp})",
-                field="--expert-tensor-parallel-size",
-                value=etp,
-            )
+    etp = r.positive("--expert-tensor-parallel-size")
+    # Megatron-Core lays routed experts out as etp x ep x expert-dp = tp x cp x dp (parallel_state.py)
+    expert_tp = tp if etp is None else etp
+    if (tp * dp * cp) % (expert_tp * ep) != 0:
         raise ConfigError(
-            f"--expert-model-parallel-size={ep} must divide data x context parallel = {dp * cp}",
+            f"--expert-model-parallel-size x --expert-tensor-parallel-size = {ep} x {expert_tp} must divide "
+            f"tensor x data x context parallel = {tp * dp * cp}",
             field="--expert-model-parallel-size",
             value=ep,
         )
-    return ParallelConfig(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep)
+    return ParallelConfig(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=None if etp in (None, tp) else etp)
 
 
 def _virtual_stages(r: FlagReader, pp: int) -> int:
@@ -197,6 +193,8 @@ def _training(r: FlagReader, parallel: ParallelConfig, problems: list[tuple[str,
         micro_batch_size=mbs,
         global_batch_size=gbs,
         precision=_precision(r),
+        # Transformer Engine keeps the weights as fp8 tensors (row- and column-wise data), no bf16 copy
+        fp8_param_gather=r.switch("--fp8-param-gather"),
         optimizer=_optimizer(r, problems),
         optimizer_impl=OptimizerImpl.FUSED,
         distributed_optimizer=r.switch("--use-distributed-optimizer"),
@@ -281,6 +279,59 @@ def _attention(r: FlagReader) -> Attention:
     if backend == "auto" and (impl == "local" or spec == ["local"]):
         return Attention.EAGER  # the local spec's DotProductAttention is unfused
     return Attention.FLASH
+
+
+def _microbatch_group(r: FlagReader, parallel: ParallelConfig) -> int | None:
+    """--microbatch-group-size-per-virtual-pipeline-stage (Megatron's default, pp, as None)."""
+    group = r.positive("--microbatch-group-size-per-virtual-pipeline-stage")
+    return None if group in (None, parallel.pp) or parallel.vpp == 1 else group
+
+
+def _stage_split(r: FlagReader, num_layers: int, pp: int, vpp: int) -> tuple[int, ...] | None:
+    """Chunk layer counts of an uneven Megatron pipeline (None: even), see :func:`megatron_split`."""
+    first = r.integer("--decoder-first-pipeline-num-layers")
+    last = r.integer("--decoder-last-pipeline-num-layers")
+    embedding = r.switch("--account-for-embedding-in-pipeline-split")
+    loss = r.switch("--account-for-loss-in-pipeline-split")
+    return megatron_split(num_layers, pp, vpp, first=first, last=last, embedding=embedding, loss=loss)
+
+
+def megatron_split(num_layers: int, pp: int, vpp: int, *, first: int | None = None, last: int | None = None,
+                   embedding: bool = False, loss: bool = False) -> tuple[int, ...] | None:
+    """Chunk layer counts (model order) as Megatron-Core's ``get_num_layers_to_build`` cuts them (None: even):
+    --decoder-first/last-pipeline-num-layers fix the first and last stage and the other stages share the rest
+    evenly, each stage's layers split evenly over its virtual chunks; --account-for-embedding/loss-in-pipeline-
+    split count the embedding and the loss as one layer each, taken from the first and the last chunk."""
+    if first is None and last is None:
+        if not (embedding or loss):
+            return None
+        total, chunks = num_layers + embedding + loss, pp * vpp
+        if total % chunks != 0:
+            raise ConfigError(f"--num-layers={num_layers} plus the embedding and loss counted as layers ({total}) "
+                              f"is not divisible by the {chunks} pipeline chunks", field="--num-layers",
+                              value=num_layers, hint=f"use --num-layers with {chunks} dividing it plus "
+                                                     f"{total - num_layers}")
+        split = [total // chunks] * chunks
+        split[0] -= embedding
+        split[-1] -= loss
+        return tuple(split)
+    if embedding or loss:
+        raise ConfigError("--account-for-embedding/loss-in-pipeline-split cannot be combined with "
+                          "--decoder-first/last-pipeline-num-layers", field="--decoder-first-pipeline-num-layers",
+                          value=first)
+    fixed = {0: first, pp - 1: last}
+    rest = num_layers - sum(v for v in fixed.values() if v is not None)
+    others = pp - sum(v is not None for v in fixed.values())
+    if rest < 0 or (others > 0 and rest % others != 0) or (others == 0 and rest != 0):
+        raise ConfigError(f"--num-layers={num_layers} less the first and last stages' layers leaves {rest}, which "
+                          f"the other {others} stages cannot share evenly", field="--decoder-first-pipeline-num-layers",
+                          value=first, hint="choose first/last counts that leave a multiple of the other stages")
+    share = rest // max(others, 1)
+    stages = [share if fixed.get(s) is None else int(fixed[s] or 0) for s in range(pp)]
+    if any(n % vpp for n in stages):
+        raise ConfigError(f"pipeline stages of {stages} layers do not split into {vpp} virtual chunks evenly",
+                          field="--decoder-first-pipeline-num-layers", value=first)
+    return tuple(stages[c % pp] // vpp for c in range(pp * vpp))
 
 
 _UNEVEN_STAGE_FLAGS = ("--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",

@@ -73,6 +73,7 @@ FIELD_FLAGS: dict[str, str] = {
     "parallel.vpp": "--num-virtual-stages-per-pipeline-rank",
     "parallel.cp": "--context-parallel-size",
     "parallel.ep": "--expert-model-parallel-size",
+    "parallel.etp": "--expert-tensor-parallel-size",
 }
 """Config field path (as a layout rule names it) -> the Megatron flag that sets it: the reader renders the shared
 layout rules (:data:`~frenzy_core.config.layout.LAYOUT_RULES`) in flags through it."""

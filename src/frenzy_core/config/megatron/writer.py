@@ -3,11 +3,14 @@ environment Megatron-LM's ``validate_args`` needs for it on a given GPU type."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from frenzy_core._base import FrozenModel
 from frenzy_core.config.architecture import ArchKind, MLPKind, PositionEmbedding
 from frenzy_core.config.megatron.args import flag_table
 from frenzy_core.config.megatron.model_flags import LLAMA3_ROPE
 from frenzy_core.config.megatron.pattern import moe_layer_flag
+from frenzy_core.config.megatron.reader import megatron_split
 from frenzy_core.config.megatron.tables import (
     MAKE_VOCAB_DIVISIBLE_BY,
     MLP_SWITCHES,
@@ -70,7 +73,7 @@ def megatron_launch(model: ModelConfig, training: TrainingConfig, parallel: Para
     notes = () if padded == model.vocab_size else (
         f"Megatron pads the {model.vocab_size:,}-token vocabulary to {padded:,} rows (a multiple of "
         f"{divisible_by} x tp={parallel.tp}); the memory estimate counted {model.vocab_size:,}",)
-    args = [*_model_flags(model, divisible_by), *_training_flags(training), *_parallel_flags(parallel)]
+    args = [*_model_flags(model, divisible_by), *_training_flags(training), *_parallel_flags(parallel, model.num_layers)]
     env = {}
     fsdp = training.zero_stage == 3
     if (parallel.tp > 1 or parallel.cp > 1) and not fsdp and (capability or 0) < _CONNECTIONS_FREE_ARCH:
@@ -156,6 +159,7 @@ def _training_flags(training: TrainingConfig) -> list[str]:
     if training.global_batch_size is not None:
         out += ["--global-batch-size", str(training.global_batch_size)]
     out += list(PRECISION_SWITCHES[training.precision])
+    out += ["--fp8-param-gather"] if training.fp8_param_gather else []
     if training.optimizer in (Optimizer.SGD_MOMENTUM, Optimizer.SGD):
         out += ["--optimizer", "sgd", *(["--sgd-momentum", "0.0"] if training.optimizer is Optimizer.SGD else [])]
     if training.effective_zero_stage == 1:  # Megatron's distributed optimizer is ZeRO-1
@@ -173,11 +177,38 @@ def _training_flags(training: TrainingConfig) -> list[str]:
     return out
 
 
-def _parallel_flags(parallel: ParallelConfig) -> list[str]:
+def split_flags(num_layers: int, parallel: ParallelConfig) -> list[str] | None:
+    """The flags that make Megatron-LM cut the layers as ``parallel.stage_layers`` (``[]`` for the even split),
+    or None when no flag combination does."""
+    if parallel.stage_layers is None:
+        return []
+    pp, vpp, split = parallel.pp, parallel.vpp, parallel.stage_layers
+    stage = [sum(split[s::pp]) for s in range(pp)]
+    tries: list[tuple[dict[str, Any], list[str]]] = [
+        ({"embedding": e, "loss": lo}, ["--account-for-embedding-in-pipeline-split"] * e
+         + ["--account-for-loss-in-pipeline-split"] * lo) for e in (True, False) for lo in (True, False) if e or lo]
+    for f, lst in ((stage[0], None), (None, stage[-1]), (stage[0], stage[-1])):
+        tries.append(({"first": f, "last": lst},
+                      (["--decoder-first-pipeline-num-layers", str(f)] if f is not None else [])
+                      + (["--decoder-last-pipeline-num-layers", str(lst)] if lst is not None else [])))
+    for kwargs, flags in tries:
+        try:
+            if megatron_split(num_layers, pp, vpp, **kwargs) == tuple(split):
+                return flags
+        except ConfigError:
+            continue
+    return None
+
+
+def _parallel_flags(parallel: ParallelConfig, num_layers: int) -> list[str]:
     out = ["--tensor-model-parallel-size", str(parallel.tp), "--pipeline-model-parallel-size", str(parallel.pp)]
     if parallel.vpp > 1:
         out += ["--num-virtual-stages-per-pipeline-rank", str(parallel.vpp)]
+    if parallel.microbatch_group_size is not None:
+        out += ["--microbatch-group-size-per-virtual-pipeline-stage", str(parallel.microbatch_group_size)]
+    out += split_flags(num_layers, parallel) or []
     out += ["--context-parallel-size", str(parallel.cp)]
+    out += ["--expert-tensor-parallel-size", str(parallel.etp)] if parallel.etp is not None else []
     return out + (["--expert-model-parallel-size", str(parallel.ep)] if parallel.ep > 1 else [])
 
 
@@ -227,6 +258,9 @@ def _blockers(model: ModelConfig, training: TrainingConfig, parallel: ParallelCo
          "Megatron's backends are flash/fused or unfused"),
         (parallel.schedule.value == "gpipe", "parallel.schedule", parallel.schedule.value,
          "Megatron runs 1F1B or interleaved 1F1B"),
+        (split_flags(model.num_layers, parallel) is None, "parallel.stage_layers", parallel.stage_layers,
+         "Megatron's flags cut uneven stages only as --decoder-first/last-pipeline-num-layers or "
+         "--account-for-embedding/loss-in-pipeline-split do"),
     ]
 
 

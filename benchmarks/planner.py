@@ -8,7 +8,11 @@ the distributed optimizer are searched too). Times are wall-clock medians of ``p
 Targets (reported, not asserted): median <= 100 ms for 1,024 GPUs of 6 types; <= 1 s for 16,384 GPUs of 8 types;
 CP-SAT >= 20x faster than the exhaustive reference at 4,096 GPUs with the same objective.
 
-Run: ``python benchmarks/planner.py [--runs 20] [--quick]`` (``--quick``: fewer sizes and runs).
+Mixed GPU types (issue 12): ``--mixed`` times ``plan_job`` with and without the mixed-type search, alternated
+under the same load (targets: <= 1 s at 1,024 GPUs of 6 types, <= 5 s at 16,384 GPUs of 8 types), and compares
+the mixed plan with the best single-type plan on 200 random fragmented clusters.
+
+Run: ``python benchmarks/planner.py [--runs 20] [--quick] [--mixed]`` (``--quick``: fewer sizes and runs).
 """
 
 from __future__ import annotations
@@ -133,7 +137,7 @@ def quality() -> None:
             try:
                 plan = plan_job(model, cluster, training, objective=objective)
                 p = plan.parallel
-                cells += [_describe(plan.num_gpus, plan.gpu_type, p.tp, p.pp, p.dp)
+                cells += [_describe(plan.num_gpus, "+".join(plan.gpu_types), p.tp, p.pp, p.dp)
                           + f" mbs{plan.training.micro_batch_size} {plan.training.recompute.value}",
                           f"{plan.time.tokens_per_s:,.0f}"]
             except InfeasiblePlanError:
@@ -141,13 +145,86 @@ def quality() -> None:
         print(f"| {preset} | {recipe} | " + " | ".join(cells) + " |")
 
 
+def mixed_timing(runs: int, cases: list[tuple[int, int]]) -> None:
+    """plan_job with and without the mixed-type search (issue 12), alternated run by run under the same load."""
+    print(f"\n## Planning time with the mixed-type search (median of {runs} runs each, alternated, ms)\n")
+    print("| GPUs | types | mixed_types=False | mixed_types=True | chosen |")
+    print("|---:|---:|---:|---:|---|")
+    for size, num_types in cases:
+        cluster = make_cluster(size, num_types)
+        plan_job(MODEL, cluster, TRAINING)
+        old, new = [], []
+        for _ in range(runs):
+            for flag, out in ((False, old), (True, new)):
+                start = time.perf_counter()
+                plan = plan_job(MODEL, cluster, TRAINING, mixed_types=flag)
+                out.append(time.perf_counter() - start)
+        chosen = f"{plan.num_gpus} x {' + '.join(plan.gpu_types)}"
+        print(f"| {size:,} | {num_types} | {1000 * statistics.median(old):,.0f} | "
+              f"{1000 * statistics.median(new):,.0f} | {chosen} |")
+
+
+GAIN_MODELS = ("qwen2.5-0.5b", "gpt2", "qwen2.5-1.5b", "llama-2-7b")
+"""Models of the mixed-gain study (small enough that fragments of a few nodes hold them)."""
+
+
+def mixed_gain(instances: int, seed: int = 0) -> None:
+    """Random fragmented mixed clusters (2-6 types, 2-12 nodes of 4 or 8 GPUs, 1-8 free each), several models at sequence 1,024
+    and every objective: how often mixing wins, the distribution of the gain, and that it is never worse."""
+    rng = random.Random(seed)
+    gains: dict[str, list[float]] = {"throughput": [], "gpus": [], "cost": [], "time_to_train": []}
+    worse = infeasible_single = mixed_only = 0
+    for _ in range(instances):
+        types = rng.sample(GPU_TYPES[:6], rng.randint(2, 6))
+        nodes = []
+        for _ in range(rng.randint(2, 12)):
+            size = rng.choice([4, 8])
+            nodes.append({"gpu": rng.choice(types), "gpus_per_node": size, "free_gpus": rng.randint(1, size)})
+        cluster = Cluster.from_dict({"nodes": nodes})
+        model = ModelConfig.preset(rng.choice(GAIN_MODELS))
+        training = TrainingConfig(seq_len=1024, global_batch_size=rng.choice([16, 32, 64]))
+        objective = rng.choice(list(gains))
+        cons = {"token_budget": 10**9} if objective == "time_to_train" else None
+        try:
+            single = plan_job(model, cluster, training, objective=objective, constraints=cons, mixed_types=False)
+        except InfeasiblePlanError:
+            single = None
+        try:
+            plan = plan_job(model, cluster, training, objective=objective, constraints=cons)
+        except InfeasiblePlanError:
+            infeasible_single += single is None
+            continue
+        if single is None:
+            mixed_only += 1
+            continue
+        gain = (plan.objective_value / single.objective_value if objective == "throughput"
+                else single.objective_value / plan.objective_value) - 1
+        worse += gain < -1e-12
+        gains[objective].append(gain)
+    print(f"\n## Mixed vs the best single-type plan on {instances} random fragmented clusters\n")
+    print("| objective | instances | mixed chosen | median gain when mixed | max gain |")
+    print("|---|---:|---:|---:|---:|")
+    for objective, values in gains.items():
+        won = [g for g in values if g > 0]
+        med = f"{statistics.median(won):+.1%}" if won else "-"
+        top = f"{max(won):+.1%}" if won else "-"
+        print(f"| {objective} | {len(values)} | {len(won)} | {med} | {top} |")
+    print(f"\nnever worse: {worse == 0} ({worse} worse); feasible only by mixing: {mixed_only}; "
+          f"infeasible either way: {infeasible_single}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--mixed", action="store_true", help="only the mixed-type tables (issue 12)")
     args = parser.parse_args()
     print(f"machine: {platform.processor() or platform.machine()}, {platform.system()}, Python "
           f"{platform.python_version()}; date {date.today().isoformat()}")
+    if args.mixed:
+        mixed_timing(args.runs, [(1024, 6), (16384, 8)])
+        mixed_gain(200)
+        return
     if args.quick:
         scaling(3, [8, 1024], [1, 6])
         versus_exhaustive(3, 1024, 6)

@@ -47,23 +47,27 @@ def _plan(**kwargs: object) -> Plan:
 
 
 def _assert_valid(plan: Plan, cluster: Cluster, model: ModelConfig | None = None) -> None:
-    """Fits by the memory estimator, uses free GPUs only, whole TP groups on each node."""
-    spec = get_gpu_spec(plan.gpu_type)
-    again = estimate_memory(model or _model(), plan.training, plan.parallel)
-    assert again.device_bytes == plan.memory.device_bytes
-    assert plan.memory.device_bytes <= plan.usable_bytes <= spec.memory_bytes
+    """Every group fits by the memory estimator on its own type, uses free GPUs of that type only, whole TP
+    groups on each node (a single-type plan is one group)."""
     free = {}
     index = 0
     for shape in cluster.nodes:
         for _ in range(shape.count):
             free[f"node:{index}"] = (shape.gpu, shape.free_gpus)
             index += 1
-    assert sum(len(g) for g in plan.placement.values()) == plan.num_gpus == plan.parallel.world_size
-    for node, gpus in plan.placement.items():
-        gpu, nfree = free[node]
-        assert gpu == plan.gpu_type
-        assert len(set(gpus)) == len(gpus) and all(0 <= g < nfree for g in gpus)
-        assert len(gpus) % plan.parallel.tp == 0
+    assert sum(len(g) for g in plan.placement.values()) == plan.num_gpus == sum(s.num_gpus for s in plan.stages)
+    assert plan.num_gpus == plan.parallel.world_size or plan.mixed
+    for stage in plan.stages:
+        spec = get_gpu_spec(stage.gpu_type)
+        again = estimate_memory(model or _model(), plan.stage_training(stage), plan.parallel)
+        assert again.device_bytes == stage.device_bytes
+        assert stage.device_bytes <= stage.usable_bytes <= spec.memory_bytes
+        for node, gpus in stage.placement.items():
+            gpu, nfree = free[node]
+            assert gpu == stage.gpu_type and plan.placement[node] == gpus
+            assert len(set(gpus)) == len(gpus) and all(0 <= g < nfree for g in gpus)
+            assert len(gpus) % plan.parallel.tp == 0
+    assert plan.memory.device_bytes <= plan.usable_bytes
 
 
 def test_plan_fits_uses_free_gpus_and_keeps_tp_in_a_node() -> None:
@@ -243,12 +247,16 @@ def test_price_and_deadline_limits_explain_the_smallest_change() -> None:
 
 
 def test_impossible_gpu_count_suggests_the_nearest_possible_one() -> None:
-    # dp x tp x pp = 6 would need dp = 3 or 6 (not dividing 32) or tp = 3, 6 (not dividing 16 heads)
+    # on one type, dp x tp x pp = 6 would need dp = 3 or 6 (not dividing 32) or tp = 3, 6 (not dividing 16 heads)
     with pytest.raises(InfeasiblePlanError) as info:
-        _plan(constraints=FAST.replace(num_gpus=6, pp=1))
+        _plan(constraints=FAST.replace(num_gpus=6, pp=1), mixed_types=False)
     assert "no layout uses exactly num_gpus=6" in str(info.value)
     nearest = [s for s in info.value.suggestions if s.startswith("num_gpus=")]
     assert nearest in (["num_gpus=4"], ["num_gpus=8"])
+    # replica groups of two types may run different micro-batch counts, so 6 replicas split 32 samples
+    mixed = _plan(constraints=FAST.replace(num_gpus=6, pp=1))
+    assert mixed.mixed and mixed.num_gpus == 6
+    assert sum(g.samples for g in mixed.stages) == TRAINING.global_batch_size
 
 
 def test_tiny_time_limit_still_returns_a_valid_plan() -> None:

@@ -34,11 +34,10 @@ def test_every_preset_plans_or_explains(preset: str, cluster_name: str) -> None:
         assert model.num_params() > 60e9, f"{preset} on {cluster_name} refused: {exc}"
         assert exc.reasons, str(exc)
         return
-    spec = get_gpu_spec(plan.gpu_type)
-    again = estimate_memory(model, plan.training, plan.parallel)
-    assert again.device_bytes == plan.memory.device_bytes
-    assert again.device_bytes <= spec.memory_bytes
-    assert plan.num_gpus == plan.parallel.world_size == sum(len(g) for g in plan.placement.values())
+    for stage in plan.stages:  # a mixed plan: each group on its own type
+        again = estimate_memory(model, plan.stage_training(stage), plan.parallel)
+        assert again.device_bytes == stage.device_bytes <= get_gpu_spec(stage.gpu_type).memory_bytes
+    assert plan.num_gpus == sum(s.num_gpus for s in plan.stages) == sum(len(g) for g in plan.placement.values())
     assert plan.time.tokens_per_s > 0
 
 

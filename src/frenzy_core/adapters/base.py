@@ -111,6 +111,13 @@ class Adapter(Generic[OptionsT]):
         if not isinstance(plan, Plan):
             raise ConfigError(f"{self.name}: expected a Plan, got {type(plan).__name__}", field="plan",
                               hint="pass the result of plan_job(...)")
+        if plan.mixed:
+            raise ConfigError(
+                f"{self.name} cannot launch a plan spanning GPU types ({', '.join(plan.gpu_types)}): its replica "
+                "groups run different micro-batch counts, which no launcher frenzy_core writes supports yet",
+                field="plan.gpu_types", value=list(plan.gpu_types),
+                hint=f"plan with plan_job(..., launcher={self.name!r}) (or frenzy plan --emit {self.name}), which "
+                     "keeps the plan on one GPU type, or mixed_types=False")
         return self.build(plan, self.options.model_validate(options))
 
     def emit(self, plan: Plan, **options: Any) -> str:

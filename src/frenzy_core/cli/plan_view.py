@@ -36,7 +36,8 @@ def _summary(plan: Plan) -> Table:
     table.columns[0].style = "bold"
     status = "proven optimal" if plan.optimal else "best found, not proven optimal"
     rows = [
-        ("GPUs", f"{plan.num_gpus} x {plan.gpu_type} on {len(plan.placement)} node(s)"),
+        ("GPUs", (" + ".join(f"{g.num_gpus} x {g.gpu_type}" for g in plan.stages) if plan.mixed
+                  else f"{plan.num_gpus} x {plan.gpu_type}") + f" on {len(plan.placement)} node(s)"),
         (
             "placement",
             _placement(plan)
@@ -46,8 +47,11 @@ def _summary(plan: Plan) -> Table:
         (
             "batch",
             (
-                f"global batch {tm.global_batch_size} = micro-batch {t.micro_batch_size} x "
-                f"{tm.num_microbatches} accumulation step(s) x dp {plan.parallel.dp}; seq {t.seq_len}"
+                (f"global batch {tm.global_batch_size} = micro-batch {t.micro_batch_size} x ("
+                 + " + ".join(f"{g.micro_batches} x dp {g.dp} on {g.gpu_type}" for g in plan.stages)
+                 + f"); seq {t.seq_len}" if plan.mixed else
+                 f"global batch {tm.global_batch_size} = micro-batch {t.micro_batch_size} x "
+                 f"{tm.num_microbatches} accumulation step(s) x dp {plan.parallel.dp}; seq {t.seq_len}")
                 + ("" if plan.default_batch is None else f" (default: {plan.default_batch.source})")
             ),
         ),

@@ -10,7 +10,7 @@ from frenzy_core.config.finetune import describe_trainable
 if TYPE_CHECKING:
     from frenzy_core.planning.plan import Plan
 
-__all__ = ["batch_line", "explain_plan", "format_duration", "format_value"]
+__all__ = ["batch_line", "explain_plan", "format_duration", "format_value", "group_lines"]
 
 GIB = 2**30
 
@@ -57,12 +57,30 @@ def batch_line(plan: Plan) -> str:
     return f"{line} (default: {default.source}{moved})."
 
 
+def group_lines(plan: Plan) -> list[str]:
+    """Each GPU group of a mixed plan: its share of the batch, its time and memory on its own type, and why the
+    split is what it is (groups finish together; the slowest sets the step)."""
+    mbs = plan.training.micro_batch_size
+    slowest = max(plan.stages, key=lambda s: s.iteration_s)
+    lines = [f"Groups (the global batch split in whole micro-batches of {mbs} so that the groups finish together; "
+             f"the slowest, {slowest.gpu_type}, sets the step):"]
+    for s in plan.stages:
+        lines.append(
+            f"  {s.gpu_type}: {s.num_gpus} GPUs, dp={s.dp} tp={s.tp} pp={s.pp}, layers {s.first_layer}-"
+            f"{s.first_layer + s.num_layers - 1}, {s.micro_batches} micro-batches per replica = {s.samples:,} "
+            f"samples ({s.samples / (plan.training.global_batch_size or s.samples):.0%}), {s.iteration_s:.3f} s "
+            f"per step, {s.device_bytes / GIB:.1f} of {s.usable_bytes / GIB:.1f} GiB")
+    return lines
+
+
 def explain_plan(plan: Plan) -> str:
     """Several lines of plain text; stable wording so it can be shown in a terminal or a log."""
     unit = plan.objective_unit
     layout = LayoutArrays.from_configs(plan.training, plan.parallel).describe(0)
+    head = (f"{plan.num_gpus} GPUs of {len(plan.gpu_types)} types ({', '.join(plan.gpu_types)})" if plan.mixed
+            else f"{plan.num_gpus} x {plan.gpu_type}")
     lines = [
-        f"Plan: {plan.num_gpus} x {plan.gpu_type} on {len(plan.placement)} node(s); {layout}.",
+        f"Plan: {head} on {len(plan.placement)} node(s); {layout}.",
         batch_line(plan),
         (f"Objective {plan.objective.value}: {format_value(plan.objective_value, unit)} "
         f"({'proven optimal' if plan.optimal else 'best found, not proven optimal'} by {plan.solver} "
@@ -72,6 +90,8 @@ def explain_plan(plan: Plan) -> str:
     trains = describe_trainable(t.lora, t.freeze_embeddings, t.trainable_layers)
     lines += [f"Trains: {trains}."] if trains else []
     lines += [f"Note: {note}." for note in plan.notes]
+    if plan.mixed:
+        lines += group_lines(plan)
     if plan.price_per_hour_usd is not None:
         lines.append(f"Price: ${plan.price_per_hour_usd:,.2f} per hour for all {plan.num_gpus} GPUs.")
     mem = plan.memory

@@ -16,11 +16,12 @@ from frenzy_core.config.training import Recompute
 from frenzy_core.errors import InfeasiblePlanError
 from frenzy_core.planning.candidates import CandidateTable
 from frenzy_core.planning.diagnosis import extra_free_gpus, type_rejections
+from frenzy_core.planning.mixed import mixable_types
 from frenzy_core.planning.placement import placement_options
 from frenzy_core.planning.request import PlacementMode
 from frenzy_core.planning.search import Search
 
-__all__ = ["SEQ_LEN_STEP", "infeasible_error"]
+__all__ = ["SEQ_LEN_STEP", "infeasible_error", "mixing_reason"]
 
 SEQ_LEN_STEP = 256
 """Granularity of the suggested sequence-length limit (tokens)."""
@@ -178,14 +179,46 @@ def _seq_len_suggestion(search: Search) -> list[str]:
     return [f"sequence length <= {lo * SEQ_LEN_STEP}"]
 
 
-def infeasible_error(search: Search, table: CandidateTable, deadline: float | None = None) -> InfeasiblePlanError:
+GIB = 2**30
+
+
+def mixing_reason(search: Search, table: CandidateTable) -> str | None:
+    """Why no mix of GPU types meets the request either (None where fewer than two types could mix): the least
+    memory any searched layout needs in all against what the free GPUs of the mixable types hold."""
+    types = mixable_types(search)
+    if len(types) < 2:
+        return None
+    dev = table.device_bytes
+    valid = dev >= 0
+    have = sum(search.pool.free_gpus(t) * search.specs[t].memory_bytes * (1.0 - search.constraints.headroom)
+               for t in types)
+    if not valid.any():
+        return "no mix of GPU types meets the request either: no layout of the model was searched"
+    world = table.layouts.world_size[valid]
+    total = dev[valid].astype(np.float64) * world
+    k = int(np.argmin(total))
+    need = f"{total[k] / GIB:,.0f} GiB in all ({dev[valid][k] / GIB:,.1f} GiB per GPU on {world[k]})"
+    if total[k] > have:
+        return (f"mixing GPU types does not help: the least memory a searched layout needs is {need}, and the "
+                f"free GPUs of {', '.join(types)} together hold {have / GIB:,.0f} GiB usable")
+    return (f"no mix of GPU types meets the request either (data-parallel replica groups of one layout, every GPU "
+            f"of a replica needing the same memory; the free GPUs of {', '.join(types)} hold {have / GIB:,.0f} GiB "
+            f"usable, the least a searched layout needs is {need}); pipeline stages on different types with "
+            "uneven layer counts are not planned yet")
+
+
+def infeasible_error(search: Search, table: CandidateTable, deadline: float | None = None,
+                     mixed: str | None = None) -> InfeasiblePlanError:
     """An :class:`InfeasiblePlanError` naming what blocked each GPU type and the smallest changes that help;
-    the search for changes stops at ``deadline`` (a ``time.perf_counter()`` value) and says so."""
+    the search for changes stops at ``deadline`` (a ``time.perf_counter()`` value) and says so. ``mixed``:
+    the mixed-type search's word (a suggestion when it was off and found a plan, else why it found none)."""
     rows, ok = placement_options(table, search.pool)
     reasons = [f"{r.gpu_type}: {r.message}" for r in type_rejections(table, search.pool, rows, ok, None, search.constraints)]
+    if mixed is not None and not mixed.startswith("mix GPU types"):
+        reasons.append(mixed)
     finders: list[Callable[[Search], list[str]]] = [_free_gpu_suggestions, _pin_suggestions, _limit_suggestions,
                                                     _seq_len_suggestion]
-    suggestions: list[str] = []
+    suggestions: list[str] = [mixed] if mixed is not None and mixed.startswith("mix GPU types") else []
     stopped = False
     for finder in finders:
         if deadline is not None and time.perf_counter() > deadline:

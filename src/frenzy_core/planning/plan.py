@@ -19,7 +19,7 @@ from frenzy_core.planning.explain import explain_plan
 from frenzy_core.planning.request import Objective, PlacementMode
 from frenzy_core.timing.result import TimeEstimate
 
-__all__ = ["Alternative", "Plan", "RejectReason", "Rejection"]
+__all__ = ["Alternative", "Plan", "RejectReason", "Rejection", "StagePlan"]
 
 
 class RejectReason(str, enum.Enum):
@@ -65,6 +65,29 @@ class Alternative(FrozenModel):
     objective_value: float
 
 
+class StagePlan(FrozenModel):
+    """One group of a plan's GPUs, all of one type: ``dp`` replicas of ``num_layers`` consecutive layers, each
+    replica split into ``pp`` even pipeline stages of ``tp`` x ``cp`` GPUs. A single-type plan is one group; a
+    plan of data-parallel replica groups of different types (issue 12, form b) has one group per type."""
+
+    gpu_type: str = Field(description="GPU type id of every GPU in the group.")
+    num_gpus: int = Field(gt=0, description="dp x pp x tp x cp.")
+    tp: int = Field(gt=0)
+    pp: int = Field(gt=0)
+    cp: int = Field(default=1, gt=0)
+    dp: int = Field(gt=0, description="Data-parallel replicas in this group.")
+    first_layer: int = Field(default=0, ge=0, description="Index of the group's first transformer layer.")
+    num_layers: int = Field(gt=0, description="Transformer layers each replica of the group runs.")
+    micro_batches: int = Field(gt=0, description="Micro-batches each replica of the group runs per step.")
+    samples: int = Field(gt=0, description="Sequences of the global batch the group trains per step "
+                         "(dp x micro_batches x micro-batch size).")
+    placement: dict[str, list[int]] = Field(description="Node name -> GPU indices the group takes on it.")
+    device_bytes: int = Field(ge=0, description="Memory of the group's busiest GPU (on its own type).")
+    usable_bytes: int = Field(ge=0, description="Memory a GPU of this type may use (headroom taken off).")
+    iteration_s: float = Field(gt=0, description="Seconds the group takes per step, gradient sync included.")
+    links: Links | None = Field(default=None, description="Node size and links the group was timed with.")
+
+
 class Plan(FrozenModel):
     """Which GPUs a job gets and how it runs on them; ``explain()`` says why."""
 
@@ -99,6 +122,11 @@ class Plan(FrozenModel):
     solve_time_s: float = Field(ge=0, description="Seconds the solver took (estimation not included).")
     alternatives: list[Alternative] = Field(default_factory=list, description="Runners-up, best first.")
     rejected: list[Rejection] = Field(default_factory=list, description="Every other GPU type, and why it lost.")
+    stages: tuple[StagePlan, ...] = Field(default=(), description=(
+        "The plan's GPU groups, one per GPU type and layer range (one for a single-type plan; filled in from "
+        "the plan's own fields when not given)."))
+    gpu_types: tuple[str, ...] = Field(default=(), description="GPU types the plan uses, its groups' order "
+                                       "(one entry for a single-type plan).")
 
     @model_validator(mode="before")
     @classmethod
@@ -106,6 +134,40 @@ class Plan(FrozenModel):
         if isinstance(data, dict) and data.get("gpu_spec") is None and isinstance(data.get("gpu_type"), str):
             data = {**data, "gpu_spec": get_gpu_spec(data["gpu_type"])}
         return data
+
+    @model_validator(mode="after")
+    def _single_group(self) -> Plan:
+        """A plan built without groups is one group of its own type (today's single-type plans)."""
+        if not self.stages:
+            gbs = self.training.global_batch_size or self.training.micro_batch_size * self.parallel.dp
+            group = StagePlan(
+                gpu_type=self.gpu_type, num_gpus=self.num_gpus, tp=self.parallel.tp, pp=self.parallel.pp,
+                cp=self.parallel.cp, dp=self.parallel.dp, num_layers=self.model.num_layers,
+                micro_batches=self.time.num_microbatches, samples=gbs, placement=self.placement,
+                device_bytes=self.memory.device_bytes, usable_bytes=self.usable_bytes,
+                iteration_s=self.time.iteration_s, links=self.links)
+            object.__setattr__(self, "stages", (group,))
+        if not self.gpu_types:
+            object.__setattr__(self, "gpu_types", tuple(dict.fromkeys(s.gpu_type for s in self.stages)))
+        if sum(s.num_gpus for s in self.stages) != self.num_gpus:
+            raise ValueError(f"the groups hold {sum(s.num_gpus for s in self.stages)} GPUs, not num_gpus="
+                             f"{self.num_gpus}")
+        return self
+
+    def stage_training(self, stage: StagePlan) -> TrainingConfig:
+        """The recipe that reproduces ``stage``'s estimates with ``self.parallel`` (its own micro-batch count
+        per rank: ``estimate_memory(plan.model, plan.stage_training(s), plan.parallel)`` gives
+        ``s.device_bytes``, and the time model on ``s.links`` gives ``s.iteration_s``). For a single-type plan
+        it is ``self.training``."""
+        if not self.mixed:
+            return self.training
+        return self.training.replace(
+            global_batch_size=stage.micro_batches * self.training.micro_batch_size * self.parallel.dp)
+
+    @property
+    def mixed(self) -> bool:
+        """Whether the plan spans several GPU types."""
+        return len(self.gpu_types) > 1
 
     @property
     def objective_unit(self) -> str:

@@ -10,17 +10,20 @@ from typing import Any
 import numpy as np
 
 from frenzy_core.config.model import ModelConfig
-from frenzy_core.config.training import Recompute, TrainingConfig
+from frenzy_core.config.training import TrainingConfig
 from frenzy_core.errors import ConfigError, require_number, short_repr
 from frenzy_core.planning.candidates import CandidateTable
 from frenzy_core.planning.diagnosis import type_rejections
 from frenzy_core.planning.estimators import AnalyticEstimator, LayoutEstimator
-from frenzy_core.planning.infeasible import infeasible_error
+from frenzy_core.planning.infeasible import infeasible_error, mixing_reason
 from frenzy_core.planning.launchers import LaunchScope
+from frenzy_core.planning.mixed import mixed_search
+from frenzy_core.planning.mixed_plan import build_mixed_plan, single_type_score
 from frenzy_core.planning.nodes import Locality
 from frenzy_core.planning.placement import Solution, placement_options, solve_cp_sat, solve_exhaustive
-from frenzy_core.planning.plan import Alternative, Plan
-from frenzy_core.planning.request import Objective, PlanConstraints
+from frenzy_core.planning.plan import Plan
+from frenzy_core.planning.request import Objective, PlacementMode, PlanConstraints
+from frenzy_core.planning.runners_up import runners_up
 from frenzy_core.planning.search import ClusterLike, Search, make_search
 from frenzy_core.planning.shapes import shape_links
 
@@ -33,43 +36,6 @@ MAX_TIME_LIMIT_S = 86400.0
 MAX_TOP_K = 1000
 """Most runners-up a plan lists."""
 """Solver names ``plan_job`` accepts."""
-
-
-def _alternatives(table: CandidateTable, rows: np.ndarray, feasible: np.ndarray, chosen: int,
-                  top_k: int) -> list[Alternative]:
-    """The best placeable candidates after the chosen one, one per distinct (type, parallel layout)."""
-    if top_k == 0:
-        return []
-    ok_groups = {(int(table.gpu[r]), int(table.tp[r]), int(table.world[r])) for r, f in zip(rows, feasible) if f}
-    lay = table.layouts
-    out: list[Alternative] = []
-
-    def layout_key(r: int) -> tuple[int, ...]:
-        i = int(table.layout[r])
-        return (int(table.gpu[r]), int(lay.tp[i]), int(lay.pp[i]), int(lay.dp[i]), int(lay.cp[i]), int(lay.ep[i]),
-                int(lay.vpp[i]))
-
-    seen = {layout_key(chosen)}
-    for r in np.lexsort((table.order, table.rank)):
-        r = int(r)
-        if (int(table.gpu[r]), int(table.tp[r]), int(table.world[r])) not in ok_groups:
-            continue
-        key = layout_key(r)
-        if key in seen:
-            continue
-        seen.add(key)
-        i = int(table.layout[r])
-        pph = float(table.price_per_hour_usd[r])
-        out.append(Alternative(
-            gpu_type=table.gpu_types[int(table.gpu[r])], num_gpus=int(table.world[r]), parallel=lay.parallel(i),
-            micro_batch_size=int(lay.micro_batch_size[i]), recompute=Recompute.from_code(int(lay.recompute[i])),
-            zero_stage=int(lay.zero_stage[i]), distributed_optimizer=bool(lay.distributed_optimizer[i]),
-            sequence_parallel=bool(lay.sequence_parallel[i]), device_bytes=int(table.device_bytes[i]),
-            tokens_per_s=float(table.tokens_per_s[r]), price_per_hour_usd=None if np.isnan(pph) else pph,
-            objective_value=float(table.value[r])))
-        if len(out) == top_k:
-            break
-    return out
 
 
 def solve(search: Search, table: CandidateTable, solver: str, time_limit_s: float) -> Solution | None:
@@ -126,7 +92,7 @@ def build_plan(search: Search, table: CandidateTable, solution: Solution, top_k:
         token_budget=search.constraints.token_budget,
         objective_value=float(table.value[row]), stranded_gpus=solution.stranded_gpus, optimal=solution.optimal,
         solver=solution.solver, solve_time_s=solution.solve_time_s,
-        alternatives=_alternatives(table, rows, feasible, row, top_k),
+        alternatives=runners_up(table, rows, feasible, row, top_k),
         rejected=type_rejections(table, search.pool, rows, feasible, row, search.constraints),
     )
 
@@ -147,7 +113,8 @@ def plan_job(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig 
              objective: Objective | str = "throughput",
              constraints: PlanConstraints | Mapping[str, Any] | None = None, time_limit_s: float = 10,
              top_k: int = 5, solver: str = "cp-sat", estimator: LayoutEstimator | None = None,
-             launcher: str | LaunchScope | None = None, time_model: str | Path | None = None) -> Plan:
+             launcher: str | LaunchScope | None = None, time_model: str | Path | None = None,
+             mixed_types: bool = True) -> Plan:
     """The best plan for training ``model`` on the free GPUs of ``cluster``.
 
     Fixed: what ``training`` sets (sequence length, global batch, precision, optimizer, framework, ...); without
@@ -159,7 +126,9 @@ def plan_job(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig 
     within what that launcher can start. ``time_limit_s`` bounds the whole call. Raises ConfigError on bad
     input and InfeasiblePlanError (with what blocked every option and the smallest change that would help)
     when nothing fits. ``estimator`` replaces the analytic memory and time models; ``time_model`` (a file from
-    ``frenzy calibrate``) gives the analytic time model calibrated parameters.
+    ``frenzy calibrate``) gives the analytic time model calibrated parameters. ``mixed_types`` also searches
+    data-parallel replica groups of different GPU types (:mod:`frenzy_core.planning.mixed`), taken only when
+    their objective beats the best single-type plan's (no launcher, placement ``any``).
     """
     _check_options(solver, time_limit_s, top_k)
     if time_model is not None:
@@ -171,6 +140,23 @@ def plan_job(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig 
     search = make_search(model, cluster, training, objective, constraints, estimator, launcher)
     table = search.table()
     solution = solve(search, table, solver, max(deadline - time.perf_counter(), MIN_SOLVER_S))
+    if mixed_types or solution is None:
+        start = time.perf_counter()
+        incumbent = None if solution is None else single_type_score(search, table, solution)
+        # with no single-type plan, half of what is left, so the suggestions get the other half
+        until = deadline if solution is not None else start + (deadline - start) / 2
+        layouts, choice, notes = mixed_search(search, until, solver, incumbent)
+        if choice is not None and mixed_types:
+            return build_mixed_plan(search, layouts, choice, table, solution, top_k, notes, solver,
+                                    time.perf_counter() - start)
     if solution is None:
-        raise infeasible_error(search, table, deadline)
+        word: str | None
+        if choice is not None:
+            types = " + ".join(choice.tables.types)
+            word = f"mix GPU types (mixed_types=True): {choice.num_gpus} GPUs of {types}"
+        elif search.scope is None and search.constraints.placement is PlacementMode.ANY and not notes:
+            word = mixing_reason(search, table)
+        else:
+            word = None  # not searched (a launcher, even or whole nodes) or cut short
+        raise infeasible_error(search, table, deadline, word)
     return build_plan(search, table, solution, top_k)

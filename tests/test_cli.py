@@ -315,7 +315,8 @@ def test_simulate_bad_input(tmp_path: Path) -> None:
 SURFACE = {
     "plan": {"--cluster", "--seq-len", "--global-batch", "--micro-batch", "--precision", "--optimizer", "--attention",
              "--framework", "--objective", "--tokens", "--max-gpus", "--num-gpus", "--gpu-types", "--max-price-per-hour",
-             "--keep-outputs", "--headroom", "--placement", "--tp", "--pp", "--time-limit", "--runners-up", "--emit",
+             "--keep-outputs", "--headroom", "--placement", "--mixed-types", "--tp", "--pp", "--time-limit", "--runners-up",
+             "--emit",
              "--emit-option", "--emit-to", "--json", "--time-model", "--plot"},
     "memory": {"--seq-len", "--micro-batch", "--global-batch", "--precision", "--optimizer", "--optimizer-impl",
                "--zero", "--zero-stage", "--distributed-optimizer", "--recompute", "--attention", "--sp",
@@ -380,3 +381,17 @@ def test_emit_to_writes_only_the_launcher_text(tmp_path: Path) -> None:
     (manifest,) = list(yaml.safe_load_all(target.read_text(encoding="utf-8")))
     assert manifest["kind"] == "PyTorchJob"
     assert_user_error(invoke("plan", "gpt2", "--emit-to", str(target)), 2, "--emit-to needs --emit")
+
+
+def test_plan_mixes_gpu_types_unless_told_single_type(tmp_path: Path) -> None:
+    # Llama-2-70B at seq 4096, batch 64 fits 16 A100 + 16 H100 together but neither type alone (issue 12)
+    path = tmp_path / "mixed.yaml"
+    path.write_text("nodes:\n  - {gpu: a100-80gb, gpus_per_node: 8, count: 2}\n"
+                    "  - {gpu: h100-sxm, gpus_per_node: 8, count: 2}\n", encoding="utf-8")
+    request = ("plan", "llama-2-70b", "--cluster", str(path), "--seq-len", "4096", "--global-batch", "64",
+               "--runners-up", "0")
+    plan = ok_json(*request)["plan"]
+    assert sorted(plan["gpu_types"]) == ["a100-80gb", "h100-sxm"] and len(plan["stages"]) == 2
+    single = invoke(*request, "--single-type")
+    assert single.exit_code == 1, single.output
+    assert "Traceback" not in single.output and "mix" in single.stderr

@@ -47,6 +47,7 @@ __all__ = [
     "MaxGpus",
     "MaxPricePerHour",
     "MicroBatch",
+    "MixedTypes",
     "Model",
     "NumGpus",
     "Objective",
@@ -151,6 +152,9 @@ MaxPricePerHour = Annotated[T, _field_option(("--max-price-per-hour",), PlanCons
 Tokens = Annotated[T, _field_option(("--tokens",), PlanConstraints, "token_budget", "E.g. 1e9, 300M, 10B, 2T.")]
 Placement = Annotated[T, _field_option(("--placement",), PlanConstraints, "placement", (
     "--emit raises it to what the launcher needs."))]
+MixedTypes = Annotated[bool, typer.Option("--mixed-types/--single-type", help=(
+    "Let one job span several GPU types as data-parallel replica groups, taken only when it beats every "
+    "single-type plan; --single-type plans on one type."))]
 Objective = Annotated[T, typer.Option("--objective", help=(
     "What to optimise: tokens/s, dollars or wall time for --tokens, or the fewest GPUs that fit."))]
 TimeLimit = Annotated[T, typer.Option("--time-limit", help="Solver time limit in seconds.")]

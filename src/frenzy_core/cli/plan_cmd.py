@@ -55,6 +55,7 @@ def plan(
     max_price_per_hour: opt.MaxPricePerHour[float | None] = None,
     headroom: opt.Headroom[float] = DEFAULT_HEADROOM,
     placement: opt.Placement[PlacementMode] = PlacementMode.ANY,
+    mixed_types: opt.MixedTypes = True,
     tp: opt.Tp[int | None] = None,
     pp: opt.Pp[int | None] = None,
     time_limit: opt.TimeLimit[float] = 10.0,
@@ -131,7 +132,8 @@ def plan(
                       highlight=False, soft_wrap=True)
     try:
         result = plan_job(cfg, where.cluster, training, objective=objective, constraints=constraints,
-                          time_limit_s=time_limit, top_k=runners_up, time_model=time_model, launcher=emit)
+                          time_limit_s=time_limit, top_k=runners_up, time_model=time_model, launcher=emit,
+                          mixed_types=mixed_types)
     except InfeasiblePlanError as exc:
         raise infeasible_in_option_words(exc) from None
     except UnknownNameError:

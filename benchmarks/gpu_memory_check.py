@@ -26,22 +26,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from memory_accuracy import estimate, measure  # noqa: E402
-from memory_grid import CASES, Case  # noqa: E402
+from memory_grid import CASES, QUICK, Case  # noqa: E402
 
 GIB = 2**30
 NO_CUDA = "No CUDA device found (torch.cuda.is_available() is False): the GPU side of this check cannot run."
 
 GPU_CASES: tuple[str, ...] = (
-    "gpt2 L2 fp32 eager s1024 b8 framework",
-    "gpt2 L2 amp-bf16 sdpa s1024 b16 plain",
-    "bert-base L2 amp-bf16 sdpa s512 b16 framework",
-    "llama-3.1-8b L2 bf16 sdpa s4096 b1 framework",
-    "llama-3.1-8b L2 bf16 sdpa s4096 b1 plain",
-    "qwen2.5-1.5b L2 bf16 sdpa s4096 b4 plain",
-    "gemma-2b L2 bf16 sdpa s2048 b2 framework",
-    "pythia-1.4b L2 amp-bf16 sdpa s2048 b4 framework",
-    "phi-3-mini-4k L2 bf16 sdpa s1024 b4 framework",
-    "mixtral-8x7b L2 bf16 sdpa s2048 b1 plain",
+    *QUICK,
     "qwen3-30b-a3b L2 bf16 sdpa s4096 b1 framework",
     "gemma-2-2b L2 bf16 eager s4096 b1 framework",
     "deepseek-v2-lite L2 bf16 sdpa s4096 b1 framework",

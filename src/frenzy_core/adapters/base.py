@@ -112,9 +112,12 @@ class Adapter(Generic[OptionsT]):
             raise ConfigError(f"{self.name}: expected a Plan, got {type(plan).__name__}", field="plan",
                               hint="pass the result of plan_job(...)")
         if plan.mixed:
+            why = ("its pipeline stages run on different types with their own tp and layer counts"
+                   if plan.stages[0].pipeline_stage is not None else
+                   "its replica groups run different micro-batch counts")
             raise ConfigError(
-                f"{self.name} cannot launch a plan spanning GPU types ({', '.join(plan.gpu_types)}): its replica "
-                "groups run different micro-batch counts, which no launcher frenzy_core writes supports yet",
+                f"{self.name} cannot launch a plan spanning GPU types ({', '.join(plan.gpu_types)}): {why}, which "
+                "no launcher frenzy_core writes supports yet",
                 field="plan.gpu_types", value=list(plan.gpu_types),
                 hint=f"plan with plan_job(..., launcher={self.name!r}) (or frenzy plan --emit {self.name}), which "
                      "keeps the plan on one GPU type, or mixed_types=False")

@@ -15,6 +15,7 @@ program), until the next bound cannot beat the best found or the time limit is r
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import time
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from frenzy_core.config.arrays import LayoutArrays
+from frenzy_core.config.arrays import EVEN_SPLIT, LayoutArrays
 from frenzy_core.config.parallel import ParallelConfig, PipelineSchedule
 from frenzy_core.config.training import Precision
 from frenzy_core.hardware.gpu import Links
@@ -32,12 +33,14 @@ from frenzy_core.memory.batch import stage_device_bytes
 from frenzy_core.planning.candidates import enumerate_layouts
 from frenzy_core.planning.estimators import AnalyticEstimator
 from frenzy_core.planning.mixed import PRICE_STEPS_PER_USD_HOUR, TIME_STEPS_PER_S, mixable_types, score
+from frenzy_core.planning.mixed_plan import group_placement
 from frenzy_core.planning.request import PlacementMode
 from frenzy_core.planning.search import Search
 from frenzy_core.timing.params import TimeModelParams
 from frenzy_core.timing.stages import pipeline_step_s, stage_microbatch_batch, stage_tail_batch
 
-__all__ = ["MAX_STAGES", "MAX_TAUS", "StageChoice", "best_split", "stage_search"]
+__all__ = ["MAX_STAGES", "MAX_TAUS", "StageChoice", "best_split", "stage_links", "stage_params", "stage_placements",
+           "stage_search"]
 
 MAX_STAGES = 16
 """Most pipeline stages a form (a) plan has (our bound on the search; Metis's and FlashFlex's largest published
@@ -190,7 +193,8 @@ class _Config:
         return (self.tps[0],) * self.counts[0] + (self.tps[1],) * self.counts[1]
 
 
-def _params(search: Search, gpu_type: str) -> TimeModelParams | None:
+def stage_params(search: Search, gpu_type: str) -> TimeModelParams | None:
+    """The time model's parameters of ``gpu_type`` (a calibration file's where the estimator has one)."""
     est = search.estimator
     return est.params(search.specs[gpu_type]) if isinstance(est, AnalyticEstimator) else None
 
@@ -199,13 +203,13 @@ class _Tables:
     """A stage's micro-batch seconds at 0..L layers per (recipe, type, tp, head), one estimator call per type
     (and per dp for fp8 recipes, whose weight casts depend on the micro-batch count), and memory caps."""
 
-    def __init__(self, search: Search, recipes: LayoutArrays, p2p: float) -> None:
-        self.search, self.recipes, self.p2p = search, recipes, p2p
+    def __init__(self, search: Search, recipes: LayoutArrays) -> None:
+        self.search, self.recipes = search, recipes
         self.fp8 = search.training.precision is Precision.FP8_MIXED
-        self.cache: dict[tuple[str, int], dict[tuple[int, int, bool], FloatArray]] = {}
+        self.cache: dict[tuple[str, int, float], dict[tuple[int, int, bool], FloatArray]] = {}
         self.caps: dict[tuple[int, int, str, int, int, int], int] = {}
         self.bounds: dict[tuple[int, int, str, int], npt.NDArray[np.int64]] = {}
-        self.slopes: dict[tuple[int, int, str, int, bool], tuple[float, float, float]] = {}
+        self.floors: dict[tuple[int, int, str, int, bool, float], FloatArray] = {}
 
     def layout(self, r: npt.ArrayLike, dp: npt.ArrayLike, tp: npt.ArrayLike, splits: Sequence[tuple[int, ...]],
                gbs: npt.ArrayLike | None = None) -> LayoutArrays:
@@ -218,28 +222,38 @@ class _Tables:
         cols["sequence_parallel"] = cols["sequence_parallel"] & (tpa > 1)
         gbs = self.search.training.global_batch_size if gbs is None else gbs
         assert gbs is not None
-        return LayoutArrays.from_columns({**cols, "dp": dp, "tp": tpa, "pp": np.array([len(s) for s in splits]),
-                                          "global_batch_size": gbs, "stage_layers": splits}, self.search.training)
+        table: dict[tuple[int, ...], int] = {EVEN_SPLIT: 0}
+        codes = np.array([table.setdefault(sp, len(table)) for sp in splits], dtype=np.int64)
+        lay = LayoutArrays.from_columns({**cols, "dp": dp, "tp": tpa, "pp": np.array([len(s) for s in splits]),
+                                         "global_batch_size": gbs}, self.search.training)
+        return dataclasses.replace(lay, stage_split=codes, splits=tuple(table))
 
-    def links(self, gpu_type: str, tp: int, p2p: bool) -> Links:
+    def p2p(self, types: Sequence[str]) -> float:
+        """The slowest link between the pipeline's types (they share no fast fabric): their slowest NICs."""
+        return min(self.search.links[t].inter_node_bytes_per_s for t in types)
+
+    def links(self, gpu_type: str, tp: int, p2p: float | None) -> Links:
+        """A stage's links: its own type's, with ``p2p`` as the inter-node link for its sends (None: its own
+        NICs, for its gradient sync)."""
         own = self.search.links[gpu_type]
-        return Links(tp, own.intra_node_bytes_per_s, self.p2p if p2p else own.inter_node_bytes_per_s)
+        return Links(tp, own.intra_node_bytes_per_s, own.inter_node_bytes_per_s if p2p is None else p2p)
 
-    def times(self, r: int, dp: int, gpu_type: str, tp: int, head: bool) -> FloatArray:
-        key = (gpu_type, dp if self.fp8 else 1)
+    def times(self, r: int, dp: int, gpu_type: str, tp: int, head: bool, p2p: float) -> FloatArray:
+        """A stage's micro-batch seconds at 0..L layers."""
+        key = (gpu_type, dp if self.fp8 else 1, p2p)
         if key not in self.cache:
-            self.cache[key] = self._all_times(gpu_type, key[1])
+            self.cache[key] = self._all_times(gpu_type, key[1], p2p)
         return self.cache[key][(r, tp, head)]
 
-    def slope(self, r: int, dp: int, gpu_type: str, tp: int, head: bool) -> tuple[float, float, float]:
-        """A stage's least time per layer b, its time at 0 layers (t(l) >= t(0) + b l) and at one layer."""
-        key = (r, dp, gpu_type, tp, head)
-        if key not in self.slopes:
-            t = self.times(*key)
-            self.slopes[key] = (float(np.min((t[1:] - t[0]) / np.arange(1, t.size))), float(t[0]), float(t[1]))
-        return self.slopes[key]
+    def floor_times(self, r: int, dp: int, gpu_type: str, tp: int, head: bool, p2p: float) -> FloatArray:
+        """g(l) = min over l' >= l of t(l'): the least time of a stage holding l layers or more
+        (nondecreasing, so the layers a stage can hold within tau are at most #{l >= 1 : g(l) <= tau})."""
+        key = (r, dp, gpu_type, tp, head, p2p)
+        if key not in self.floors:
+            self.floors[key] = np.minimum.accumulate(self.times(*key)[::-1])[::-1]
+        return self.floors[key]
 
-    def _all_times(self, gpu_type: str, dp: int) -> dict[tuple[int, int, bool], FloatArray]:
+    def _all_times(self, gpu_type: str, dp: int, p2p: float) -> dict[tuple[int, int, bool], FloatArray]:
         search, n_layers = self.search, self.search.model.num_layers
         combos = [(r, tp, head) for r in range(len(self.recipes)) for tp in _tps(search, gpu_type)
                   for head in (False, True)]
@@ -252,16 +266,17 @@ class _Tables:
                   for layer, h in zip(ls, heads)]
         lay = self.layout(rs, dp, tps, splits)
         own = search.links[gpu_type]
-        links = Links(tps, own.intra_node_bytes_per_s, self.p2p)  # type: ignore[arg-type]
+        links = Links(tps, own.intra_node_bytes_per_s, p2p)  # type: ignore[arg-type]
         micro = stage_microbatch_batch(search.model, search.training, search.specs[gpu_type], lay,
-                                       heads.astype(np.int64), links, params=_params(search, gpu_type))
+                                       heads.astype(np.int64), links, params=stage_params(search, gpu_type))
         t = np.asarray(micro.microbatch_s, dtype=np.float64).reshape(len(combos), layers.size)
         return {c: t[k] for k, c in enumerate(combos)}
 
     def cap_bounds(self, r: int, dp: int, gpu_type: str, tp: int) -> npt.NDArray[np.int64]:
-        """Per k = 0 .. MAX_STAGES: the most layers a stage of recipe ``r`` at (dp, tp) holding k in-flight
-        micro-batches (1F1B: min(P - i, m)) holds on ``gpu_type``, as a middle stage (no embedding, no head:
-        memory never falls with them); k = 1 at one micro-batch per step, which never needs more. Entry 0 is 0."""
+        """Per k = 0 .. MAX_STAGES: at least the layers a stage of recipe ``r`` at (dp, tp) holding k in-flight
+        micro-batches (1F1B: min(P - i, m)) holds on ``gpu_type``: a middle stage (no embedding, no head: memory
+        never falls with them) at the largest power of two k' <= k (memory never falls with more in-flight
+        micro-batches); k = 1 at one micro-batch per step, which never needs more. Entry 0 is 0."""
         return self.bounds[(r, dp, gpu_type, tp)]
 
     def fill_cap_bounds(self, keys: list[tuple[int, int, str, int]]) -> None:
@@ -269,17 +284,18 @@ class _Tables:
         rows, types, gbs = [], [], []
         full = self.search.training.global_batch_size
         assert full is not None
+        powers = [k for k in (2, 4, 8, 16, 32) if k <= MAX_STAGES]
         for r, dp, g, tp in keys:
-            mbs = int(self.recipes.micro_batch_size[r])
             rows.append((r, dp, tp, 3, 1))
             types.append(g)
-            gbs.append(mbs * dp)
-            for k in range(2, MAX_STAGES + 1):
+            gbs.append(int(self.recipes.micro_batch_size[r]) * dp)
+            for k in powers:
                 rows.append((r, dp, tp, k + 1, 1))
                 types.append(g)
                 gbs.append(full)
-        found = np.array(self._bisect(rows, types, np.array(gbs)), dtype=np.int64).reshape(len(keys), MAX_STAGES)
-        self.bounds = {key: np.concatenate([[0], v]) for key, v in zip(keys, found)}
+        found = np.array(self._bisect(rows, types, np.array(gbs)), dtype=np.int64).reshape(len(keys), -1)
+        level = np.floor(np.log2(np.arange(1, MAX_STAGES + 1))).astype(np.int64)  # k -> its power's column
+        self.bounds = {key: np.concatenate([[0], v[level]]) for key, v in zip(keys, found)}
 
     def _bisect(self, rows: list[tuple[int, int, int, int, int]], types: list[str],
                 gbs: npt.NDArray[np.int64] | None = None) -> list[int]:
@@ -305,15 +321,21 @@ class _Tables:
         return [int(v) for v in lo]
 
     def stage_caps(self, cfg: _Config) -> list[int]:
-        """Per stage: the most layers it holds on its own type, by bisection over all stages at once (memory
-        never falls with more layers: tests/test_planning_stages.py)."""
-        p = sum(cfg.counts)
-        keys = [(cfg.recipe, cfg.dp, g, tp, p, i) for i, (g, tp) in enumerate(zip(cfg.stage_types, cfg.stage_tps))]
-        todo = [k for k in keys if k not in self.caps]
+        """Per stage: the most layers it holds on its own type (memory never falls with more layers)."""
+        self.prefetch_caps([cfg])
+        return [self.caps[k] for k in _cap_keys(cfg)]
+
+    def prefetch_caps(self, cfgs: Sequence[_Config]) -> None:
+        """:meth:`stage_caps` of several configurations in one bisection over all their stages."""
+        todo = list(dict.fromkeys(k for cfg in cfgs for k in _cap_keys(cfg) if k not in self.caps))
         if todo:
             found = self._bisect([(k[0], k[1], k[3], k[4], k[5]) for k in todo], [k[2] for k in todo])
             self.caps.update(zip(todo, found))
-        return [self.caps[k] for k in keys]
+
+
+def _cap_keys(cfg: _Config) -> list[tuple[int, int, str, int, int, int]]:
+    p = sum(cfg.counts)
+    return [(cfg.recipe, cfg.dp, g, tp, p, i) for i, (g, tp) in enumerate(zip(cfg.stage_types, cfg.stage_tps))]
 
 
 def _tps(search: Search, gpu_type: str) -> list[int]:
@@ -323,7 +345,7 @@ def _tps(search: Search, gpu_type: str) -> list[int]:
     return [tp for tp in range(1, top + 1) if heads % tp == 0 and (pinned is None or tp == pinned)]
 
 
-def _enumerate(search: Search, recipes: LayoutArrays, tables: _Tables) -> list[_Config]:
+def _enumerate(search: Search, recipes: LayoutArrays, tables: _Tables, deadline: float) -> list[_Config] | None:
     """Every configuration the free GPUs and limits allow, with a lower bound on its key, best bound first: the
     slowest stage takes at least tau = (L + sum_i t_i(0) / b_i) / sum_i 1 / b_i (b_i: the stage's least time
     per layer; below tau the layers cannot sum to L) and at least any stage's least time, and the step at least
@@ -339,6 +361,8 @@ def _enumerate(search: Search, recipes: LayoutArrays, tables: _Tables) -> list[_
     out = []
     for r in range(len(recipes)):
         n = _micro_batches(gbs, int(recipes.micro_batch_size[r]))
+        if time.perf_counter() > deadline:
+            return None
         for dp in dps[r]:
             for (ta, tb), tpa, tpb in ((pair, x, y) for pair in itertools.permutations(allowed, 2)
                                        for x in _tps(search, pair[0]) for y in _tps(search, pair[1])):
@@ -352,26 +376,56 @@ def _enumerate(search: Search, recipes: LayoutArrays, tables: _Tables) -> list[_
                 keep &= ka[np.minimum(sa + sb, MAX_STAGES)] - ka[sb] + kb[sb] >= n_layers
                 if not keep.any():
                     continue
-                (ba, a0, a1), (bb, b0, b1), (bh, h0, h1) = (tables.slope(r, dp, g, tp, h) for g, tp, h in (
+                p2p = tables.p2p((ta, tb))
+                ga, gb, gh = (tables.floor_times(r, dp, g, tp, h, p2p) for g, tp, h in (
                     (ta, tpa, False), (tb, tpb, False), (tb, tpb, True)))
-                least = max(a1, b1, h1)
                 gpus = dp * (sa * tpa + sb * tpb)
                 keep &= (gpus <= (c.max_gpus or gpus.max())) & ((gpus == c.num_gpus) if c.num_gpus else True)
                 price = _price(search, (ta, tb), dp * sa * tpa, dp * sb * tpb)
                 if c.max_price_per_hour_usd is not None:
                     keep &= (price is not None) and price <= c.max_price_per_hour_usd * PRICE_STEPS_PER_USD_HOUR
-                if min(ba, bb, bh) > 0:
-                    tau = (n_layers + sa * a0 / ba + (sb - 1) * b0 / bb + h0 / bh) / (sa / ba + (sb - 1) / bb
-                                                                                      + 1 / bh)
-                else:
-                    tau = np.zeros(sa.shape)
-                tau = np.maximum(tau, least)
-                bound = np.floor(n // dp * tau * TIME_STEPS_PER_S).astype(np.int64)
+                rows = np.flatnonzero(keep)
+                tau = _tau_bound(ga, gb, gh, sa[rows], sb[rows], tables.cap_bounds(r, dp, ta, tpa),
+                                 tables.cap_bounds(r, dp, tb, tpb), m)
+                bound = np.zeros(sa.shape, dtype=np.int64)
+                # sum_i t_i >= sum_i t_i(0) + L min_i b_i (b: a stage's least time per layer), max_i t_i >= tau
+                b_least = min(float(np.min((g[1:] - g[0]) / np.arange(1, g.size))) for g in (ga, gb, gh))
+                sums = sa[rows] * ga[0] + (sb[rows] - 1) * gb[0] + gh[0] + n_layers * max(b_least, 0.0)
+                bound[rows] = np.floor(((m - 1) * tau + np.maximum(sums, tau)) * TIME_STEPS_PER_S).astype(np.int64)
                 for k in np.flatnonzero(keep):
                     pk = None if price is None else int(np.asarray(price).ravel()[k] if np.ndim(price) else price)
                     out.append(_Config(r, dp, (ta, tb), (tpa, tpb), (int(sa[k]), int(sb[k])),
                                        score(search.objective, int(bound[k]), int(gpus[k]), pk), pk))
     return sorted(out, key=lambda x: (x.bound_key, x.recipe, x.dp, x.types, x.tps, x.counts))
+
+
+def _tau_bound(ga: FloatArray, gb: FloatArray, gh: FloatArray, sa: npt.NDArray[np.int64],
+               sb: npt.NDArray[np.int64], caps_a: npt.NDArray[np.int64], caps_b: npt.NDArray[np.int64], m: int
+               ) -> FloatArray:
+    """Per (s_a, s_b): the least tau within which the stages can hold L layers, each stage at most its memory
+    bound (by its in-flight micro-batches) and the layers whose floor time is within tau, by bisection over
+    the tables' values."""
+    n_layers = ga.size - 1
+    p = sa + sb
+    pos = np.arange(MAX_STAGES)[None, :]
+    inflight = np.minimum(p[:, None] - pos, m)
+    cap = np.where(pos < sa[:, None], caps_a[np.clip(inflight, 0, MAX_STAGES)],
+                   np.where(pos < p[:, None], caps_b[np.clip(inflight, 0, MAX_STAGES)], 0))
+    kind = np.where(pos < sa[:, None], 0, np.where(pos < p[:, None] - 1, 1, 2))
+    values = np.unique(np.concatenate([ga[1:], gb[1:], gh[1:]]))
+    lo = np.zeros(sa.size, dtype=np.int64)
+    hi = np.full(sa.size, values.size - 1, dtype=np.int64)
+
+    def held(tau: FloatArray) -> npt.NDArray[np.int64]:
+        counts = np.stack([np.searchsorted(g[1:], tau, side="right") for g in (ga, gb, gh)], axis=1)
+        per_stage = np.take_along_axis(counts, kind, axis=1)
+        return np.asarray(np.where(pos < p[:, None], np.minimum(per_stage, cap), 0).sum(axis=1))
+
+    while (lo < hi).any():
+        mid = (lo + hi) // 2
+        ok = held(values[mid]) >= n_layers
+        lo, hi = np.where(lo < hi, np.where(ok, lo, mid + 1), lo), np.where(lo < hi, np.where(ok, mid, hi), hi)
+    return np.asarray(values[lo], dtype=np.float64)
 
 
 def _micro_batches(gbs: int, mbs: int) -> int:
@@ -386,8 +440,9 @@ def _price(search: Search, types: tuple[str, str], gpus_a: npt.NDArray[np.int64]
     return np.round((per[0] * gpus_a + per[1] * gpus_b) * PRICE_STEPS_PER_USD_HOUR).astype(np.int64)
 
 
-def _evaluate(tables: _Tables, cfg: _Config) -> StageChoice | None:
-    """The best split of one configuration, and its full key (the gradient sync after the pipeline included)."""
+def _evaluate(tables: _Tables, cfg: _Config, upper: tuple[int, ...] | None) -> StageChoice | None:
+    """The best split of one configuration, and its full key (the gradient sync after the pipeline included);
+    None where it does not fit or its pipeline alone cannot beat ``upper``."""
     search = tables.search
     caps = tables.stage_caps(cfg)
     if min(caps) < 1 or sum(caps) < search.model.num_layers:
@@ -395,7 +450,7 @@ def _evaluate(tables: _Tables, cfg: _Config) -> StageChoice | None:
     p = sum(cfg.counts)
     rows = []
     for i, (g, tp) in enumerate(zip(cfg.stage_types, cfg.stage_tps)):
-        t = tables.times(cfg.recipe, cfg.dp, g, tp, i == p - 1).copy()
+        t = tables.times(cfg.recipe, cfg.dp, g, tp, i == p - 1, tables.p2p(cfg.types)).copy()
         t[caps[i] + 1:] = np.inf
         rows.append(t)
     mbs = int(tables.recipes.micro_batch_size[cfg.recipe])
@@ -406,16 +461,11 @@ def _evaluate(tables: _Tables, cfg: _Config) -> StageChoice | None:
     if found is None:
         return None
     split, pipe, optimal = found
-    tails = []
-    for i, (g, tp) in enumerate(zip(cfg.stage_types, cfg.stage_tps)):
-        lay = tables.layout(cfg.recipe, cfg.dp, tp, [split])
-        spec, params = search.specs[g], _params(search, g)
-        micro = stage_microbatch_batch(search.model, search.training, spec, lay, i, tables.links(g, tp, True),
-                                       params=params)
-        dp_s, hidden, opt = stage_tail_batch(search.model, search.training, spec, lay, i, micro,
-                                             (pipe - m * float(micro.microbatch_s[0])) / 2.0,
-                                             tables.links(g, tp, False), params=params)
-        tails.append(float(dp_s[0] - hidden[0] + opt[0]))
+    gpus = cfg.dp * sum(cfg.stage_tps)
+    if upper is not None and score(search.objective, math.ceil(pipe * TIME_STEPS_PER_S), gpus,
+                                   cfg.price_units) >= upper:
+        return None
+    tails = _tails(tables, cfg, split, pipe, m)
     step_us = math.ceil((float(pipeline_step_s(np.array([r[layer] for r, layer in zip(rows, split)]), m))
                          + max(tails)) * TIME_STEPS_PER_S)
     limit = search.constraints.deadline_s
@@ -423,9 +473,57 @@ def _evaluate(tables: _Tables, cfg: _Config) -> StageChoice | None:
     if limit is not None and budget is not None and step_us > limit / math.ceil(
             budget / (gbs * search.training.seq_len)) * TIME_STEPS_PER_S:
         return None
-    key = score(search.objective, step_us, cfg.dp * sum(cfg.stage_tps), cfg.price_units)
+    key = score(search.objective, step_us, gpus, cfg.price_units)
     return StageChoice(cfg.recipe, cfg.dp, cfg.stage_types, cfg.stage_tps, split, m, step_us, key, optimal,
                        _why(rows, split, caps, m))
+
+
+def stage_placements(search: Search, types: Sequence[str], tps: Sequence[int], dp: int
+                     ) -> list[dict[str, list[int]]]:
+    """Per stage, its dp TP groups on free GPUs of its type: each type's stages placed together (roomiest nodes
+    first), then cut in pipeline order, so a TP group never spans nodes."""
+    out: list[dict[str, list[int]]] = [{} for _ in types]
+    for g in dict.fromkeys(types):
+        idx = [i for i, t in enumerate(types) if t == g]
+        tp = tps[idx[0]]
+        gpus = [(node, k) for node, ks in group_placement(search, g, tp, dp * len(idx), set()).items() for k in ks]
+        per = dp * tp
+        for n, i in enumerate(idx):
+            for node, k in gpus[n * per:(n + 1) * per]:
+                out[i].setdefault(node, []).append(k)
+    return out
+
+
+def stage_links(search: Search, gpu_type: str, placement: dict[str, list[int]]) -> Links:
+    """A stage's links for its gradient sync: its own type's, the node size the fewest GPUs it has on a node
+    (a ring gets that many NICs' worth there)."""
+    own = search.links[gpu_type]
+    return Links(min(len(v) for v in placement.values()), own.intra_node_bytes_per_s, own.inter_node_bytes_per_s)
+
+
+def _tails(tables: _Tables, cfg: _Config, split: tuple[int, ...], pipe: float, m: int) -> list[float]:
+    """Each stage's exposed gradient sync (on its placement's links) and optimizer step after the pipeline."""
+    search = tables.search
+    out = [0.0] * len(split)
+    sync = [stage_links(search, g, pl) for g, pl in zip(cfg.stage_types, stage_placements(
+        search, cfg.stage_types, cfg.stage_tps, cfg.dp))]
+    for g in dict.fromkeys(cfg.types):
+        idx = np.array([i for i, t in enumerate(cfg.stage_types) if t == g])
+        tps = np.array([cfg.stage_tps[i] for i in idx])
+        lay = tables.layout(cfg.recipe, cfg.dp, tps, [split] * idx.size)
+        spec, params = search.specs[g], stage_params(search, g)
+        own = search.links[g]
+        micro = stage_microbatch_batch(search.model, search.training, spec, lay, idx,
+                                       Links(tps, own.intra_node_bytes_per_s, tables.p2p(cfg.types)),  # type: ignore[arg-type]
+                                       params=params)
+        per_node = np.array([sync[i].gpus_per_node for i in idx])
+        dp_s, hidden, opt = stage_tail_batch(search.model, search.training, spec, lay, idx, micro,
+                                             (pipe - m * micro.microbatch_s) / 2.0,
+                                             Links(per_node, own.intra_node_bytes_per_s,  # type: ignore[arg-type]
+                                                   own.inter_node_bytes_per_s), params=params)
+        for k, i in enumerate(idx):
+            out[int(i)] = float(dp_s[k] - hidden[k] + opt[k])
+    return out
 
 
 def _why(rows: list[FloatArray], split: tuple[int, ...], caps: list[int], m: int) -> str:
@@ -454,17 +552,26 @@ def stage_search(search: Search, deadline: float, incumbent: tuple[int, ...] | N
     recipes = _recipes(search)
     if not len(recipes):
         return recipes, None, notes
-    p2p = min(search.links[t].inter_node_bytes_per_s for t in allowed)
-    tables = _Tables(search, recipes, p2p)
+    tables = _Tables(search, recipes)
     best: StageChoice | None = None
-    for cfg in _enumerate(search, recipes, tables):
+    configs = _enumerate(search, recipes, tables, deadline)
+    if configs is None:
+        notes.append("the pipeline-stage search stopped at the time limit before it had bounded every layout")
+        return recipes, None, notes
+    proved = True
+    for n, cfg in enumerate(configs):
+        if n % 32 == 0:
+            tables.prefetch_caps(configs[n:n + 32])
         upper = best.key if best is not None else incumbent
         if upper is not None and cfg.bound_key >= upper:
             break
         if time.perf_counter() > deadline:
             notes.append("the pipeline-stage search stopped at the time limit")
+            proved = False
             break
-        choice = _evaluate(tables, cfg)
+        choice = _evaluate(tables, cfg, upper)
         if choice is not None and (upper is None or choice.key < upper):
             best = choice
+    if best is not None and not proved:
+        best = dataclasses.replace(best, optimal=False)
     return recipes, best, notes

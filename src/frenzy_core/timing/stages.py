@@ -20,6 +20,7 @@ gradients over its dp replicas on its own type (hidden behind its backward and i
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -31,7 +32,7 @@ from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.config.layout import validate_layout
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.parallel import ParallelConfig, PipelineSchedule
-from frenzy_core.config.params import count_parameters
+from frenzy_core.config.params import ParamCounts, count_parameters
 from frenzy_core.config.training import Recompute, RecomputeMethod, TrainingConfig
 from frenzy_core.errors import ConfigError, require_instance
 from frenzy_core.hardware.gpu import GPUSpec, Links
@@ -55,6 +56,12 @@ __all__ = ["PipelineStage", "PipelineTime", "StageMicrobatch", "estimate_pipelin
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
+
+
+@functools.lru_cache(maxsize=64)
+def _counts(model: ModelConfig) -> ParamCounts:
+    """Parameter counts of a model (hashable and frozen), once per model: the search times many stages."""
+    return count_parameters(model)
 
 
 def pipeline_step_s(microbatch_s: npt.ArrayLike, m: npt.ArrayLike) -> FloatArray:
@@ -111,7 +118,7 @@ def stage_microbatch_batch(model: ModelConfig, training: TrainingConfig, gpu: GP
         pp=pp[first], p2p_span=world[first].astype(np.float64), head=head[first].astype(np.float64),
     ).take(inverse)
     m = (lay.global_batch_size // (mb * lay.dp)).astype(np.float64)
-    fp8 = _fp8_weight_cast_s(model, count_parameters(model), training, layers, tp.astype(np.float64), m, mem_bw)
+    fp8 = _fp8_weight_cast_s(model, _counts(model), training, layers, tp.astype(np.float64), m, mem_bw)
     return StageMicrobatch(terms, np.asarray(fp8, dtype=np.float64), terms.stage + fp8, layers)
 
 
@@ -125,7 +132,7 @@ def stage_tail_batch(model: ModelConfig, training: TrainingConfig, gpu: GPUSpec,
     lay = layouts
     st = np.broadcast_to(np.asarray(stage, dtype=np.int64), lay.pp.shape)
     mem_bw = gpu.memory_bandwidth_bytes_per_s * p.memory_efficiency
-    counts = count_parameters(model)
+    counts = _counts(model)
     tp, pp, cp, dp, ep = lay.tp, lay.pp, lay.cp, lay.dp, lay.ep
     first_stage, last_stage = st == 0, st == pp - 1
     dense, experts = _stage_params(model, counts, pp, micro.layers, tp.astype(np.float64), ep, first_stage,
@@ -189,7 +196,8 @@ def estimate_pipeline_time(model: ModelConfig, training: TrainingConfig, paralle
                           hint="give one PipelineStage per pipeline stage")
     per = list(params) if params is not None else [None] * len(stages)
     for s in stages:
-        validate_layout(model, training, parallel.replace(tp=s.tp))
+        validate_layout(model, training.replace(sequence_parallel=training.sequence_parallel and s.tp > 1),
+                        parallel.replace(tp=s.tp))
     micro, lays = [], []
     for i, s in enumerate(stages):
         lay = _stage_layout(training, parallel, s.tp)

@@ -128,7 +128,7 @@ def render_torchrun(data: dict[str, Any]) -> str:
     for node in data["nodes"]:
         rank = "" if node["node_rank"] is None else f"node_rank {node['node_rank']}: "
         group = (f", group {node['group']} ({node['gpu_type']}, ranks {node['first_rank']}.."
-                 f"{node['first_rank'] + node['nproc_per_node'] - 1}, {node['micro_batches']} micro-batches)"
+                 f"{node['first_rank'] + node['nproc_per_node'] - 1}, micro-batches per step: {node['micro_batches']})"
                  if data["mixed"] else "")
         lines.append(f"# {rank}{node['node']} ({node['host']}), GPUs {node['gpus']}{group}")
         lines.append(node["command"])

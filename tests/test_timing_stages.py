@@ -17,6 +17,7 @@ from frenzy_core.hardware.gpu import Links
 from frenzy_core.hardware.gpus import get_gpu_spec
 from frenzy_core.memory import estimate_memory
 from frenzy_core.memory.batch import stage_device_bytes
+from frenzy_core.planning.metis import metis_split
 from frenzy_core.planning.stages import best_split
 from frenzy_core.timing.pipeline import pipeline_timeline
 from frenzy_core.timing.stages import PipelineStage, estimate_pipeline_time, pipeline_step_s
@@ -125,3 +126,30 @@ def test_best_split_is_the_exhaustive_optimum(stages: int, layers: int, m: int, 
     assert value == pytest.approx(best)
     assert float(pipeline_step_s(np.array([table[i, s] for i, s in enumerate(split)]), m)) == pytest.approx(best)
     assert optimal
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(2, 4), st.integers(4, 12), st.integers(1, 8), st.data())
+def test_metis_style_split_is_valid_and_never_beats_the_exact_one(stages: int, layers: int, m: int,
+                                                                   data: st.DataObject) -> None:
+    """The baseline's split holds every layer within the stages' memory caps, and the dynamic program's is
+    never worse on the same cost."""
+    layers = max(layers, stages)
+    rows = []
+    for _ in range(stages):
+        per_layer = data.draw(st.floats(0.1, 3.0))
+        t = data.draw(st.floats(0.0, 1.0)) + per_layer * np.arange(layers + 1, dtype=np.float64)
+        cap = data.draw(st.integers(1, layers))
+        t[cap + 1:] = np.inf
+        rows.append(t)
+    table = np.stack(rows)
+    exact, baseline = best_split(table, m), metis_split(table, m)
+    if exact is None:
+        assert baseline is None
+        return
+    assert baseline is not None
+    split, value, optimal = baseline
+    assert sum(split) == layers and min(split) >= 1 and not optimal
+    assert all(np.isfinite(table[i, s]) for i, s in enumerate(split))
+    assert value == pytest.approx(float(pipeline_step_s(np.array([table[i, s] for i, s in enumerate(split)]), m)))
+    assert exact[1] <= value * (1 + 1e-12)

@@ -19,7 +19,7 @@ import dataclasses
 import itertools
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,8 +39,17 @@ from frenzy_core.planning.search import Search
 from frenzy_core.timing.params import TimeModelParams
 from frenzy_core.timing.stages import pipeline_step_s, stage_microbatch_batch, stage_tail_batch
 
-__all__ = ["MAX_STAGES", "MAX_TAUS", "StageChoice", "best_split", "stage_links", "stage_params", "stage_placements",
-           "stage_search"]
+__all__ = [
+    "MAX_STAGES",
+    "MAX_TAUS",
+    "SplitRule",
+    "StageChoice",
+    "best_split",
+    "stage_links",
+    "stage_params",
+    "stage_placements",
+    "stage_search",
+]
 
 MAX_STAGES = 16
 """Most pipeline stages a form (a) plan has (our bound on the search; Metis's and FlashFlex's largest published
@@ -440,7 +449,12 @@ def _price(search: Search, types: tuple[str, str], gpus_a: npt.NDArray[np.int64]
     return np.round((per[0] * gpus_a + per[1] * gpus_b) * PRICE_STEPS_PER_USD_HOUR).astype(np.int64)
 
 
-def _evaluate(tables: _Tables, cfg: _Config, upper: tuple[int, ...] | None) -> StageChoice | None:
+SplitRule = Callable[[FloatArray, int], "tuple[tuple[int, ...], float, bool] | None"]
+"""A layer-split rule: stage time tables (inf: does not fit) and micro-batches -> (split, value, optimal)."""
+
+
+def _evaluate(tables: _Tables, cfg: _Config, upper: tuple[int, ...] | None, split_rule: SplitRule
+              ) -> StageChoice | None:
     """The best split of one configuration, and its full key (the gradient sync after the pipeline included);
     None where it does not fit or its pipeline alone cannot beat ``upper``."""
     search = tables.search
@@ -457,7 +471,7 @@ def _evaluate(tables: _Tables, cfg: _Config, upper: tuple[int, ...] | None) -> S
     gbs = search.training.global_batch_size
     assert gbs is not None
     m = gbs // (mbs * cfg.dp)
-    found = best_split(np.stack(rows), m)
+    found = split_rule(np.stack(rows), m)
     if found is None:
         return None
     split, pipe, optimal = found
@@ -537,8 +551,8 @@ def _why(rows: list[FloatArray], split: tuple[int, ...], caps: list[int], m: int
     return words
 
 
-def stage_search(search: Search, deadline: float, incumbent: tuple[int, ...] | None = None
-                 ) -> tuple[LayoutArrays, StageChoice | None, list[str]]:
+def stage_search(search: Search, deadline: float, incumbent: tuple[int, ...] | None = None,
+                 split_rule: SplitRule = best_split) -> tuple[LayoutArrays, StageChoice | None, list[str]]:
     """The best form (a) pipeline that beats ``incumbent`` (the best plan's key so far, in the mixed search's
     units), the recipes it indexes, and notes on what the search left out. Only placement ``any``, no
     launcher, no experts; configurations are taken best bound first until none can win or time runs out."""
@@ -569,7 +583,7 @@ def stage_search(search: Search, deadline: float, incumbent: tuple[int, ...] | N
             notes.append("the pipeline-stage search stopped at the time limit")
             proved = False
             break
-        choice = _evaluate(tables, cfg, upper)
+        choice = _evaluate(tables, cfg, upper, split_rule)
         if choice is not None and (upper is None or choice.key < upper):
             best = choice
     if best is not None and not proved:

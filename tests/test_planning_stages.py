@@ -8,7 +8,7 @@ import functools
 import numpy as np
 import pytest
 
-from frenzy_core import Cluster, ConfigError, ModelConfig, TrainingConfig
+from frenzy_core import Cluster, ConfigError, InfeasiblePlanError, ModelConfig, TrainingConfig
 from frenzy_core.adapters import get_adapter
 from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.hardware.gpus import load_gpu_specs
@@ -113,3 +113,11 @@ def test_llama_2_70b_on_16_a100_and_16_h100_pipelines_across_types() -> None:
     assert staged.objective_value >= replicas.objective_value
     assert staged.stages[0].pipeline_stage is not None
     _check_stages(staged)
+
+
+@pytest.mark.slow
+def test_gpt3_175b_on_frenzy_paper_is_refused_saying_why() -> None:
+    """The issue's other example: no form fits, because the types that can share a recipe hold too little."""
+    with pytest.raises(InfeasiblePlanError, match="mixing GPU types does not help: the least memory"):
+        plan_job(ModelConfig.preset("gpt3-175b"), Cluster.preset("frenzy-paper"), TrainingConfig(seq_len=2048),
+                 time_limit_s=120, mixed_stages=True)

@@ -95,7 +95,7 @@ def test_pipeline_needs_one_stage_per_rank() -> None:
                                [PipelineStage(spec, 1, _links("h100-sxm", 1), 1e10)] * 3)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(st.integers(2, 4), st.integers(4, 9), st.integers(1, 6), st.data())
 def test_best_split_is_the_exhaustive_optimum(stages: int, layers: int, m: int, data: st.DataObject) -> None:
     """The dynamic program's split minimises sum t + (m - 1) max t over every split (l_i >= 1, sum = L)."""
@@ -128,7 +128,7 @@ def test_best_split_is_the_exhaustive_optimum(stages: int, layers: int, m: int, 
     assert optimal
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(st.integers(2, 4), st.integers(4, 12), st.integers(1, 8), st.data())
 def test_metis_style_split_is_valid_and_never_beats_the_exact_one(stages: int, layers: int, m: int,
                                                                    data: st.DataObject) -> None:

@@ -21,9 +21,9 @@ def build_stage_plan(search: Search, recipes: LayoutArrays, choice: StageChoice,
                      best_single: Solution | None, top_k: int, notes: list[str], solve_time_s: float) -> Plan:
     """Each stage re-estimated on its own type (memory: the memory model's stage of its own layout; time: the
     pipeline of unequal stages, timing/stages.py), placed in whole TP groups, and the plan around them."""
-    training = recipes.training(choice.recipe, search.training)
-    gbs = training.global_batch_size
+    gbs = search.training.global_batch_size  # the request's (a default batch may have moved on the recipe's row)
     assert gbs is not None
+    training = recipes.training(choice.recipe, search.training).replace(global_batch_size=gbs)
     parallel = recipes.parallel(choice.recipe).replace(dp=choice.dp, tp=choice.tps[0], pp=len(choice.layers),
                                                        stage_layers=choice.layers)
     p2p = min(search.links[g].inter_node_bytes_per_s for g in choice.types)

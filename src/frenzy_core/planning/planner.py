@@ -164,7 +164,9 @@ def plan_job(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig 
         incumbent = None if solution is None else single_type_score(search, table, solution)
         # with no single-type plan, half of what is left, so the suggestions get the other half
         until = deadline if solution is not None else start + (deadline - start) / 2
-        layouts, choice, notes = mixed_search(search, until, solver, incumbent)
+        # with pipeline stages too, the replica mix gets half of that and the stages the rest
+        layouts, choice, notes = mixed_search(
+            search, start + (until - start) / 2 if mixed_types and mixed_stages else until, solver, incumbent)
         if mixed_types and mixed_stages:
             staged = _stage_plan(search, table, solution, choice, incumbent, until, top_k, notes, start)
             if staged is not None:

@@ -7,6 +7,8 @@ import functools
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from frenzy_core import Cluster, ConfigError, InfeasiblePlanError, ModelConfig, TrainingConfig
 from frenzy_core.adapters import get_adapter
@@ -121,3 +123,27 @@ def test_gpt3_175b_on_frenzy_paper_is_refused_saying_why() -> None:
     with pytest.raises(InfeasiblePlanError, match="mixing GPU types does not help: the least memory"):
         plan_job(ModelConfig.preset("gpt3-175b"), Cluster.preset("frenzy-paper"), TrainingConfig(seq_len=2048),
                  time_limit_s=120, mixed_stages=True)
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.sampled_from([1, 2, 4]), st.sampled_from([0, 1, 2, 3]), st.sampled_from(["none", "selective", "full"]),
+       st.sampled_from([1, 2]), st.integers(3, 6))
+def test_stage_memory_never_falls_with_more_layers_or_more_in_flight(tp: int, zero: int, recompute: str, mbs: int,
+                                                                     pp: int) -> None:
+    """What the stage search's bisection and memory bounds rely on: a stage's memory grows with its layers, and
+    a middle stage nearer the front (more 1F1B in-flight micro-batches) never needs less at the same layers."""
+    model = ModelConfig.preset("llama-2-7b")
+    training = TrainingConfig(seq_len=2048, global_batch_size=16 * mbs, micro_batch_size=mbs, zero_stage=zero,
+                              recompute=recompute)
+    rows = []
+    for layers in range(1, 12):
+        split = [1] * pp
+        split[1], split[0] = layers, model.num_layers - layers - (pp - 2)
+        rows.append(tuple(split))
+    lay = LayoutArrays.from_columns({"dp": 2, "tp": tp, "pp": pp, "stage_layers": rows}, training)
+    by_layers = stage_device_bytes(model, training, lay, 1)
+    assert (by_layers >= 0).all() and (np.diff(by_layers) >= 0).all()
+    same = [(1,) * (pp - 1) + (model.num_layers - pp + 1,)] * (pp - 2)
+    lay = LayoutArrays.from_columns({"dp": 2, "tp": tp, "pp": pp, "stage_layers": same}, training)
+    by_position = stage_device_bytes(model, training, lay, np.arange(1, pp - 1))
+    assert (np.diff(by_position) <= 0).all()

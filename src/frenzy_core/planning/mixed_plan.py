@@ -11,7 +11,7 @@ from frenzy_core.hardware.gpu import Links
 from frenzy_core.memory import MemoryEstimate
 from frenzy_core.planning.candidates import CandidateTable
 from frenzy_core.planning.diagnosis import type_rejections
-from frenzy_core.planning.mixed import PRICE_STEPS_PER_USD_HOUR, TIME_STEPS_PER_S, MixedChoice, score
+from frenzy_core.planning.mixed_solve import PRICE_STEPS_PER_USD_HOUR, TIME_STEPS_PER_S, MixedChoice, score
 from frenzy_core.planning.placement import Solution, placement_options
 from frenzy_core.planning.plan import Alternative, Plan, StagePlan
 from frenzy_core.planning.request import Objective

@@ -17,8 +17,9 @@ from frenzy_core.planning.diagnosis import type_rejections
 from frenzy_core.planning.estimators import AnalyticEstimator, LayoutEstimator
 from frenzy_core.planning.infeasible import infeasible_error, mixing_reason
 from frenzy_core.planning.launchers import LaunchScope
-from frenzy_core.planning.mixed import MixedChoice, mixed_search, score
+from frenzy_core.planning.mixed import mixed_search
 from frenzy_core.planning.mixed_plan import build_mixed_plan, single_type_score
+from frenzy_core.planning.mixed_solve import MixedChoice, score
 from frenzy_core.planning.nodes import Locality
 from frenzy_core.planning.placement import Solution, placement_options, solve_cp_sat, solve_exhaustive
 from frenzy_core.planning.plan import Plan

@@ -32,8 +32,9 @@ from frenzy_core.hardware.gpu import Links
 from frenzy_core.memory.batch import stage_device_bytes
 from frenzy_core.planning.candidates import enumerate_layouts
 from frenzy_core.planning.estimators import AnalyticEstimator
-from frenzy_core.planning.mixed import PRICE_STEPS_PER_USD_HOUR, TIME_STEPS_PER_S, mixable_types, score
+from frenzy_core.planning.mixed import mixable_types
 from frenzy_core.planning.mixed_plan import group_placement
+from frenzy_core.planning.mixed_solve import PRICE_STEPS_PER_USD_HOUR, TIME_STEPS_PER_S, score
 from frenzy_core.planning.request import PlacementMode
 from frenzy_core.planning.search import Search
 from frenzy_core.timing.params import TimeModelParams

@@ -20,7 +20,7 @@ from frenzy_core.scheduling.throughput import PlannedThroughput, planned_tokens_
 ])
 def test_curve_matches_the_planner_count_by_count(preset: str, gpu: str, counts: list[int]) -> None:
     model = ModelConfig.preset(preset)
-    training = default_training(model, get_gpu_spec("v100-32gb"), 16)
+    training = default_training(model, get_gpu_spec("v100-32gb"))
     planned = PlannedThroughput()
     curve = planned.curve(model, training, gpu, max(counts))
     for n in counts:

@@ -92,8 +92,8 @@ class PlacementCheck:
             level, _, at = placed_links(group.pool(gpu_type), gpu_type, group.links,
                                         np.array([layout.parallel.tp]), np.array([layout.world_size]),
                                         PlacementMode.ANY)
-            links = Links(int(at.gpus_per_node[0]), float(at.intra_node_bytes_per_s[0]),
-                          float(at.inter_node_bytes_per_s[0]))
+            gpn, intra, inter = (np.asarray(a)[0] for a in at)  # one row: per-row arrays of length one
+            links = Links(int(gpn), float(intra), float(inter))
             est = estimate_iteration_time(job.model, layout.training, layout.parallel, get_gpu_spec(gpu_type),
                                           cluster=links)
             self._time[key] = float(est.tokens_per_s) if level[0] >= 0 else math.nan

@@ -9,7 +9,7 @@ import pytest
 
 from frenzy_core.config import ModelConfig, MoEConfig, ParallelConfig, PipelineSchedule, Recompute, TrainingConfig
 from frenzy_core.errors import ConfigError
-from frenzy_core.memory import estimate_memory, estimate_memory_batch
+from frenzy_core.memory import batch, estimate_memory, estimate_memory_batch
 
 DENSE = ModelConfig(num_layers=12, hidden_size=512, num_attention_heads=8, num_kv_heads=4, vocab_size=32000,
                     mlp="swiglu", norm="rmsnorm", position_embedding="rotary", tied_embeddings=False)
@@ -98,3 +98,18 @@ def test_bad_input_raises_config_error() -> None:
         estimate_memory_batch(DENSE, {"tp": [1, 2], "pp": [1, 2, 4]})
     with pytest.raises(ConfigError, match="not both"):
         estimate_memory_batch(DENSE, {"num_microbatches": 2, "global_batch_size": 8})
+
+
+@pytest.mark.parametrize("model", [DENSE, MOE], ids=["dense", "moe"])
+def test_blocks_do_not_change_results(model: ModelConfig, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows are evaluated in blocks (for the cache); any block size gives the same arrays, in the configs' shape."""
+    training = TrainingConfig(framework="torch", precision="amp-bf16", attention="eager", seq_len=512)
+    cfg = {k: v.reshape(8, 10) for k, v in _random(80, seed=7).items()}
+    whole = estimate_memory_batch(model, cfg, training)
+    monkeypatch.setattr(batch, "BLOCK_ELEMENTS", 5)
+    blocked = estimate_memory_batch(model, cfg, training)
+    assert whole.valid.shape == (8, 10) and whole.valid.sum() >= 10
+    for name in ("peak_bytes", "device_bytes", "busiest_stage", "valid", "host_bytes"):
+        assert np.array_equal(getattr(whole, name), getattr(blocked, name)), name
+    for cat, values in whole.breakdown.items():
+        assert np.array_equal(values, blocked.breakdown[cat]), cat

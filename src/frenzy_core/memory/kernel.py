@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -335,11 +336,30 @@ def _whole(value: FloatArray, shape: tuple[int, ...], ok: BoolArray) -> IntArray
     return np.broadcast_to(to_int_bytes(value, ok), shape)
 
 
+def _sums(phases: list[dict[str, FloatArray]]) -> list[FloatArray]:
+    """Each phase's categories summed in their order (``sum(phase.values())``), the leading categories the phases
+    share (the same arrays) added once: the same additions in the same order, so the same floats."""
+    values = [list(ph.values()) for ph in phases]
+    k = 0
+    while k < len(values[0]) and all(len(v) > k and v[k] is values[0][k] for v in values):
+        k += 1
+    prefix = _add(0.0, values[0][:k])
+    return [_add(prefix, v[k:]) for v in values]
+
+
+def _add(start: FloatArray | float, terms: list[FloatArray]) -> FloatArray:
+    """``start`` plus ``terms`` from left to right (as ``sum`` adds)."""
+    total = start
+    for t in terms:
+        total = total + t
+    return np.asarray(total)
+
+
 def _peak(phases: list[dict[str, FloatArray]], shape: tuple[int, ...], ok: BoolArray
           ) -> tuple[IntArray, IntArray, dict[str, IntArray]]:
-    """The largest phase total of each row, its index and its categories, every category rounded to whole bytes
-    (so a breakdown sums to its peak); 0 in rows not ``ok`` (a total beyond ``MAX_BYTES``, never cast to int64).
-    Categories equal in every phase are rounded once."""
+    """The largest phase total of each row, its index (the first such phase) and its categories, every category
+    rounded to whole bytes (so a breakdown sums to its peak); 0 in rows not ``ok`` (a total beyond ``MAX_BYTES``,
+    never cast to int64). Categories equal in every phase are rounded once."""
     memo: dict[int, FloatArray] = {}
     all_ok = bool(np.all(ok))
 
@@ -349,21 +369,25 @@ def _peak(phases: list[dict[str, FloatArray]], shape: tuple[int, ...], ok: BoolA
         return memo[id(v)]
 
     rounded = [{cat: rint(ph[cat]) for cat in MEMORY_CATEGORIES} for ph in phases]
-    totals = np.stack([np.broadcast_to(sum(ph.values()), shape) for ph in rounded])
-    phase = np.argmax(totals, axis=0)
+    totals = [np.broadcast_to(t, shape) for t in _sums(rounded)]
+    # running maximum with a strict comparison: the first largest phase, as argmax (totals are finite where ok,
+    # 0 elsewhere)
+    peak, phase = totals[0], np.zeros(shape, dtype=np.int64)
+    for i, t in enumerate(totals[1:], start=1):
+        better = t > peak
+        phase = np.where(better, i, phase)
+        peak = np.maximum(peak, t)
+    at = [phase == i for i in range(len(totals))]
     breakdown = {}
     for cat in MEMORY_CATEGORIES:
         values = [ph[cat] for ph in rounded]
-        others = [i for i, v in enumerate(values) if v is not values[0]]
-        if not others:
-            chosen = values[0]
-        elif all(values[i] is values[others[0]] for i in others):  # two values: one where, not a choose
-            in_others = phase == others[0] if len(others) == 1 else np.isin(phase, others)
-            chosen = np.where(in_others, values[others[0]], values[0])
-        else:
-            chosen = np.choose(phase, [np.broadcast_to(v, shape) for v in values])
+        chosen = np.broadcast_to(values[0], shape)
+        others = {id(v): v for v in values if v is not values[0]}  # each other array once
+        for key, v in others.items():
+            where = functools.reduce(np.logical_or, [at[i] for i, u in enumerate(values) if id(u) == key])
+            chosen = np.where(where, v, chosen)
         breakdown[cat] = np.broadcast_to(np.asarray(chosen).astype(np.int64), shape)
-    return np.max(totals, axis=0).astype(np.int64), phase, breakdown
+    return np.asarray(peak).astype(np.int64), phase, breakdown
 
 
 def _either(grads_a: FloatArray, acts_a: FloatArray, grads_b: FloatArray, acts_b: FloatArray
@@ -413,8 +437,9 @@ def stage_arrays(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
     ]
     shape_all = np.broadcast(stage, lay.tp, lay.pp, lay.dp, lay.seq_len, lay.micro_batch_size).shape
     act_total = np.maximum(act.forward, acts + act.work)
-    in_range = np.broadcast_to(bytes_in_range(act_total, *(sum(np.abs(v) for v in ph.values()) for ph in phases)),
-                               shape_all)
+    magnitudes = {id(v): np.abs(v) for ph in phases for v in ph.values()}  # each array once
+    abs_phases = [{cat: magnitudes[id(v)] for cat, v in ph.items()} for ph in phases]
+    in_range = np.broadcast_to(bytes_in_range(act_total, *_sums(abs_phases)), shape_all)
     peak, phase, breakdown = _peak(phases, shape_all, in_range)
     communicators = sum((np.asarray(x) > 1).astype(np.int64) for x in (lay.dp * lay.cp, lay.tp, lay.pp, lay.cp, lay.ep))
     step = phases[2]

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
-from frenzy_core._limits import bytes_in_range, to_int_bytes
+from frenzy_core._limits import MAX_BYTES, bytes_in_range, to_int_bytes
 from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.parallel import PipelineSchedule
@@ -53,14 +54,26 @@ class StageArrays:
     num_params: FloatArray
     inflight: FloatArray
     communicators: IntArray
-    model_state_bytes: IntArray
-    """Parameters, gradients, master weights and optimizer states as held at the optimizer step."""
-    activation_bytes: IntArray
-    """Largest activations (saved tensors plus the backward working set) at any moment of the passes."""
     host_bytes: IntArray
     """Host memory the rank's offloaded states and activations take (0 without offload)."""
     in_range: BoolArray
     """False where a total exceeds :data:`frenzy_core._limits.MAX_BYTES` (its byte counts then read 0)."""
+    step_states: tuple[FloatArray, ...]
+    """Parameters, gradients, master weights and optimizer states at the optimizer step (float bytes)."""
+    act_total: FloatArray
+    """Largest activations at any moment of the passes (float bytes)."""
+
+    @functools.cached_property
+    def model_state_bytes(self) -> IntArray:
+        """Parameters, gradients, master weights and optimizer states as held at the optimizer step (rounded
+        when read: the batch estimator never reads them)."""
+        shape = self.in_range.shape
+        return np.asarray(np.sum([_whole(v, shape, self.in_range) for v in self.step_states], axis=0))
+
+    @functools.cached_property
+    def activation_bytes(self) -> IntArray:
+        """Largest activations (saved tensors plus the backward working set) at any moment of the passes."""
+        return _whole(self.act_total, self.in_range.shape, self.in_range)
 
 
 @dataclass(frozen=True)
@@ -333,6 +346,8 @@ def _outputs(training: TrainingConfig, act: _Activations, returned: FloatArray) 
 
 def _whole(value: FloatArray, shape: tuple[int, ...], ok: BoolArray) -> IntArray:
     """Bytes rounded to whole bytes, as int64 of ``shape``; 0 where not ``ok`` (a total beyond ``MAX_BYTES``)."""
+    if np.all(ok):  # as to_int_bytes, without its mask
+        return np.broadcast_to(np.rint(np.asarray(value, dtype=np.float64)).astype(np.int64), shape)
     return np.broadcast_to(to_int_bytes(value, ok), shape)
 
 
@@ -390,6 +405,22 @@ def _peak(phases: list[dict[str, FloatArray]], shape: tuple[int, ...], ok: BoolA
     return np.asarray(peak).astype(np.int64), phase, breakdown
 
 
+def _in_range(act_total: FloatArray, phases: list[dict[str, FloatArray]], shape: tuple[int, ...]) -> BoolArray:
+    """:func:`bytes_in_range` of ``act_total`` and of each phase's summed magnitudes. When even the sum of every
+    distinct array's largest magnitude (times the most times one phase holds an array) is below half of
+    ``MAX_BYTES`` (and ``act_total``'s too), every row is in range, whatever the order and rounding of the
+    phases' sums: then only reductions run, no array of sums."""
+    distinct = {id(v): np.asarray(v) for ph in phases for v in ph.values()}
+    repeats = max(max(Counter(map(id, ph.values())).values()) for ph in phases)
+    bound = repeats * sum(max(float(v.max()), -float(v.min())) for v in distinct.values())
+    act_bound = max(float(np.max(act_total)), -float(np.min(act_total)))
+    if bound <= MAX_BYTES / 2 and act_bound <= MAX_BYTES / 2:  # False for NaN
+        return np.ones(shape, dtype=bool)
+    magnitudes = {key: np.abs(v) for key, v in distinct.items()}  # each array once
+    abs_phases = [{cat: magnitudes[id(v)] for cat, v in ph.items()} for ph in phases]
+    return np.broadcast_to(bytes_in_range(act_total, *_sums(abs_phases)), shape)
+
+
 def _either(grads_a: FloatArray, acts_a: FloatArray, grads_b: FloatArray, acts_b: FloatArray
             ) -> dict[str, FloatArray]:
     """Gradients and activations of whichever of two moments holds more."""
@@ -437,19 +468,16 @@ def stage_arrays(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
     ]
     shape_all = np.broadcast(stage, lay.tp, lay.pp, lay.dp, lay.seq_len, lay.micro_batch_size).shape
     act_total = np.maximum(act.forward, acts + act.work)
-    magnitudes = {id(v): np.abs(v) for ph in phases for v in ph.values()}  # each array once
-    abs_phases = [{cat: magnitudes[id(v)] for cat, v in ph.items()} for ph in phases]
-    in_range = np.broadcast_to(bytes_in_range(act_total, *_sums(abs_phases)), shape_all)
+    in_range = _in_range(act_total, phases, shape_all)
     peak, phase, breakdown = _peak(phases, shape_all, in_range)
     communicators = sum((np.asarray(x) > 1).astype(np.int64) for x in (lay.dp * lay.cp, lay.tp, lay.pp, lay.cp, lay.ep))
     step = phases[2]
-    states_total = np.sum([_whole(step[cat], shape_all, in_range) for cat in ("parameters", "gradients",
-                                                                              "master_weights", "optimizer_states")],
-                          axis=0)
-    act_peak = _whole(act_total, shape_all, in_range)
-    host = _whole(states.host + act.host, shape_all, bytes_in_range(states.host + act.host))
+    host_total = states.host + act.host
+    host = _whole(host_total, shape_all, bytes_in_range(host_total))
     return StageArrays(breakdown=breakdown, peak_bytes=peak, phase=phase,
-                       model_state_bytes=states_total, activation_bytes=act_peak, host_bytes=host,
+                       step_states=tuple(step[cat] for cat in ("parameters", "gradients", "master_weights",
+                                                               "optimizer_states")),
+                       act_total=act_total, host_bytes=host,
                        num_layers=np.broadcast_to(shape.num_layers, shape_all),
                        num_params=np.broadcast_to(states.num_params, shape_all),
                        inflight=np.broadcast_to(act.inflight, shape_all),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,6 +49,7 @@ def _mlp_split(model: ModelConfig, ffn: int) -> tuple[int, int]:
     return total - replicated, replicated
 
 
+@functools.lru_cache(maxsize=64)
 def layer_constants(model: ModelConfig) -> LayerConstants:
     """Per-layer constants of ``model``, from :func:`frenzy_core.config.params.layer_parameters`."""
     h, q, kv = model.hidden_size, model.q_size, model.kv_size

@@ -93,7 +93,7 @@ class _Modes:
                    interleaved=layouts.schedule == PipelineSchedule.INTERLEAVED.code)
 
 
-def _inflight(model: ModelConfig, stage: IntArray, lay: LayoutArrays, modes: _Modes) -> FloatArray:
+def _inflight(stage: IntArray, lay: LayoutArrays, modes: _Modes, shape: StageShape) -> FloatArray:
     """Micro-batches of the stage's layers live at its peak (interleaved: chunk-micro-batches weighted by their
     chunk's share of the stage's layers)."""
     pp, m, vpp = lay.pp, lay.num_microbatches, lay.vpp
@@ -107,9 +107,7 @@ def _inflight(model: ModelConfig, stage: IntArray, lay: LayoutArrays, modes: _Mo
     cycles, rest = warm // np.maximum(g * vpp, 1), warm % np.maximum(g * vpp, 1)
     weighted = np.zeros(np.broadcast(stage, pp).shape, dtype=np.float64)
     layers = np.zeros_like(weighted)
-    for j in range(int(np.max(vpp, initial=1))):
-        _, size = lay.chunk_span(model.num_layers, stage + j * pp)
-        size = np.where(j < vpp, size, 0)
+    for j, size in enumerate(shape.chunk_sizes):
         weighted += (cycles * g + np.clip(rest - j * g, 0, g)) * size
         layers += size
     inter = np.where(layers > 0, weighted / np.maximum(layers, 1), warm / vpp)
@@ -199,7 +197,7 @@ def _activations(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
     edge = edge_activations(model, training, **kw)
     n = shape.num_layers.astype(np.float64)
     n_moe = shape.num_moe_layers.astype(np.float64)
-    inflight = _inflight(model, stage, lay, modes)
+    inflight = _inflight(stage, lay, modes, shape)
     # Checkpointed layers run with use_cache=False (Transformers turns the cache off for gradient checkpointing).
     no_cache = np.where(modes.full, layer.cache_delta, 0.0)
     dense, moe = layer.dense - no_cache, layer.moe - no_cache
@@ -351,15 +349,14 @@ def _whole(value: FloatArray, shape: tuple[int, ...], ok: BoolArray) -> IntArray
     return np.broadcast_to(to_int_bytes(value, ok), shape)
 
 
-def _sums(phases: list[dict[str, FloatArray]]) -> list[FloatArray]:
-    """Each phase's categories summed in their order (``sum(phase.values())``), the leading categories the phases
-    share (the same arrays) added once: the same additions in the same order, so the same floats."""
-    values = [list(ph.values()) for ph in phases]
+def _sums(terms: list[list[FloatArray]]) -> list[FloatArray]:
+    """Each phase's terms summed in their order (as ``sum``), the leading terms the phases share (the same arrays)
+    added once: the same additions in the same order, so the same floats."""
     k = 0
-    while k < len(values[0]) and all(len(v) > k and v[k] is values[0][k] for v in values):
+    while k < len(terms[0]) and all(len(v) > k and v[k] is terms[0][k] for v in terms):
         k += 1
-    prefix = _add(0.0, values[0][:k])
-    return [_add(prefix, v[k:]) for v in values]
+    prefix = _add(0.0, terms[0][:k])
+    return [_add(prefix, v[k:]) for v in terms]
 
 
 def _add(start: FloatArray | float, terms: list[FloatArray]) -> FloatArray:
@@ -374,17 +371,20 @@ def _peak(phases: list[dict[str, FloatArray]], shape: tuple[int, ...], ok: BoolA
           ) -> tuple[IntArray, IntArray, dict[str, IntArray]]:
     """The largest phase total of each row, its index (the first such phase) and its categories, every category
     rounded to whole bytes (so a breakdown sums to its peak); 0 in rows not ``ok`` (a total beyond ``MAX_BYTES``,
-    never cast to int64). Categories equal in every phase are rounded once."""
+    never cast to int64). Each distinct array is rounded once, and every array that is 0 throughout is one
+    zero, left out of the sums (adding 0 changes no total but the sign of a zero, which no integer shows)."""
     memo: dict[int, FloatArray] = {}
     all_ok = bool(np.all(ok))
+    zero = np.zeros(shape)
 
     def rint(v: FloatArray) -> FloatArray:
         if id(v) not in memo:
-            memo[id(v)] = np.rint(v if all_ok else np.where(ok, v, 0.0))
+            memo[id(v)] = zero if not np.any(v) else np.rint(v if all_ok else np.where(ok, v, 0.0))
         return memo[id(v)]
 
     rounded = [{cat: rint(ph[cat]) for cat in MEMORY_CATEGORIES} for ph in phases]
-    totals = [np.broadcast_to(t, shape) for t in _sums(rounded)]
+    totals = [np.broadcast_to(t, shape) for t in _sums([[v for v in ph.values() if v is not zero]
+                                                        for ph in rounded])]
     # running maximum with a strict comparison: the first largest phase, as argmax (totals are finite where ok,
     # 0 elsewhere)
     peak, phase = totals[0], np.zeros(shape, dtype=np.int64)
@@ -392,15 +392,19 @@ def _peak(phases: list[dict[str, FloatArray]], shape: tuple[int, ...], ok: BoolA
         better = t > peak
         phase = np.where(better, i, phase)
         peak = np.maximum(peak, t)
-    at = [phase == i for i in range(len(totals))]
+    at: dict[int, BoolArray] = {}
     breakdown = {}
     for cat in MEMORY_CATEGORIES:
         values = [ph[cat] for ph in rounded]
-        chosen = np.broadcast_to(values[0], shape)
-        others = {id(v): v for v in values if v is not values[0]}  # each other array once
-        for key, v in others.items():
-            where = functools.reduce(np.logical_or, [at[i] for i, u in enumerate(values) if id(u) == key])
-            chosen = np.where(where, v, chosen)
+        phases_of: dict[int, list[int]] = {}
+        for i, v in enumerate(values):
+            phases_of.setdefault(id(v), []).append(i)
+        # the array most phases hold, then each other one where the peak is in a phase that holds it
+        ids = sorted(phases_of, key=lambda key: -len(phases_of[key]))
+        chosen = np.broadcast_to(values[phases_of[ids[0]][0]], shape)
+        for key in ids[1:]:
+            where = functools.reduce(np.logical_or, [at.setdefault(i, phase == i) for i in phases_of[key]])
+            chosen = np.where(where, values[phases_of[key][0]], chosen)
         breakdown[cat] = np.broadcast_to(np.asarray(chosen).astype(np.int64), shape)
     return np.asarray(peak).astype(np.int64), phase, breakdown
 
@@ -417,8 +421,8 @@ def _in_range(act_total: FloatArray, phases: list[dict[str, FloatArray]], shape:
     if bound <= MAX_BYTES / 2 and act_bound <= MAX_BYTES / 2:  # False for NaN
         return np.ones(shape, dtype=bool)
     magnitudes = {key: np.abs(v) for key, v in distinct.items()}  # each array once
-    abs_phases = [{cat: magnitudes[id(v)] for cat, v in ph.items()} for ph in phases]
-    return np.broadcast_to(bytes_in_range(act_total, *_sums(abs_phases)), shape)
+    return np.broadcast_to(bytes_in_range(act_total, *_sums([[magnitudes[id(v)] for v in ph.values()]
+                                                             for ph in phases])), shape)
 
 
 def _either(grads_a: FloatArray, acts_a: FloatArray, grads_b: FloatArray, acts_b: FloatArray

@@ -264,7 +264,9 @@ def torch_layer(model: ModelConfig, training: TrainingConfig, tp: FloatArray, s:
     masked = (s >= float(model.sliding_window or 0)) & (training.attention is not Attention.EAGER)
     cache_on = model.returns_kv_cache and model.causal
 
+    @functools.cache
     def block(local: bool, cache: bool) -> tuple[FloatArray, FloatArray, AttentionTerms]:
+        """(whole block, core, terms) of a local or global layer, with or without a cache (each computed once)."""
         if local:
             on, off = variants[(True, cache)], variants[(False, cache)]
             b_on, c_on = _attention_bytes(on, tp, s)

@@ -112,6 +112,8 @@ def _block(model: ModelConfig, training: TrainingConfig, arrays: LayoutArrays, c
     """The busiest stage of each row of ``arrays`` (valid rows, or the trivial layout): peak, device and host
     bytes, the stage, its categories, and ``in_range`` (0 where a stage's total exceeds 2^60 bytes)."""
     stages = _candidate_stages(arrays, count, count != 2)
+    if count == 2 and not np.any(arrays.pp > 1):
+        stages = stages[:1]  # one stage: the first is the last
     st = stage_arrays(model, training, arrays, stages)
     over = overhead_bytes(st.peak_bytes, st.communicators)
     devices = st.peak_bytes + sum(over.values())

@@ -98,6 +98,15 @@ def _inflight(stage: IntArray, lay: LayoutArrays, modes: _Modes, shape: StageSha
     chunk's share of the stage's layers)."""
     pp, m, vpp = lay.pp, lay.num_microbatches, lay.vpp
     one_f_one_b = np.minimum(pp - stage, m)
+    out = np.where(modes.gpipe, m, one_f_one_b)
+    if np.any(modes.interleaved):
+        out = np.where(modes.interleaved, _interleaved_inflight(stage, lay, shape), out)
+    return np.asarray(np.where(pp == 1, 1, out), dtype=np.float64)
+
+
+def _interleaved_inflight(stage: IntArray, lay: LayoutArrays, shape: StageShape) -> FloatArray:
+    """:func:`_inflight` of a row on the interleaved schedule."""
+    pp, m, vpp = lay.pp, lay.num_microbatches, lay.vpp
     # Megatron schedules.py, interleaved: warm-up (pp - rank - 1) * 2 + (vpp - 1) * g chunk-micro-batches (g: the
     # micro-batch group per virtual stage, pp by default), plus the one forward before the first backward;
     # capped by all m * vpp of them. They run g at a time per model chunk, chunk 0 first, so with chunks of
@@ -110,9 +119,7 @@ def _inflight(stage: IntArray, lay: LayoutArrays, modes: _Modes, shape: StageSha
     for j, size in enumerate(shape.chunk_sizes):
         weighted += (cycles * g + np.clip(rest - j * g, 0, g)) * size
         layers += size
-    inter = np.where(layers > 0, weighted / np.maximum(layers, 1), warm / vpp)
-    out = np.where(modes.interleaved, inter, np.where(modes.gpipe, m, one_f_one_b))
-    return np.asarray(np.where(pp == 1, 1, out), dtype=np.float64)
+    return np.asarray(np.where(layers > 0, weighted / np.maximum(layers, 1), warm / vpp))
 
 
 @dataclass(frozen=True)

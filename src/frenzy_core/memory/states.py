@@ -72,13 +72,22 @@ class States:
     trainable_dense: FloatArray
 
 
-def _local(held: StageParams, sh: Sharding) -> dict[str, tuple[FloatArray, FloatArray]]:
-    """(dense, experts) parameters one rank holds before ZeRO: all, trainable, and layer matmul weights."""
+def _local(held: StageParams, sh: Sharding) -> dict[str, tuple[FloatArray, FloatArray | None]]:
+    """(dense, experts) parameters one rank holds before ZeRO: all, trainable, and layer matmul weights (experts
+    None where no stage holds any: adding their 0 would change no value)."""
+    if not (np.any(held.experts) or np.any(held.trainable_experts) or np.any(held.matmul_experts)):
+        return {"all": (held.split / sh.tp + held.replicated, None),
+                "train": (held.trainable_split / sh.tp + held.trainable_replicated, None),
+                "matmul": (held.matmul_split / sh.tp, None)}
     return {
         "all": (held.split / sh.tp + held.replicated, held.experts / sh.expert_split),
         "train": (held.trainable_split / sh.tp + held.trainable_replicated, held.trainable_experts / sh.expert_split),
         "matmul": (held.matmul_split / sh.tp, held.matmul_experts / sh.expert_split),
     }
+
+
+def _sum(dense: FloatArray, experts: FloatArray | None) -> FloatArray:
+    return dense if experts is None else dense + experts
 
 
 def model_states(per_param: StateBytes, training: TrainingConfig, held: StageParams, sh: Sharding) -> States:
@@ -88,8 +97,8 @@ def model_states(per_param: StateBytes, training: TrainingConfig, held: StagePar
 
     def shard(from_stage: int, part: str) -> FloatArray:
         dense, experts = local[part]
-        return np.asarray(np.where(sh.zero >= from_stage, dense / sh.group + experts / sh.expert_group,
-                                   dense + experts))
+        sharded = dense / sh.group if experts is None else dense / sh.group + experts / sh.expert_group
+        return np.asarray(np.where(sh.zero >= from_stage, sharded, _sum(dense, experts)))
 
     weights = per_param.param * (shard(3, "all") - shard(3, "matmul")) + per_param.matmul_weight * shard(3, "matmul")
     hpz = training.zero_hpz_partition_size
@@ -97,10 +106,10 @@ def model_states(per_param: StateBytes, training: TrainingConfig, held: StagePar
         # ZeRO++ hpZ: a secondary copy of the half weights sharded within the node, kept through the step
         # (Wang et al. 2023, section 4.1: M / node_size per GPU).
         dense, experts = local["all"]
-        weights = weights + np.where(sh.zero >= 3, per_param.param * (dense + experts) / np.minimum(hpz, sh.group),
+        weights = weights + np.where(sh.zero >= 3, per_param.param * _sum(dense, experts) / np.minimum(hpz, sh.group),
                                      0.0)
     trainable = shard(1, "train")
-    has_trainable = (local["train"][0] + local["train"][1]) > 0
+    has_trainable = _sum(*local["train"]) > 0
     temporaries = per_param.step_temp_local * trainable + per_param.step_temp_largest * np.where(
         has_trainable, held.largest_tensor, 0.0)
     grads = per_param.grad * shard(2, "train")
@@ -123,10 +132,9 @@ def model_states(per_param: StateBytes, training: TrainingConfig, held: StagePar
         host = host + (weights + grads if training.offload_params is OffloadDevice.CPU
                        else 0.0 * weights + staging.nvme_param_buffer_bytes)
         weights, grads = 0.0 * weights, 0.0 * grads
-    dense_all, experts_all = local["all"]
     return States(params=weights, grads=grads, master=master, optimizer=optimizer, temporaries=temporaries,
-                  host=np.asarray(host), num_params=dense_all + experts_all, dense=dense_all,
-                  trainable=local["train"][0] + local["train"][1], trainable_dense=local["train"][0])
+                  host=np.asarray(host), num_params=_sum(*local["all"]), dense=local["all"][0],
+                  trainable=_sum(*local["train"]), trainable_dense=local["train"][0])
 
 
 @dataclass(frozen=True)

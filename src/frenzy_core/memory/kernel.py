@@ -25,7 +25,7 @@ from frenzy_core.memory.overhead import workspace_bytes
 from frenzy_core.memory.recipe import state_bytes
 from frenzy_core.memory.result import MEMORY_CATEGORIES
 from frenzy_core.memory.shards import StageParams, StageShape, stage_params, stage_shape
-from frenzy_core.memory.states import comm_buffers, gradients, layer_params, model_states, sharding, trains
+from frenzy_core.memory.states import comm_buffers, gradients, layer_params, model_states, plus, sharding, trains
 
 __all__ = ["PHASES", "StageArrays", "stage_arrays"]
 
@@ -96,7 +96,7 @@ class _Modes:
 def _inflight(stage: IntArray, lay: LayoutArrays, modes: _Modes, shape: StageShape) -> FloatArray:
     """Micro-batches of the stage's layers live at its peak (interleaved: chunk-micro-batches weighted by their
     chunk's share of the stage's layers)."""
-    pp, m, vpp = lay.pp, lay.num_microbatches, lay.vpp
+    pp, m = lay.pp, lay.num_microbatches
     one_f_one_b = np.minimum(pp - stage, m)
     out = np.where(modes.gpipe, m, one_f_one_b)
     if np.any(modes.interleaved):
@@ -343,10 +343,12 @@ class _Outputs:
     """At the optimizer step and the end of backward: the whole cache."""
 
 
-def _outputs(training: TrainingConfig, act: _Activations, returned: FloatArray) -> _Outputs:
-    keep = 1.0 if training.keep_outputs else 0.0
-    return _Outputs(logits=keep * returned, forward=keep * act.kv_cache, passes=keep * act.kv_extra,
-                    late=keep * (act.kv_cache - act.kv_first), step=keep * act.kv_cache)
+def _outputs(training: TrainingConfig, act: _Activations, returned: FloatArray) -> _Outputs | None:
+    """What the kept output holds; None in the framework loop (nothing: no term to add)."""
+    if not training.keep_outputs:
+        return None
+    return _Outputs(logits=returned, forward=act.kv_cache, passes=act.kv_extra, late=act.kv_cache - act.kv_first,
+                    step=act.kv_cache)
 
 
 def _whole(value: FloatArray, shape: tuple[int, ...], ok: BoolArray) -> IntArray:
@@ -462,19 +464,25 @@ def stage_arrays(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
     common = {"parameters": states.params, "master_weights": states.master, "optimizer_states": states.optimizer,
               "workspaces": np.full(np.shape(states.params), float(workspace_bytes(model, training)))}
     zero = 0.0 * acts
+    # the kept output's parts (None in the framework loop)
+    o_logits, o_forward, o_passes, o_late, o_step = (None,) * 5 if out is None else (
+        out.logits, out.forward, out.passes, out.late, out.step)
+    step_acts = zero if o_step is None else o_step
+    step_logits = zero if o_logits is None else o_logits
+    tied = grads.tied_buffer
     phases = [
-        {**common, "gradients": grads.passes, "activations": act.forward + out.forward,
-         "logits_loss": logits_fwd + out.logits, "optimizer_temporaries": zero, "comm_buffers": comm_passes},
-        {**common, "gradients": grads.passes, "activations": acts + out.passes, "logits_loss": logits_bwd + out.logits,
-         "optimizer_temporaries": zero, "comm_buffers": comm_passes},
-        {**common, "gradients": states.grads, "activations": out.step, "logits_loss": out.logits,
+        {**common, "gradients": grads.passes, "activations": plus(act.forward, o_forward),
+         "logits_loss": plus(logits_fwd, o_logits), "optimizer_temporaries": zero, "comm_buffers": comm_passes},
+        {**common, "gradients": grads.passes, "activations": plus(acts, o_passes),
+         "logits_loss": plus(logits_bwd, o_logits), "optimizer_temporaries": zero, "comm_buffers": comm_passes},
+        {**common, "gradients": states.grads, "activations": step_acts, "logits_loss": step_logits,
          "optimizer_temporaries": states.temporaries, "comm_buffers": comm_step},
-        {**common, **_either(grads.late, acts_late + out.late, grads.late_attention, acts_late_attn + out.late),
-         "logits_loss": logits_others + out.logits, "optimizer_temporaries": zero, "comm_buffers": comm_passes},
-        {**common, **_either(grads.top + grads.tied_buffer, acts + act.top + out.passes,
-                             grads.top_attention + grads.tied_buffer, acts + act.top_attention + out.passes),
-         "logits_loss": logits_others + out.logits, "optimizer_temporaries": zero, "comm_buffers": comm_passes},
-        {**common, "gradients": states.grads + grads.tied_buffer, "activations": out.step, "logits_loss": out.logits,
+        {**common, **_either(grads.late, plus(acts_late, o_late), grads.late_attention, plus(acts_late_attn, o_late)),
+         "logits_loss": plus(logits_others, o_logits), "optimizer_temporaries": zero, "comm_buffers": comm_passes},
+        {**common, **_either(plus(grads.top, tied), plus(acts + act.top, o_passes),
+                             plus(grads.top_attention, tied), plus(acts + act.top_attention, o_passes)),
+         "logits_loss": plus(logits_others, o_logits), "optimizer_temporaries": zero, "comm_buffers": comm_passes},
+        {**common, "gradients": plus(states.grads, tied), "activations": step_acts, "logits_loss": step_logits,
          "optimizer_temporaries": zero, "comm_buffers": comm_passes},
     ]
     shape_all = np.broadcast(stage, lay.tp, lay.pp, lay.dp, lay.seq_len, lay.micro_batch_size).shape

@@ -21,7 +21,7 @@ from frenzy_core.memory.shards import StageParams, StageShape, layer_constants
 from frenzy_core.memory.trainable import adapter_counts
 
 __all__ = ["Gradients", "LayerParams", "Sharding", "States", "comm_buffers", "gradients", "layer_params",
-           "model_states", "sharding", "trains"]
+           "model_states", "plus", "sharding", "trains"]
 
 FloatArray = npt.NDArray[np.float64]
 FP32 = 4
@@ -228,8 +228,13 @@ class Gradients:
     """While the stage's first layer runs its MLP's backward."""
     late_attention: FloatArray
     """While the stage's first layer runs its attention's backward."""
-    tied_buffer: FloatArray
-    """torch's autograd input buffer of a tied head and embedding on one stage."""
+    tied_buffer: FloatArray | None
+    """torch's autograd input buffer of a tied head and embedding on one stage (None: none, untied or Megatron)."""
+
+
+def plus(a: FloatArray, b: FloatArray | None) -> FloatArray:
+    """``a + b``, or ``a`` where ``b`` is None: a term that is 0 throughout (adding it would change no value)."""
+    return a if b is None else np.asarray(a + b)
 
 
 def trains(model: ModelConfig, training: TrainingConfig) -> tuple[bool, bool]:
@@ -262,8 +267,8 @@ def gradients(model: ModelConfig, training: TrainingConfig, per_param: StateByte
     # embedding's arrives at the very end of backward: one V x h gradient while the layers run their backward, in
     # the buffer, and two at the end (the buffered one and the embedding's).
     tied = not megatron and model.tied_embeddings and head_trains
-    tied_buffer = first * head_grad * (1.0 if tied else 0.0)
-    head_written = head_grad - tied_buffer
+    tied_buffer = first * head_grad if tied else None
+    head_written = head_grad if tied_buffer is None else head_grad - tied_buffer
     top = np.maximum(passes, head_written)
     # Late backward: the stage's first layer is being recomputed; its own gradients and the embeddings' are not
     # written yet.
@@ -281,13 +286,13 @@ def gradients(model: ModelConfig, training: TrainingConfig, per_param: StateByte
         n_moe == shape.num_layers, moe_layer, np.where(n_moe > 0, np.minimum(dense_layer, moe_layer), dense_layer)))
     not_yet = k_late * first_layer + first * emb_grad
     sharded = sh.zero >= 2
-    late = np.maximum(top, grads - per_param.grad * np.where(sharded, not_yet / sh.group, not_yet)) + tied_buffer
+    late = plus(np.maximum(top, grads - per_param.grad * np.where(sharded, not_yet / sh.group, not_yet)), tied_buffer)
     # By the time the first layer's attention runs its backward, its MLP's gradients are written too.
     first_trains = shape.num_trainable_layers >= n
     not_yet_attn = np.minimum(not_yet, np.where(first_trains, layer.trainable_attention + (k_late - 1) * dense_layer,
                                                 0.0) + first * emb_grad)
-    late_attn = np.maximum(top, grads - per_param.grad * np.where(sharded, not_yet_attn / sh.group, not_yet_attn)
-                           ) + tied_buffer
+    late_attn = plus(np.maximum(top, grads - per_param.grad * np.where(sharded, not_yet_attn / sh.group,
+                                                                       not_yet_attn)), tied_buffer)
     # the top layer trains whenever any of the stage's layers does (the trainable ones are the last)
     mlp_layer = np.where(shape.num_trainable_layers > 0, np.where(
         n_moe == shape.num_layers, moe_layer, dense_layer) - layer.trainable_attention, 0.0)

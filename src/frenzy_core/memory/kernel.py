@@ -164,8 +164,8 @@ class _Layers:
     """The largest single layer."""
     grad: FloatArray
     """How many a gradient flows through (the others, frozen behind a frozen embedding, save nothing)."""
-    dequant: FloatArray
-    """QLoRA's dequantized weight while a layer runs (0 otherwise)."""
+    dequant: FloatArray | None
+    """QLoRA's dequantized weight while a layer runs (None without QLoRA: 0)."""
 
 
 def _layers(model: ModelConfig, training: TrainingConfig, shape: StageShape, layer: LayerActivations,
@@ -175,8 +175,10 @@ def _layers(model: ModelConfig, training: TrainingConfig, shape: StageShape, lay
     layers save them (less the KV cache under checkpointing)."""
     n = shape.num_layers.astype(np.float64)
     n_moe = shape.num_moe_layers.astype(np.float64)
-    kinds = [(n - n_moe, dense), (n_moe, moe)]
-    grad, dequant = n, 0.0 * n
+    # (a dense model has no MoE layer: their count is 0, so that kind adds 0 and is left out)
+    kinds = [(n - n_moe, dense), (n_moe, moe)] if model.moe is not None else [(n, dense)]
+    grad: FloatArray = n
+    dequant: FloatArray | None = None
     if training.lora is not None or training.freeze_embeddings or training.trainable_layers is not None:
         frozen = frozen_activations(model, training, **kw)
         n_train, n_train_moe = shape.num_trainable_layers.astype(np.float64), shape.num_trainable_moe_layers
@@ -187,12 +189,11 @@ def _layers(model: ModelConfig, training: TrainingConfig, shape: StageShape, lay
                  (n_flow - n_flow_moe, dense - frozen.frozen_dense),
                  (n_flow_moe.astype(np.float64), moe - frozen.frozen_moe)]
         grad = n - shape.num_nograd_layers
-        dequant = frozen.dequant + 0.0 * n
+        dequant = frozen.dequant + 0.0 * n if training.lora is not None and training.lora.quantized else None
     saved = sum((count * size for count, size in kinds), 0.0 * n)
-    biggest = np.max(np.stack(np.broadcast_arrays(*[np.where(count > 0, size, 0.0) for count, size in kinds])),
-                     axis=0)
-    return _Layers(saved=np.asarray(saved), biggest=biggest, grad=np.asarray(grad, dtype=np.float64),
-                   dequant=np.asarray(dequant))
+    biggest = functools.reduce(np.maximum, [np.where(count > 0, size, 0.0) for count, size in kinds])
+    return _Layers(saved=np.asarray(saved), biggest=np.asarray(biggest), grad=np.asarray(grad, dtype=np.float64),
+                   dequant=dequant)
 
 
 def _activations(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays, modes: _Modes, shape: StageShape,
@@ -203,7 +204,6 @@ def _activations(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
     layer = layer_activations(model, training, **kw, etp=lay.etp, ep=lay.ep)
     edge = edge_activations(model, training, **kw)
     n = shape.num_layers.astype(np.float64)
-    n_moe = shape.num_moe_layers.astype(np.float64)
     inflight = _inflight(stage, lay, modes, shape)
     # Checkpointed layers run with use_cache=False (Transformers turns the cache off for gradient checkpointing).
     no_cache = np.where(modes.full, layer.cache_delta, 0.0)
@@ -224,10 +224,14 @@ def _activations(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
     saved_layers = np.where(modes.full, full_saved,
                             np.where(modes.selective, full_layers - n_grad * layer.core_dense, full_layers))
     work = np.where(modes.full, full_work, np.where(modes.selective, layer.core_dense, 0.0))
-    work = np.where(n_grad > 0, np.maximum(work, 0.0), 0.0) + np.where(n_grad > 0, layers.dequant, 0.0)
-    # MoE dispatcher buffers exist while an MoE layer runs, forward or backward.
-    dispatch = np.where(n_moe > 0, layer.dispatch, 0.0)
-    work = np.maximum(work, dispatch)
+    work = np.where(n_grad > 0, np.maximum(work, 0.0), 0.0)
+    if layers.dequant is not None:
+        work = work + np.where(n_grad > 0, layers.dequant, 0.0)
+    # MoE dispatcher buffers exist while an MoE layer runs, forward or backward (a dense model has none; the
+    # working set is never negative, so a 0 would change nothing).
+    dispatch = np.where(shape.num_moe_layers > 0, layer.dispatch, 0.0) if model.moe is not None else None
+    if dispatch is not None:
+        work = np.maximum(work, dispatch)
     first = shape.is_first.astype(np.float64)
     last = shape.is_last.astype(np.float64)
     saved_layers, offloaded = _offload(training, saved_layers, n_grad)
@@ -237,7 +241,9 @@ def _activations(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
     # torch: the attention masks the model builds once per forward live through it; checkpointed layers keep them
     # as inputs until their recomputation (one set per micro-batch in flight).
     acts = acts + np.where(modes.full, inflight, 0.0) * layer.masks
-    acts_fwd = acts + np.where(modes.full, 0.0, layer.masks) + dispatch + np.where(n > 0, layers.dequant, 0.0)
+    acts_fwd = plus(acts + np.where(modes.full, 0.0, layer.masks), dispatch)
+    if layers.dequant is not None:
+        acts_fwd = acts_fwd + np.where(n > 0, layers.dequant, 0.0)
     kv_layer = np.where(modes.full, 0.0, layer.kv_cache)
     kv_extra = np.where(modes.full, 0.0, layer.kv_extra)
     acts_fwd = acts_fwd + n * kv_extra  # the cache this forward fills, beyond what its layers save

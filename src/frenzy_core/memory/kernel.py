@@ -137,10 +137,11 @@ class _Activations:
     top_attention: FloatArray
     """While it runs its attention's backward: ``work`` less the MLP's freed tensors, plus the probabilities'
     gradients."""
-    late: FloatArray
+    late: FloatArray | None
     """When the stage's first layer runs its MLP's backward: other micro-batches' tensors, this one's first layer
-    (as saved, or rebuilt) and the MLP's gradient temporaries."""
-    late_attention: FloatArray
+    (as saved, or rebuilt) and the MLP's gradient temporaries (None for Megatron: never above the other moments,
+    its grad buffer being there throughout)."""
+    late_attention: FloatArray | None
     """When it runs its attention's backward: as ``late`` with the MLP's tensors freed and the probabilities'
     gradients instead."""
     inflight: FloatArray
@@ -205,12 +206,17 @@ def _activations(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
     edge = edge_activations(model, training, **kw)
     n = shape.num_layers.astype(np.float64)
     inflight = _inflight(stage, lay, modes, shape)
-    # Checkpointed layers run with use_cache=False (Transformers turns the cache off for gradient checkpointing).
-    no_cache = np.where(modes.full, layer.cache_delta, 0.0)
-    dense, moe = layer.dense - no_cache, layer.moe - no_cache
+    # (Megatron's layers have none of the eager-torch terms: KV cache, masks, kinds of layer, MLP gradient
+    # temporaries are 0 there and left out)
+    torch = training.framework is Framework.TORCH
+    dense, moe = layer.dense, layer.moe
+    if torch:
+        # Checkpointed layers run with use_cache=False (Transformers turns the cache off for gradient checkpointing).
+        no_cache = np.where(modes.full, layer.cache_delta, 0.0)
+        dense, moe = layer.dense - no_cache, layer.moe - no_cache
     layers = _layers(model, training, shape, layer, dense, moe, {**kw, "etp": lay.etp, "ep": lay.ep})
     full_layers, n_grad = layers.saved, layers.grad
-    biggest_layer = layer.kind_excess + layers.biggest
+    biggest_layer = layer.kind_excess + layers.biggest if torch else layers.biggest
     k = lay.recompute_num_layers.astype(np.float64)
     if training.recompute_method is RecomputeMethod.BLOCK:
         recomputed = np.where(k > 0, np.minimum(k * lay.vpp, n_grad), n_grad)
@@ -238,32 +244,41 @@ def _activations(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
     embeddings_train, head_trains = trains(model, training)
     head = edge.head if head_trains else edge.head - frozen_activations(model, training, **kw).head
     acts = inflight * (saved_layers + first * edge.embedding * float(embeddings_train) + last * head)
-    # torch: the attention masks the model builds once per forward live through it; checkpointed layers keep them
-    # as inputs until their recomputation (one set per micro-batch in flight).
-    acts = acts + np.where(modes.full, inflight, 0.0) * layer.masks
-    acts_fwd = plus(acts + np.where(modes.full, 0.0, layer.masks), dispatch)
+    acts_fwd = acts
+    if torch:
+        # the attention masks the model builds once per forward live through it; checkpointed layers keep them
+        # as inputs until their recomputation (one set per micro-batch in flight).
+        acts = acts + np.where(modes.full, inflight, 0.0) * layer.masks
+        acts_fwd = acts + np.where(modes.full, 0.0, layer.masks)
+    acts_fwd = plus(acts_fwd, dispatch)
     if layers.dequant is not None:
         acts_fwd = acts_fwd + np.where(n > 0, layers.dequant, 0.0)
-    kv_layer = np.where(modes.full, 0.0, layer.kv_cache)
-    kv_extra = np.where(modes.full, 0.0, layer.kv_extra)
-    acts_fwd = acts_fwd + n * kv_extra  # the cache this forward fills, beyond what its layers save
+    kv_layer = kv_extra = 0.0 * n
+    if torch:
+        kv_layer = np.where(modes.full, 0.0, layer.kv_cache)
+        kv_extra = np.where(modes.full, 0.0, layer.kv_extra)
+        acts_fwd = acts_fwd + n * kv_extra  # the cache this forward fills, beyond what its layers save
     if training.precision.is_amp:
         copies = _autocast_copies(model, training, lay, modes, shape, held, n_grad)
         acts_fwd, acts, work = acts_fwd + copies.forward, acts + copies.backward, work + copies.work
 
+    # While a layer runs its backward, its MLP's gradient temporaries exist beside its saved tensors, and then,
+    # its MLP's saved tensors freed, eager attention's probability gradients.
+    attn_temps = np.where(n_grad > 0, layer.score_grad - layer.freed_before_core if torch else layer.score_grad, 0.0)
+    top_attn = work + attn_temps
+    if not torch:  # Megatron's late moments are never above the others (its grad buffer is always there)
+        return _Activations(forward=acts_fwd, backward=acts, work=work, top=work, top_attention=top_attn, late=None,
+                            late_attention=None, inflight=inflight, kv_cache=n * kv_layer, kv_extra=n * kv_extra,
+                            kv_first=np.where(n > 0, kv_layer - kv_extra, 0.0), host=inflight * offloaded)
     one_mb = saved_layers + last * head
     # The first layer while it runs its backward: rebuilt (its chunk's input and working set) or as saved (nothing
     # when no gradient reaches it).
     per_layer_saved = np.where(n_grad >= n, np.where(n > 0, saved_layers / np.maximum(n, 1), 0.0), 0.0)
     first_layer = np.where(modes.full, np.minimum(layer.layer_input, saved_layers), per_layer_saved) + work
-    # While a layer runs its backward, its MLP's gradient temporaries exist beside its saved tensors, and then,
-    # its MLP's saved tensors freed, eager attention's probability gradients.
     mlp_temps = np.where(n_grad > 0, layer.mlp_grad, 0.0)
-    attn_temps = np.where(n_grad > 0, layer.score_grad - layer.freed_before_core, 0.0)
     late = acts - one_mb + first_layer + mlp_temps
     late_attn = acts - one_mb + first_layer + attn_temps
     top = work + mlp_temps
-    top_attn = work + attn_temps
     kv_first = np.where(n > 0, kv_layer - kv_extra, 0.0)
     return _Activations(forward=acts_fwd, backward=acts, work=work, top=top, top_attention=top_attn,
                         late=np.maximum(late, 0.0),
@@ -451,7 +466,6 @@ def stage_arrays(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
     """Memory of pipeline stage ``stage`` for each layout in ``lay`` (training gives the fixed recipe)."""
     modes = _Modes.of(lay)
     per_param = state_bytes(training)
-    megatron = training.framework is Framework.MEGATRON
     shape = stage_shape(model, lay, stage, training)
     held = stage_params(model, shape, lay.tp, training)
     sh = sharding(lay)
@@ -464,8 +478,8 @@ def stage_arrays(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
     out = _outputs(training, act, returned)
     acts = act.backward
     # Megatron: the grad buffer is always there, so the late moments are never above the others.
-    acts_late = 0.0 * acts if megatron else act.late
-    acts_late_attn = 0.0 * acts if megatron else act.late_attention
+    acts_late = 0.0 * acts if act.late is None else act.late
+    acts_late_attn = 0.0 * acts if act.late_attention is None else act.late_attention
 
     common = {"parameters": states.params, "master_weights": states.master, "optimizer_states": states.optimizer,
               "workspaces": np.full(np.shape(states.params), float(workspace_bytes(model, training)))}

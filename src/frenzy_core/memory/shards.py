@@ -221,8 +221,11 @@ def stage_params(model: ModelConfig, shape: StageShape, tp: npt.ArrayLike,
         t_repl = ntd * ad_dense.replicated + ntm * ad_moe.replicated
         t_experts = zero
         split, repl = split + t_split, repl + t_repl
+    elif training is None or (not training.freeze_embeddings and first_trainable_layer(model, training) == 0):
+        # everything trains: the counts themselves (integers below 2^53, so summed in any order they are equal)
+        t_split, t_repl, t_experts = split, repl, experts
     else:
-        frozen_emb = training is not None and training.freeze_embeddings
+        frozen_emb = training.freeze_embeddings
         t_split = ntd * c.mlp_split + ntm * c.moe_shared_split + nt * c.attn_split + head_s
         t_repl = ntd * c.mlp_replicated + ntm * (c.moe_shared_replicated + c.moe_router) + nt * c.attn_replicated \
             + head_r

@@ -265,26 +265,29 @@ def _activations(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
     # While a layer runs its backward, its MLP's gradient temporaries exist beside its saved tensors, and then,
     # its MLP's saved tensors freed, eager attention's probability gradients.
     attn_temps = np.where(n_grad > 0, layer.score_grad - layer.freed_before_core if torch else layer.score_grad, 0.0)
-    top_attn = work + attn_temps
-    if not torch:  # Megatron's late moments are never above the others (its grad buffer is always there)
-        return _Activations(forward=acts_fwd, backward=acts, work=work, top=work, top_attention=top_attn, late=None,
-                            late_attention=None, inflight=inflight, kv_cache=n * kv_layer, kv_extra=n * kv_extra,
-                            kv_first=np.where(n > 0, kv_layer - kv_extra, 0.0), host=inflight * offloaded)
-    one_mb = saved_layers + last * head
+    top, late, late_attn = work, None, None  # Megatron: its grad buffer is always there, its late moments lower
+    if torch:
+        top, late, late_attn = _torch_late(layer, modes, n, n_grad, acts - (saved_layers + last * head),
+                                           saved_layers, work, attn_temps)
+    return _Activations(forward=acts_fwd, backward=acts, work=work, top=top, top_attention=work + attn_temps,
+                        late=late, late_attention=late_attn, inflight=inflight, kv_cache=n * kv_layer,
+                        kv_extra=n * kv_extra, kv_first=np.where(n > 0, kv_layer - kv_extra, 0.0),
+                        host=inflight * offloaded)
+
+
+def _torch_late(layer: LayerActivations, modes: _Modes, n: FloatArray, n_grad: FloatArray, others: FloatArray,
+                saved_layers: FloatArray, work: FloatArray, attn_temps: FloatArray
+                ) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """(top, late, late attention) working sets of eager torch: ``others`` is what the other micro-batches
+    keep while the stage's first layer runs its backward."""
     # The first layer while it runs its backward: rebuilt (its chunk's input and working set) or as saved (nothing
     # when no gradient reaches it).
     per_layer_saved = np.where(n_grad >= n, np.where(n > 0, saved_layers / np.maximum(n, 1), 0.0), 0.0)
     first_layer = np.where(modes.full, np.minimum(layer.layer_input, saved_layers), per_layer_saved) + work
     mlp_temps = np.where(n_grad > 0, layer.mlp_grad, 0.0)
-    late = acts - one_mb + first_layer + mlp_temps
-    late_attn = acts - one_mb + first_layer + attn_temps
-    top = work + mlp_temps
-    kv_first = np.where(n > 0, kv_layer - kv_extra, 0.0)
-    return _Activations(forward=acts_fwd, backward=acts, work=work, top=top, top_attention=top_attn,
-                        late=np.maximum(late, 0.0),
-                        late_attention=np.maximum(late_attn, 0.0),
-                        inflight=inflight, kv_cache=n * kv_layer, kv_extra=n * kv_extra, kv_first=kv_first,
-                        host=inflight * offloaded)
+    late = others + first_layer + mlp_temps
+    late_attn = others + first_layer + attn_temps
+    return work + mlp_temps, np.maximum(late, 0.0), np.maximum(late_attn, 0.0)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ CI runs ``FRENZY_FUZZ_EXAMPLES`` examples per entry point (default 20, derandomi
 a fifth of them). The campaign of docs/architecture.md ("Hostile input") runs 10,000 fresh random ones per entry
 point, one test at a time:
 
-    FRENZY_FUZZ_EXAMPLES=10000 nice -n 19 pytest -q tests/test_fuzz.py::test_traces
+    FRENZY_FUZZ_EXAMPLES=10000 nice -n 15 pytest -q -x --hypothesis-show-statistics tests/test_fuzz.py::test_traces
 """
 
 from __future__ import annotations

@@ -47,6 +47,10 @@ def test_reader_maps_every_run() -> None:
     assert delayed.training.fp8_recipe is Fp8Recipe.DELAYED and delayed.training.distributed_optimizer
     assert delayed.run_settings == {"tensor_parallel_overlap": 1.0, "pipeline_p2p_overlap": 1.0}
     assert by_id["dgxc|h100|Nemotron-4 340B|bf16-mixed"].training.recompute.value == "selective"
+    # Megatron-Bridge rows state no overlaps: the library's own defaults (TP overlap with SP, p2p with vpp)
+    assert by_id["mbridge25.11|h100-sxm|Llama 3 70B|fp8"].run_settings == {"tensor_parallel_overlap": 1.0,
+                                                                          "pipeline_p2p_overlap": 1.0}
+    assert current.run_settings == {}  # tp = pp = 1
 
 
 def test_shipped_defaults_on_all_68_rows(rows, errors) -> None:  # type: ignore[no-untyped-def]

@@ -30,6 +30,10 @@ PUBLIC_ASSUMPTIONS: tuple[str, ...] = (
     "prefetch of one layer, Transformer Engine fp8 (delayed scaling) where precision is amp_fp8",
     "nemo and megatron rows: Megatron-Core with Transformer Engine; fp8 'delayed scaling' rows use the delayed "
     "recipe, 'FP8-CS' rows current scaling; overlaps the source does not state are left at the library defaults",
+    "Megatron-Bridge rows without stated overlaps: that library's defaults (Megatron-Bridge @ 97ad8cc6, "
+    "training/comm_overlap.py and the Llama 3 / 3.1 recipes): TP communication overlap where tp > 1 with sequence "
+    "parallelism (the recipes set tp_comm_overlap=True; comm_overlap.py keeps it only then), p2p overlap where "
+    "vpp > 1 (overlap_p2p_comm)",
 )
 
 _FRAMEWORKS = {"torch-fsdp": Framework.TORCH, "torch": Framework.TORCH, "nemo": Framework.MEGATRON,
@@ -80,6 +84,19 @@ def read_public_runs(path: str | Path) -> list[PublicRun]:
     return [PublicRun.model_validate({k: v for k, v in row.items() if k in keys}) for row in data]
 
 
+def _run_settings(run: PublicRun) -> dict[str, float]:
+    """The overlaps the run states, or for Megatron-Bridge runs that state none the library's own defaults
+    (:data:`PUBLIC_ASSUMPTIONS`), which differ from Megatron-LM's (all off)."""
+    if run.run_settings is not None or "Megatron-Bridge" not in run.source:
+        return dict(run.run_settings or {})
+    settings: dict[str, float] = {}
+    if run.tp > 1 and run.sequence_parallel:
+        settings["tensor_parallel_overlap"] = 1.0
+    if run.pp > 1 and run.vpp > 1:
+        settings["pipeline_p2p_overlap"] = 1.0
+    return settings
+
+
 def _model(run: PublicRun) -> ModelConfig:
     if "preset" in run.model:
         return ModelConfig.preset(str(run.model["preset"]))
@@ -104,4 +121,4 @@ def public_run_measurement(run: PublicRun) -> Measurement:
     parallel = ParallelConfig(dp=run.dp, tp=run.tp, pp=run.pp, vpp=run.vpp, cp=run.cp, ep=run.ep,
                               schedule=PipelineSchedule.INTERLEAVED if run.vpp > 1 else PipelineSchedule.ONE_F_ONE_B)
     return Measurement(model=_model(run), training=training, parallel=parallel, gpu=get_gpu_spec(run.gpu),
-                       iteration_s=run.measured_step_s, run_settings=dict(run.run_settings or {}), label=run.id)
+                       iteration_s=run.measured_step_s, run_settings=_run_settings(run), label=run.id)

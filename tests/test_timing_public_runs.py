@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from frenzy_core import Fp8Recipe, Framework, Precision
+from frenzy_core import Attention, Fp8Recipe, Framework, Precision
 from frenzy_core.timing import default_time_model_params, estimate_iteration_time
 from frenzy_core.timing.public_runs import public_run_measurement, read_public_runs
 from frenzy_core.timing.validation import default_errors, leave_one_source_out, median_abs, reference_rows, regimes
@@ -51,6 +51,9 @@ def test_reader_maps_every_run() -> None:
     assert by_id["mbridge25.11|h100-sxm|Llama 3 70B|fp8"].run_settings == {"tensor_parallel_overlap": 1.0,
                                                                           "pipeline_p2p_overlap": 1.0}
     assert current.run_settings == {}  # tp = pp = 1
+    # llm-foundry's benchmark script runs MPT with its Triton FlashAttention by default
+    assert by_id["llmfoundry|h100-sxm|H100|bf16|mpt-7b|s2048|g8"].training.attention is Attention.TRITON
+    assert delayed.training.attention is Attention.FLASH
 
 
 def test_shipped_defaults_on_all_68_rows(rows, errors) -> None:  # type: ignore[no-untyped-def]

@@ -27,7 +27,9 @@ __all__ = ["PUBLIC_ASSUMPTIONS", "PublicRun", "public_run_measurement", "read_pu
 
 PUBLIC_ASSUMPTIONS: tuple[str, ...] = (
     "torch-fsdp rows (MosaicML llm-foundry): eager PyTorch (no torch.compile), FSDP with forward and backward "
-    "prefetch of one layer, Transformer Engine fp8 (delayed scaling) where precision is amp_fp8",
+    "prefetch of one layer, Transformer Engine fp8 (delayed scaling) where precision is amp_fp8, and FlashAttention "
+    "in Triton (attention 'triton': scripts/train/benchmarking/submit_benchmarks.py sets MPT's attn_impl from "
+    "--attn_impl, default 'triton' at every commit from May 2023 to Jan 2024, b2a43a1 and 5e85bd6 wrote the tables)",
     "nemo and megatron rows: Megatron-Core with Transformer Engine; fp8 'delayed scaling' rows use the delayed "
     "recipe, 'FP8-CS' rows current scaling; overlaps the source does not state are left at the library defaults",
     "Megatron-Bridge rows without stated overlaps: that library's defaults (Megatron-Bridge @ 97ad8cc6, "
@@ -97,6 +99,14 @@ def _run_settings(run: PublicRun) -> dict[str, float]:
     return settings
 
 
+def _attention(run: PublicRun) -> Attention:
+    """The kernel the run used: llm-foundry's benchmark runs take MPT's default Triton FlashAttention
+    (:data:`PUBLIC_ASSUMPTIONS`); other rows as stated."""
+    if "llm-foundry" in run.source and run.attention is Attention.FLASH:
+        return Attention.TRITON
+    return run.attention
+
+
 def _model(run: PublicRun) -> ModelConfig:
     if "preset" in run.model:
         return ModelConfig.preset(str(run.model["preset"]))
@@ -114,7 +124,7 @@ def public_run_measurement(run: PublicRun) -> Measurement:
                           f"num_gpus={run.num_gpus}", field="num_gpus", value=run.num_gpus)
     training = TrainingConfig(
         seq_len=run.seq_len, micro_batch_size=run.micro_batch, global_batch_size=run.global_batch,
-        precision=run.precision, recompute=run.recompute, attention=run.attention,
+        precision=run.precision, recompute=run.recompute, attention=_attention(run),
         zero_stage=0 if run.distributed_optimizer else run.zero_stage,
         distributed_optimizer=run.distributed_optimizer, sequence_parallel=run.sequence_parallel and run.tp > 1,
         framework=framework, fp8_recipe=run.fp8_recipe)

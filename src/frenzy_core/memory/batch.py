@@ -22,7 +22,7 @@ from frenzy_core.memory.overhead import overhead_bytes
 from frenzy_core.memory.result import MEMORY_CATEGORIES
 from frenzy_core.memory.trainable import check_trainable
 
-__all__ = ["BatchEstimate", "estimate_memory_batch"]
+__all__ = ["BatchEstimate", "estimate_memory_batch", "stage_device_bytes"]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -92,3 +92,16 @@ def estimate_memory_batch(model: ModelConfig, configs: LayoutArrays | Mapping[st
         busiest_stage=np.where(invalid, -1, best_stage), valid=valid,
         breakdown={k: np.where(invalid, -1, v) for k, v in best_breakdown.items()},
         host_bytes=np.where(invalid, -1, host))
+
+
+def stage_device_bytes(model: ModelConfig, training: TrainingConfig, layouts: LayoutArrays,
+                       stage: npt.ArrayLike) -> IntArray:
+    """Device bytes of pipeline stage ``stage`` of each layout (its own layers, tp, in-flight micro-batches and
+    ends): ``estimate_memory(...).stages[stage].device_bytes`` per row; -1 where the layout rules refuse the
+    row or the estimate exceeds 2^60 bytes."""
+    valid = layout_mask(model, layouts)
+    arrays = layouts.masked(valid)
+    st = stage_arrays(model, training, arrays, np.asarray(stage, dtype=np.int64))
+    over = overhead_bytes(st.peak_bytes, st.communicators)
+    device = st.peak_bytes + sum(over.values())
+    return np.asarray(np.where(valid & st.in_range, device, -1), dtype=np.int64)

@@ -175,8 +175,9 @@ def _family_classes(family: str, modeling_auto: Any) -> list[str]:
 
 
 def _attn_implementation(training: TrainingConfig, notes: list[str]) -> str:
-    if training.attention is Attention.FLASH:
-        notes.append("attention flash probed as sdpa (on CUDA: FlashAttention-2, output and log-sum-exp saved)")
+    if training.attention in (Attention.FLASH, Attention.TRITON):
+        notes.append(f"attention {training.attention.value} probed as sdpa (on CUDA: FlashAttention-2, output and "
+                     "log-sum-exp saved)")
         return "sdpa"
     return training.attention.value
 

@@ -15,7 +15,7 @@ import numpy.typing as npt
 from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.config.layout import layout_mask
 from frenzy_core.config.model import ModelConfig
-from frenzy_core.config.training import OffloadDevice, TrainingConfig
+from frenzy_core.config.training import TrainingConfig
 from frenzy_core.errors import require_instance
 from frenzy_core.memory.kernel import stage_arrays
 from frenzy_core.memory.overhead import overhead_bytes
@@ -47,9 +47,7 @@ def _candidate_stages(model: ModelConfig, lay: LayoutArrays, training: TrainingC
     splits its layers unevenly (``stage_layers``) or states are offloaded (the host figure is every stage's)."""
     pp = lay.pp
     uneven = bool(np.any(lay.stage_split > 0))
-    offload = training.offload_optimizer is not OffloadDevice.NONE or training.offload_params is not \
-        OffloadDevice.NONE or training.activation_offload_layers > 0
-    if uneven or offload or (model.moe is not None and (model.moe.first_dense_layers > 0 or model.moe.layer_interval > 1)):
+    if uneven or training.offloads or (model.moe is not None and (model.moe.first_dense_layers > 0 or model.moe.layer_interval > 1)):
         return [np.minimum(i, pp - 1) for i in range(int(pp.max(initial=1)))]
     return [np.zeros_like(pp), pp - 1]
 

@@ -31,6 +31,10 @@ class LayoutEstimator(Protocol):
     def device_bytes(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutArrays) -> np.ndarray:
         """Bytes the busiest rank of each layout needs on its GPU (int64); negative: an invalid layout."""
 
+    def host_bytes(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutArrays) -> np.ndarray:
+        """Host memory one rank of each layout keeps (offload; int64, 0 for none), which the ranks on a node
+        share: the planner checks it against the nodes' ``host_memory_bytes``."""
+
     def iteration_s(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutArrays, gpu: GPUSpec,
                     links: Links | None) -> np.ndarray:
         """Seconds per optimizer step of each layout on ``gpu`` (float64). The planner passes ``links`` whose
@@ -59,6 +63,11 @@ class AnalyticEstimator:
 
     def device_bytes(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutArrays) -> np.ndarray:
         return np.asarray(estimate_memory_batch(model, layouts, training).device_bytes, dtype=np.int64)
+
+    def host_bytes(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutArrays) -> np.ndarray:
+        if not training.offloads:  # nothing on the host: no second pass over the layouts
+            return np.zeros(len(layouts), dtype=np.int64)
+        return np.asarray(estimate_memory_batch(model, layouts, training).host_bytes, dtype=np.int64)
 
     def iteration_s(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutArrays, gpu: GPUSpec,
                     links: Links | None) -> np.ndarray:

@@ -71,8 +71,8 @@ def build_plan(search: Search, table: CandidateTable, solution: Solution, top_k:
     spec = search.specs[gpu_type]
     parallel = table.layouts.parallel(i)
     training = table.layouts.training(i, search.recipe(gpu_type))
-    placement = search.pool.assign(gpu_type, parallel.tp, list(solution.nodes_used), list(solution.groups),
-                                   Locality(solution.level))
+    placement = table.pool_of(row, search.pool).assign(gpu_type, parallel.tp, list(solution.nodes_used),
+                                                       list(solution.groups), Locality(solution.level))
     links = shape_links(search.pool, gpu_type, search.links[gpu_type], int(table.level[row]),
                         int(table.per_node[row]))
     if solution.level == Locality.DOMAIN:  # the domain it sits in (the candidate was timed with the largest)

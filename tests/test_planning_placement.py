@@ -154,7 +154,7 @@ def test_cp_sat_matches_exhaustive_with_locality_and_placement_modes(seed: int) 
     _check_agree(seed, locality=True)
 
 
-@settings(max_examples=40, deadline=None, derandomize=True)
+@settings(max_examples=20, deadline=None, derandomize=True)
 @given(st.integers(min_value=0, max_value=10**9))
 def test_cp_sat_matches_exhaustive_with_host_memory(seed: int) -> None:
     """Offloading jobs on nodes of small host memory: both solvers keep each node's ranks within it."""
@@ -164,11 +164,11 @@ def test_cp_sat_matches_exhaustive_with_host_memory(seed: int) -> None:
 def test_host_memory_instances_are_not_trivial() -> None:
     """Host memory moves the plan in some instances, leaves none in others and a plan in most (the same
     instances without host memory figures)."""
-    with_host = [solve_exhaustive(*_instance(seed, host=True)) for seed in range(40)]
-    without = [solve_exhaustive(*_instance(seed)) for seed in range(40)]
-    assert sum(a is not None for a in with_host) >= 15
+    with_host = [solve_exhaustive(*_instance(seed, host=True)) for seed in range(20)]
+    without = [solve_exhaustive(*_instance(seed)) for seed in range(20)]
+    assert sum(a is not None for a in with_host) >= 8
     assert sum(b is not None and a is None for a, b in zip(with_host, without)) >= 1
-    assert sum(a is not None and b is not None and a.score != b.score for a, b in zip(with_host, without)) >= 5
+    assert sum(a is not None and b is not None and a.score != b.score for a, b in zip(with_host, without)) >= 4
 
 
 def test_locality_instances_are_not_trivial() -> None:

@@ -47,7 +47,8 @@ def _candidate_stages(model: ModelConfig, lay: LayoutArrays, training: TrainingC
     splits its layers unevenly (``stage_layers``) or states are offloaded (the host figure is every stage's)."""
     pp = lay.pp
     uneven = bool(np.any(lay.stage_split > 0))
-    if uneven or training.offloads or (model.moe is not None and (model.moe.first_dense_layers > 0 or model.moe.layer_interval > 1)):
+    moe_spread = model.moe is not None and (model.moe.first_dense_layers > 0 or model.moe.layer_interval > 1)
+    if uneven or training.offloads or moe_spread:
         return [np.minimum(i, pp - 1) for i in range(int(pp.max(initial=1)))]
     return [np.zeros_like(pp), pp - 1]
 

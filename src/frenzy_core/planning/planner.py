@@ -88,6 +88,7 @@ def build_plan(search: Search, table: CandidateTable, solution: Solution, top_k:
         default_batch=search.default_batch, placement_mode=table.placement,
         launcher=None if search.scope is None else search.scope.name, notes=_notes(search, gpu_type, solution.level),
         usable_bytes=int(table.reports[int(table.gpu[row])].usable_bytes),
+        host_memory_bytes={n.name: n.host_memory_bytes for n in search.pool.nodes if n.name in placement},
         price_per_hour_usd=None if np.isnan(pph) else pph, objective=search.objective,
         token_budget=search.constraints.token_budget,
         objective_value=float(table.value[row]), stranded_gpus=solution.stranded_gpus, optimal=solution.optimal,

@@ -17,7 +17,7 @@ from frenzy_core.config.layout import layout_mask
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.training import TrainingConfig
 from frenzy_core.errors import require_instance
-from frenzy_core.memory.kernel import stage_arrays
+from frenzy_core.memory.kernel import stage_arrays, unmodelled_rows
 from frenzy_core.memory.overhead import overhead_bytes
 from frenzy_core.memory.result import MEMORY_CATEGORIES
 from frenzy_core.memory.trainable import check_trainable
@@ -30,8 +30,9 @@ IntArray = npt.NDArray[np.int64]
 @dataclass(frozen=True)
 class BatchEstimate:
     """Per-configuration results (busiest stage); rows where ``valid`` is False hold -1: those the layout rules
-    reject (:func:`layout_mask`) and those whose estimate would exceed 2^60 bytes (what ``estimate_memory``
-    refuses)."""
+    reject (:func:`layout_mask`), those the memory model does not cover (torch's sequence parallelism,
+    :data:`~frenzy_core.memory.kernel.TORCH_SP_REFUSAL`) and those whose estimate would exceed 2^60 bytes (what
+    ``estimate_memory`` refuses)."""
 
     peak_bytes: IntArray
     device_bytes: IntArray
@@ -66,7 +67,7 @@ def estimate_memory_batch(model: ModelConfig, configs: LayoutArrays | Mapping[st
     require_instance("training", training, TrainingConfig)
     layouts = configs if isinstance(configs, LayoutArrays) else LayoutArrays.from_columns(configs, training)
     check_trainable(model, training)
-    valid = layout_mask(model, layouts)
+    valid = layout_mask(model, layouts) & ~unmodelled_rows(training, layouts)
     arrays = layouts.masked(valid)
     best_device = np.full(valid.shape, -1, dtype=np.int64)
     best_peak = np.full(valid.shape, -1, dtype=np.int64)

@@ -25,7 +25,7 @@ from frenzy_core.memory.result import MEMORY_CATEGORIES
 from frenzy_core.memory.shards import StageParams, StageShape, stage_params, stage_shape
 from frenzy_core.memory.states import comm_buffers, gradients, layer_params, model_states, sharding, trains
 
-__all__ = ["PHASES", "StageArrays", "stage_arrays"]
+__all__ = ["PHASES", "TORCH_SP_REFUSAL", "StageArrays", "stage_arrays", "unmodelled_rows"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -371,6 +371,22 @@ def _either(grads_a: FloatArray, acts_a: FloatArray, grads_b: FloatArray, acts_b
     """Gradients and activations of whichever of two moments holds more."""
     pick_b = grads_b + acts_b > grads_a + acts_a
     return {"gradients": np.where(pick_b, grads_b, grads_a), "activations": np.where(pick_b, acts_b, acts_a)}
+
+
+TORCH_SP_REFUSAL = (
+    "sequence_parallel=True with framework 'torch' and tp > 1 is not in the memory model: torchtitan's sequence "
+    "parallelism shards the norms and the residual stream over the sequence and all-gathers each layer's input "
+    "before its q/k/v and MLP projections, which then save the gathered tensor (unlike Megatron's, which save "
+    "their shard and gather again in backward); the eager-PyTorch terms follow Hugging Face modules without it")
+"""Why the memory model refuses torch's sequence parallelism (the time model does time it: torchtitan's
+all-gather / reduce-scatter around each layer, docs/time-model.md)."""
+
+
+def unmodelled_rows(training: TrainingConfig, lay: LayoutArrays) -> npt.NDArray[np.bool_]:
+    """Rows the memory model does not cover (:data:`TORCH_SP_REFUSAL`): the batch estimator marks them invalid,
+    the scalar one raises a ConfigError."""
+    active = np.asarray(lay.active_sequence_parallel, dtype=bool)
+    return active if training.framework is Framework.TORCH else np.zeros_like(active)
 
 
 def stage_arrays(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays, stage: IntArray) -> StageArrays:

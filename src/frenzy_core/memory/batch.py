@@ -15,12 +15,12 @@ import numpy.typing as npt
 from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.config.layout import layout_mask
 from frenzy_core.config.model import ModelConfig
+from frenzy_core.config.trainable import check_trainable
 from frenzy_core.config.training import TrainingConfig
 from frenzy_core.errors import require_instance
 from frenzy_core.memory.kernel import stage_arrays, unmodelled_rows
 from frenzy_core.memory.overhead import overhead_bytes
 from frenzy_core.memory.result import MEMORY_CATEGORIES
-from frenzy_core.memory.trainable import check_trainable
 
 __all__ = ["BatchEstimate", "estimate_memory_batch"]
 

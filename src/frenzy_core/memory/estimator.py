@@ -8,12 +8,12 @@ from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.config.layout import validate_layout
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.parallel import ParallelConfig
+from frenzy_core.config.trainable import check_trainable
 from frenzy_core.config.training import TrainingConfig
 from frenzy_core.errors import ConfigError, require_instance
 from frenzy_core.memory.kernel import PHASES, TORCH_SP_REFUSAL, stage_arrays, unmodelled_rows
 from frenzy_core.memory.overhead import overhead_bytes
 from frenzy_core.memory.result import MEMORY_CATEGORIES, MemoryEstimate, StageMemory
-from frenzy_core.memory.trainable import check_trainable
 
 __all__ = ["estimate_memory"]
 

@@ -14,11 +14,11 @@ import numpy.typing as npt
 
 from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.config.model import ModelConfig, PositionEmbedding
+from frenzy_core.config.trainable import adapter_counts
 from frenzy_core.config.training import Framework, OffloadDevice, TrainingConfig
 from frenzy_core.memory.overhead import overhead_model
 from frenzy_core.memory.recipe import StateBytes
 from frenzy_core.memory.shards import StageParams, StageShape, layer_constants
-from frenzy_core.memory.trainable import adapter_counts
 
 __all__ = ["Gradients", "LayerParams", "Sharding", "States", "comm_buffers", "gradients", "layer_params",
            "model_states", "sharding", "trains"]

@@ -11,6 +11,7 @@ from frenzy_core._limits import bytes_in_range, to_int_bytes
 from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.parallel import PipelineSchedule
+from frenzy_core.config.trainable import trains
 from frenzy_core.config.training import Framework, Recompute, RecomputeMethod, TrainingConfig
 from frenzy_core.memory.activations import (
     LayerActivations,
@@ -23,7 +24,7 @@ from frenzy_core.memory.overhead import workspace_bytes
 from frenzy_core.memory.recipe import state_bytes
 from frenzy_core.memory.result import MEMORY_CATEGORIES
 from frenzy_core.memory.shards import StageParams, StageShape, stage_params, stage_shape
-from frenzy_core.memory.states import comm_buffers, gradients, layer_params, model_states, sharding, trains
+from frenzy_core.memory.states import comm_buffers, gradients, layer_params, model_states, sharding
 
 __all__ = ["PHASES", "TORCH_SP_REFUSAL", "StageArrays", "stage_arrays", "unmodelled_rows"]
 

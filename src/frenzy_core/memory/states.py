@@ -14,14 +14,14 @@ import numpy.typing as npt
 
 from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.config.model import ModelConfig, PositionEmbedding
-from frenzy_core.config.trainable import adapter_counts
+from frenzy_core.config.trainable import adapter_counts, trains
 from frenzy_core.config.training import Framework, OffloadDevice, TrainingConfig
 from frenzy_core.memory.overhead import overhead_model
 from frenzy_core.memory.recipe import StateBytes
 from frenzy_core.memory.shards import StageParams, StageShape, layer_constants
 
 __all__ = ["Gradients", "LayerParams", "Sharding", "States", "comm_buffers", "gradients", "layer_params",
-           "model_states", "sharding", "trains"]
+           "model_states", "sharding"]
 
 FloatArray = npt.NDArray[np.float64]
 FP32 = 4
@@ -222,13 +222,6 @@ class Gradients:
     """While the stage's first layer runs its attention's backward."""
     tied_buffer: FloatArray
     """torch's autograd input buffer of a tied head and embedding on one stage."""
-
-
-def trains(model: ModelConfig, training: TrainingConfig) -> tuple[bool, bool]:
-    """Whether the embeddings and the output head train."""
-    embeddings = training.lora is None and not training.freeze_embeddings
-    head = training.lora is None and (embeddings or not model.tied_embeddings)
-    return embeddings, head and model.lm_head
 
 
 def gradients(model: ModelConfig, training: TrainingConfig, per_param: StateBytes, lay: LayoutArrays,

@@ -56,3 +56,18 @@ def test_time_model_times_torch_sequence_parallel() -> None:
     times = [estimate_iteration_time(MODEL, t, ParallelConfig(tp=2, dp=4), "h100-sxm").iteration_s
              for t in (TORCH_SP, plain)]
     assert times[0] != times[1]
+
+
+def test_torch_routing_imbalance_under_expert_parallelism_is_refused() -> None:
+    """torch's MoE terms give each expert-parallel rank its fair share: an explicit imbalance at ep > 1 is refused
+    (at ep = 1 a rank computes every routed pair, so the factor truly has no effect)."""
+    moe = ModelConfig.preset("qwen1.5-moe-a2.7b")
+    t = TrainingConfig(seq_len=1024, global_batch_size=8, moe_load_imbalance=1.5)
+    with pytest.raises(ConfigError) as err:
+        estimate_memory(moe, t, ParallelConfig(dp=4, ep=4))
+    assert err.value.field == "training.moe_load_imbalance"
+    assert estimate_memory(moe, t, ParallelConfig(dp=4)) == estimate_memory(
+        moe, t.replace(moe_load_imbalance=None), ParallelConfig(dp=4))
+    batch = estimate_memory_batch(moe, {"dp": [4, 4], "ep": [1, 4]}, t)
+    assert batch.valid.tolist() == [True, False]
+    assert np.all(estimate_memory_batch(moe, {"dp": [4, 4], "ep": [1, 4]}, t.replace(framework="megatron")).valid)

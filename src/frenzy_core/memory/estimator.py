@@ -11,7 +11,7 @@ from frenzy_core.config.parallel import ParallelConfig
 from frenzy_core.config.trainable import check_trainable
 from frenzy_core.config.training import TrainingConfig
 from frenzy_core.errors import ConfigError, require_instance
-from frenzy_core.memory.kernel import PHASES, TORCH_SP_REFUSAL, stage_arrays, unmodelled_rows
+from frenzy_core.memory.kernel import PHASES, refusal, stage_arrays
 from frenzy_core.memory.overhead import overhead_bytes
 from frenzy_core.memory.result import MEMORY_CATEGORIES, MemoryEstimate, StageMemory
 
@@ -31,10 +31,9 @@ def estimate_memory(model: ModelConfig, training: TrainingConfig,
     validate_layout(model, training, parallel)
     check_trainable(model, training)
     layouts = LayoutArrays.from_configs(training, parallel)
-    if unmodelled_rows(training, layouts).any():
-        raise ConfigError(TORCH_SP_REFUSAL, field="training.sequence_parallel", value=True,
-                          hint="set sequence_parallel=False (plain tensor parallelism), or framework='megatron' for "
-                          "Megatron-LM's sequence parallelism")
+    refused = refusal(training, layouts)
+    if refused is not None:
+        raise ConfigError(refused.message, field=refused.field, hint=refused.hint)
     arrays = stage_arrays(model, training, layouts, np.arange(parallel.pp, dtype=np.int64))
     if not arrays.in_range.all():
         raise ConfigError(f"stage {int(np.flatnonzero(~arrays.in_range)[0])} of this job would hold more than "

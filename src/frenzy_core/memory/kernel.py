@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -26,7 +28,7 @@ from frenzy_core.memory.result import MEMORY_CATEGORIES
 from frenzy_core.memory.shards import StageParams, StageShape, stage_params, stage_shape
 from frenzy_core.memory.states import comm_buffers, gradients, layer_params, model_states, sharding
 
-__all__ = ["PHASES", "TORCH_SP_REFUSAL", "StageArrays", "stage_arrays", "unmodelled_rows"]
+__all__ = ["PHASES", "TORCH_SP_REFUSAL", "Refusal", "StageArrays", "refusal", "stage_arrays", "unmodelled_rows"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -383,11 +385,41 @@ TORCH_SP_REFUSAL = (
 all-gather / reduce-scatter around each layer, docs/time-model.md)."""
 
 
+class Refusal(NamedTuple):
+    """A recipe and layout the memory model does not cover: the field to name, why, and what would work."""
+
+    field: str
+    message: str
+    hint: str
+
+
+_REFUSALS: tuple[tuple[Refusal, Callable[[TrainingConfig, LayoutArrays], npt.NDArray[np.bool_]]], ...] = (
+    (Refusal("training.sequence_parallel", TORCH_SP_REFUSAL,
+             "set sequence_parallel=False (plain tensor parallelism), or framework='megatron' for Megatron-LM's "
+             "sequence parallelism"),
+     lambda t, lay: np.asarray(lay.active_sequence_parallel, dtype=bool) & (t.framework is Framework.TORCH)),
+    (Refusal("training.moe_load_imbalance",
+             "moe_load_imbalance with framework 'torch' and ep > 1 is not in the memory model: its eager MoE terms "
+             "give every rank its fair share of the routed tokens (a rank holding every expert computes every "
+             "routed pair whatever the balance, so at ep = 1 the factor has no effect)",
+             "leave moe_load_imbalance unset for framework 'torch', or use framework='megatron', whose dispatcher "
+             "terms follow the busiest expert-parallel rank"),
+     lambda t, lay: (np.asarray(lay.ep) > 1) & (t.framework is Framework.TORCH and t.moe_load_imbalance is not None)),
+)
+
+
 def unmodelled_rows(training: TrainingConfig, lay: LayoutArrays) -> npt.NDArray[np.bool_]:
-    """Rows the memory model does not cover (:data:`TORCH_SP_REFUSAL`): the batch estimator marks them invalid,
+    """Rows the memory model does not cover (:func:`refusal` says why): the batch estimator marks them invalid,
     the scalar one raises a ConfigError."""
-    active = np.asarray(lay.active_sequence_parallel, dtype=bool)
-    return active if training.framework is Framework.TORCH else np.zeros_like(active)
+    out = np.zeros(lay.shape, dtype=bool)
+    for _, rows in _REFUSALS:
+        out |= np.broadcast_to(rows(training, lay), lay.shape)
+    return out
+
+
+def refusal(training: TrainingConfig, lay: LayoutArrays) -> Refusal | None:
+    """Why the memory model does not cover the first row of ``lay`` (None: it does)."""
+    return next((r for r, rows in _REFUSALS if np.broadcast_to(rows(training, lay), lay.shape)[0]), None)
 
 
 def stage_arrays(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays, stage: IntArray) -> StageArrays:

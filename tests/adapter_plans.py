@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+
+from frenzy_core import Cluster, plan_job
 from frenzy_core.config import Framework, ModelConfig, ParallelConfig, Recompute, TrainingConfig
 from frenzy_core.hardware.gpus import get_gpu_spec
 from frenzy_core.memory.estimator import estimate_memory
@@ -77,3 +80,22 @@ THREE_PLANS = {"single_gpu": single_gpu, "multi_node_dp": multi_node_dp, "tp_pp_
 FIVE_PLANS = {**THREE_PLANS, "zero3_nodes": zero3_nodes, "moe_ep_nodes": moe_ep_nodes}
 """The shapes every adapter is checked on by its real consumer: 1 GPU, data parallel across nodes, tp x pp x vpp
 across nodes, ZeRO-3, MoE with expert parallelism."""
+
+
+@functools.cache
+def mixed_small() -> Plan:
+    """Qwen2.5-0.5B on 2 free A100-80GB and 1 free H100 (nodes of 8): a mixed plan of 3 ranks, the A100 group
+    (2 replicas, 1 micro-batch each) then the H100 group (1 replica, 2 micro-batches): small enough to run."""
+    cluster = Cluster.from_dict({"nodes": [{"gpu": "h100-sxm", "gpus_per_node": 8, "free_gpus": 1},
+                                           {"gpu": "a100-80gb", "gpus_per_node": 8, "free_gpus": 2}]})
+    return plan_job(ModelConfig.preset("qwen2.5-0.5b"), cluster, TrainingConfig(seq_len=1024, global_batch_size=16),
+                    top_k=0)
+
+
+@functools.cache
+def mixed_uneven() -> Plan:
+    """Llama-2-7B on 3 free H100 and 6 + 4 free A100-80GB: the A100 group spans two nodes of different sizes."""
+    cluster = Cluster.from_dict({"nodes": [{"gpu": "h100-sxm", "gpus_per_node": 8, "free_gpus": 3},
+                                           {"gpu": "a100-80gb", "gpus_per_node": 8, "free_gpus": 6},
+                                           {"gpu": "a100-80gb", "gpus_per_node": 4, "free_gpus": 4}]})
+    return plan_job(LLAMA, cluster, TrainingConfig(seq_len=4096, global_batch_size=64), top_k=0)

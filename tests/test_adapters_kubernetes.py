@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from adapter_plans import GPT2, make_plan, multi_node_dp, single_gpu, tp_pp_nodes
+from adapter_plans import GPT2, make_plan, mixed_small, mixed_uneven, multi_node_dp, single_gpu, tp_pp_nodes
 from frenzy_core.adapters import ADAPTERS
 from frenzy_core.config import ParallelConfig, TrainingConfig
 from frenzy_core.errors import ConfigError
@@ -168,3 +168,40 @@ def test_unknown_product_needs_an_override() -> None:
 def test_bad_job_name_is_refused() -> None:
     with pytest.raises(ConfigError, match="job_name"):
         kubernetes(single_gpu(), job_name="Train_Job")
+
+
+def test_a_mixed_plan_is_a_jobset_with_an_indexed_job_per_group_and_node_size() -> None:
+    plan = mixed_uneven()
+    manifest = kubernetes(plan, job_name="mixed")
+    assert (manifest["apiVersion"], manifest["kind"]) == ("jobset.x-k8s.io/v1alpha2", "JobSet")
+    jobs = manifest["spec"]["replicatedJobs"]
+    runs = [(s, len(g)) for s in plan.stages for g in s.placement.values()]  # one node per run in this plan
+    assert len(jobs) == len(runs)
+    head = f"mixed-{jobs[0]['name']}-0-0.mixed:29500"
+    for rank, (job, (stage, per_node)) in enumerate(zip(jobs, runs)):
+        spec = job["template"]["spec"]
+        assert (spec["parallelism"], spec["completions"], spec["completionMode"]) == (1, 1, "Indexed")
+        pod = spec["template"]["spec"]
+        (container,) = pod["containers"]
+        assert container["resources"]["limits"] == {"nvidia.com/gpu": per_node}
+        product = {"a100-80gb": "NVIDIA-A100-SXM4-80GB", "h100-sxm": "NVIDIA-H100-80GB-HBM3"}[stage.gpu_type]
+        assert pod["nodeSelector"] == {"nvidia.com/gpu.product": product}
+        env = {e["name"]: e["value"] for e in container["env"]}
+        assert (env["FRENZY_GPU_TYPE"], env["FRENZY_GRAD_ACCUM_STEPS"]) == (stage.gpu_type, str(stage.micro_batches))
+        line = container["command"][2]
+        assert f"--node-rank=$(({rank} + JOB_COMPLETION_INDEX))" in line and f"--rdzv-endpoint={head}" in line
+        assert f"--nproc-per-node={per_node} --" in line and f"--nnodes={len(runs)} " in line
+
+
+def test_a_jobset_name_too_long_for_its_pod_hostnames_is_refused() -> None:
+    with pytest.raises(ConfigError, match="63 characters") as err:
+        kubernetes(mixed_small(), job_name="j" * 60)
+    assert err.value.field == "job_name"
+
+
+def test_mixed_plans_across_vendors_are_refused() -> None:
+    plan = mixed_small()
+    amd = plan.stages[1].model_copy(update={"gpu_type": "mi300x"})
+    other = plan.model_copy(update={"stages": (plan.stages[0], amd), "gpu_types": (plan.gpu_types[0], "mi300x")})
+    with pytest.raises(ConfigError, match="NCCL and RCCL"):
+        kubernetes(other)

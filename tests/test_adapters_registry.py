@@ -98,9 +98,9 @@ def test_launcher_gpu_names_cover_the_catalogue() -> None:
 def test_missing_launcher_gpu_name_names_the_override_option() -> None:
     plan = single_gpu().model_copy(update={"gpu_type": "rtx-4090"})
     with pytest.raises(ConfigError, match="accelerator_type=") as err:
-        launcher_gpu_name(plan, "ray", "accelerator_type", None)
+        launcher_gpu_name(plan.gpu_type, "ray", "accelerator_type", None)
     assert err.value.field == "accelerator_type"
-    assert launcher_gpu_name(plan, "ray", "accelerator_type", "RTX4090") == "RTX4090"
+    assert launcher_gpu_name(plan.gpu_type, "ray", "accelerator_type", "RTX4090") == "RTX4090"
 
 
 def _gpus_each_launcher_starts(plan: Plan) -> dict[str, int]:

@@ -4,13 +4,14 @@ with the plan's node count, processes per node and rendezvous on the allocation'
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from adapter_plans import GPT2, make_plan, multi_node_dp, single_gpu, tp_pp_nodes
+from adapter_plans import GPT2, make_plan, mixed_small, mixed_uneven, multi_node_dp, single_gpu, tp_pp_nodes
 from frenzy_core.adapters import ADAPTERS
 from frenzy_core.config import ParallelConfig, TrainingConfig
 from frenzy_core.errors import ConfigError
@@ -127,3 +128,37 @@ def test_heterogeneous_job_from_per_type_components(tmp_path: Path) -> None:
     path = tmp_path / "het.sbatch"
     path.write_text(script)
     assert subprocess.run([BASH, "-n", str(path)], check=False).returncode == 0  # type: ignore[list-item]
+
+
+def test_a_mixed_plan_is_a_hetjob_with_a_component_per_group_and_node_size(tmp_path: Path) -> None:
+    plan = mixed_uneven()  # A100 group on a node of 6 and a node of 4, then the H100 group on 3
+    names = {"a100-80gb": "a100", "h100-sxm": "h100"}
+    data = slurm(plan, gpu_type_name=names)
+    script = data["script"]
+    parts = " ".join(_directives(script)).split(" hetjob ")
+    sizes = [(len(s.placement[n]), s.gpu_type) for s in plan.stages for n in s.placement]
+    assert len(parts) == len(sizes) == 3
+    for part, (per_node, gpu_type) in zip(parts, sizes):
+        assert "--nodes=1 " in part and f"--gres=gpu:{names[gpu_type]}:{per_node}" in part
+    steps = data["srun"].removeprefix("srun ").split(" : ")
+    stage_of = {s.gpu_type: s for s in plan.stages}
+    for i, (step, (per_node, gpu_type)) in enumerate(zip(steps, sizes)):
+        assert step.startswith(f"--het-group={i} ")
+        assert f"--nproc-per-node={per_node} " in step and "--node-rank=\"${SLURM_PROCID}\"" in step
+        assert "--rdzv-backend=static" in step
+        tokens = shlex.split(step)
+        inner = shlex.split(tokens[tokens.index("-c") + 1])  # bash -c 'exec env K=V ... torchrun ...'
+        own = dict(t.split("=", 1) for t in inner[2:inner.index("torchrun")])
+        seen = {**data["env"], **own}  # the job's exports, then the component's own
+        stage = stage_of[gpu_type]
+        assert (seen["FRENZY_GPU_TYPE"], seen["FRENZY_GRAD_ACCUM_STEPS"], seen["FRENZY_GROUP_DP"]) == (
+            gpu_type, str(stage.micro_batches), str(stage.dp))
+    path = tmp_path / "mixed.sbatch"
+    path.write_text(script)
+    assert subprocess.run([BASH, "-n", str(path)], check=False).returncode == 0  # type: ignore[list-item]
+
+
+def test_one_site_name_for_a_mixed_plan_is_refused_with_the_mapping_it_needs() -> None:
+    with pytest.raises(ConfigError, match="mapping from GPU type id") as err:
+        slurm(mixed_small(), gpu_type_name="a100")
+    assert err.value.field == "gpu_type_name"

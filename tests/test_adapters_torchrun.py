@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from adapter_plans import GPT2, cpu_dp2, make_plan, multi_node_dp, single_gpu, tp_pp_nodes
+from adapter_plans import GPT2, cpu_dp2, make_plan, mixed_small, mixed_uneven, multi_node_dp, single_gpu, tp_pp_nodes
 from frenzy_core.adapters import ADAPTERS
 from frenzy_core.config import ParallelConfig, TrainingConfig
 from frenzy_core.errors import ConfigError
@@ -125,6 +125,51 @@ def test_emitted_command_runs_two_ranks_on_cpu(tmp_path: Path) -> None:
         assert r["world_size"] == 2 and r["local_rank"] == r["rank"]
         assert (r["micro_batch_size"], r["grad_accum_steps"]) == (2, 3)  # global 12 = 2 x 3 x dp 2
         assert r["global_samples"] == 12
-        assert r["weights_in_sync"]
+        assert r["weights_in_sync"] and r["matches_full_batch"]
         assert r["visible_devices"] == "0,1"
 
+
+
+def test_mixed_plan_lines_carry_each_nodes_group() -> None:
+    plan = mixed_uneven()
+    data = torchrun(plan)
+    assert data["mixed"] and data["world_size"] == plan.num_gpus
+    first = 0
+    for node, (name, gpus) in zip(data["nodes"], ((n, g) for s in plan.stages for n, g in s.placement.items())):
+        stage = plan.stages[node["group"]]
+        assert (node["node"], node["gpus"], node["first_rank"]) == (name, gpus, first)
+        assert node["env"]["FRENZY_GPU_TYPE"] == stage.gpu_type
+        assert node["env"]["FRENZY_GRAD_ACCUM_STEPS"] == str(stage.micro_batches)
+        args = _parse(node["argv"])
+        assert (args.node_rank, args.nproc_per_node, args.rdzv_backend) == (data["nodes"].index(node), str(len(gpus)),
+                                                                             "static")
+        first += len(gpus)
+    assert "group 1 (h100-sxm" in torchrun.emit(plan)
+
+
+def test_mixed_plans_need_the_static_rendezvous() -> None:
+    with pytest.raises(ConfigError, match="static rendezvous") as err:
+        torchrun(mixed_small(), rdzv_backend="c10d")
+    assert err.value.field == "rdzv_backend"
+
+
+@pytest.mark.slow  # three ranks and two agents start torch: tens of seconds; CI runs the Slurm hetjob of this plan
+def test_a_mixed_plans_lines_run_one_data_parallel_step_equal_to_the_full_batch(tmp_path: Path) -> None:
+    """Both nodes' emitted lines started on this host (gloo, CPU): 3 ranks in one group, each with its group's
+    micro-batch count and samples, and the step equals one full-batch step (the loss-scaling contract)."""
+    pytest.importorskip("torch")
+    plan = mixed_small()
+    data = torchrun(plan, torchrun=[sys.executable, "-m", "torch.distributed.run"], script=str(PROBE),
+                    script_args=[str(tmp_path)], hosts={name: "127.0.0.1" for name in plan.placement},
+                    rdzv_port=_free_port(), rdzv_id="frenzy-test")
+    procs = [subprocess.Popen(node["argv"], env={**os.environ, **node["env"], "OMP_NUM_THREADS": "1"},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for node in data["nodes"]]
+    errors = [proc.communicate(timeout=300)[1] for proc in procs]
+    assert [proc.returncode for proc in procs] == [0] * len(procs), "\n".join(e[-2000:] for e in errors)
+    records = sorted((json.loads(p.read_text()) for p in tmp_path.glob("rank*.json")), key=lambda r: r["rank"])
+    assert [r["rank"] for r in records] == list(range(plan.num_gpus))
+    ranks = [(str(g), s) for g, s in enumerate(plan.stages) for _ in range(s.num_gpus)]
+    for r, (group, stage) in zip(records, ranks):
+        assert (r["group"], r["gpu_type"], r["grad_accum_steps"]) == (group, stage.gpu_type, stage.micro_batches)
+        assert r["global_samples"] == plan.training.global_batch_size
+        assert r["weights_in_sync"] and r["matches_full_batch"]

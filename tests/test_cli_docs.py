@@ -3,27 +3,19 @@ nothing but solver times, and no console example on the page is written by hand.
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+from project_scripts import DOCS, load_script
 
 
 @pytest.fixture(scope="module")
 def gen() -> ModuleType:
     if not (DOCS / "gen_cli.py").is_file() or not (DOCS / "cli.md").is_file():
         pytest.skip("docs/ is not in this checkout")
-    spec = importlib.util.spec_from_file_location("gen_cli", DOCS / "gen_cli.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gen_cli"] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
+    return load_script(DOCS / "gen_cli.py")
 
 
 def test_the_cli_page_is_current(gen: ModuleType) -> None:

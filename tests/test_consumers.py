@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from adapter_plans import FIVE_PLANS, cpu_dp2, single_gpu
+from adapter_plans import FIVE_PLANS, cpu_dp2, mixed_small, mixed_uneven, single_gpu
 from frenzy_core.adapters import ADAPTERS, emit
 from frenzy_core.errors import ConfigError
 from frenzy_core.planning import Plan
@@ -268,3 +268,21 @@ def test_trainjob_matches_the_trainer_api_models(name: str) -> None:
     pod_spec = pod["template"]["spec"]["template"]["spec"]
     full = {**pod_spec, "containers": [{**pod_spec["containers"][0], "image": manifest["spec"]["trainer"]["image"]}]}
     kubernetes_validate.validate(_pod("frenzy-train", full), "1.30", strict=True)
+
+
+@pytest.mark.parametrize("make", [mixed_small, mixed_uneven], ids=["mixed_small", "mixed_uneven"])
+def test_a_mixed_plans_jobset_matches_the_jobset_models_and_its_jobs_validate(make: Any) -> None:
+    """A mixed plan's kubernetes output is a JobSet: JobSet's own models (shipped with kubeflow-trainer-api,
+    which embeds them) drop nothing, and every replicated job's template is a strict batch/v1 Job."""
+    _need("kubeflow_trainer_api")
+    kubernetes_validate = _need("kubernetes_validate")
+    from kubeflow_trainer_api.models import JobsetV1alpha2JobSet
+
+    plan = make()
+    manifest = yaml.safe_load(emit(plan, "kubernetes"))
+    job_set = JobsetV1alpha2JobSet.from_dict(manifest)
+    assert job_set is not None and job_set.to_dict() == manifest
+    assert sum(j.template.spec.parallelism for j in job_set.spec.replicated_jobs) == len(plan.placement)
+    for job in manifest["spec"]["replicatedJobs"]:
+        kubernetes_validate.validate({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": job["name"]},
+                                      "spec": job["template"]["spec"]}, "1.30", strict=True)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from adapter_plans import GPT2, make_plan
+from adapter_plans import GPT2, make_plan, mixed_small
 from frenzy_core.adapters import emit
 from frenzy_core.adapters.slurm import SlurmComponent, SlurmOptions, slurm_script
 from frenzy_core.config import ParallelConfig, TrainingConfig
@@ -29,12 +29,16 @@ pytestmark = pytest.mark.consumers
 GPUS_PER_NODE = 2
 CPUS_PER_NODE = 4
 PORTS = {"ctld": 16817, "slurmd": 16818}  # above the well-known range; nodes get 16821, 16822, ...
+FEATURES = ("a100x", "h100x")
+"""Node i's feature: the GPU type a mixed plan's hetjob components ask for with --constraint."""
 
 _TRAIN = """
 import os, torch.distributed as dist
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 open(os.path.join(os.environ["OUT_DIR"], f"rank{rank}"), "w").write(f"{world} {os.environ['FRENZY_DP']}")
+open(os.path.join(os.environ["OUT_DIR"], f"env{rank}"), "w").write(
+    "\\n".join(f"{k}={v}" for k, v in os.environ.items() if k.startswith(("FRENZY_", "SLURMD_NODENAME"))))
 dist.barrier()
 dist.destroy_process_group()
 """
@@ -66,7 +70,7 @@ def _config(root: Path, nodes: list[str]) -> str:
     ]
     for i, node in enumerate(nodes):
         lines.append(f"NodeName={node} NodeHostname=127.0.0.1 NodeAddr=127.0.0.1 Port={16821 + i} "
-                     f"CPUs={CPUS_PER_NODE} RealMemory=2000 Gres=gpu:a100:{GPUS_PER_NODE}")
+                     f"CPUs={CPUS_PER_NODE} RealMemory=2000 Gres=gpu:a100:{GPUS_PER_NODE} Feature={FEATURES[i]}")
     lines.append(f"PartitionName=test Nodes={','.join(nodes)} Default=YES MaxTime=10 State=UP")
     return "\n".join(lines) + "\n"
 
@@ -128,6 +132,12 @@ def _ranks(out: Path) -> list[str]:
     return sorted(p.read_text() for p in out.glob("rank*"))
 
 
+def _envs(out: Path) -> dict[int, dict[str, str]]:
+    """Global rank -> the FRENZY_* variables (and the Slurm node name) that rank saw."""
+    return {int(p.name.removeprefix("env")): dict(line.split("=", 1) for line in p.read_text().splitlines())
+            for p in out.glob("env*")}
+
+
 def test_sbatch_of_the_emitted_script_completes_with_every_planned_rank(slurm_cluster: dict[str, str],
                                                                         tmp_path: Path) -> None:
     placement = {"node:0": [0, 1], "node:1": [0, 1]}
@@ -160,3 +170,31 @@ def test_heterogeneous_job_runs_one_torchrun_group_across_components(slurm_clust
     log = (tmp_path / "job.out").read_text() if (tmp_path / "job.out").exists() else ""
     assert state == "COMPLETED", log[-3000:]
     assert _ranks(out) == ["3 3"] * 3
+
+
+def test_a_mixed_plan_runs_as_a_heterogeneous_job_with_each_group_on_its_type(slurm_cluster: dict[str, str],
+                                                                              tmp_path: Path) -> None:
+    """The emitted hetjob of a mixed plan (an A100 group of 2 ranks, an H100 group of 1): each component lands on
+    the node with its type's feature, the ranks form one process group, and every rank sees its own group's
+    variables at the global ranks the plan gives that group."""
+    plan = mixed_small()
+    (tmp_path / "train.py").write_text(_TRAIN)
+    out = tmp_path / "out"
+    out.mkdir()
+    names = dict(zip(("a100-80gb", "h100-sxm"), FEATURES))
+    script = emit(plan, "slurm", gpu_request="constraint", gpu_type_name=names, cpus_per_gpu=1, partition="test",
+                  time="00:05:00", torchrun=[sys.executable, "-m", "torch.distributed.run"],
+                  script=str(tmp_path / "train.py"), env={"OUT_DIR": str(out)})
+    state = _submit(script, slurm_cluster, tmp_path)
+    log = (tmp_path / "job.out").read_text() if (tmp_path / "job.out").exists() else ""
+    assert state == "COMPLETED", log[-3000:]
+    assert _ranks(out) == [f"{plan.num_gpus} {plan.parallel.dp}"] * plan.num_gpus
+    nodes = _loopback_names(2)
+    envs = _envs(out)
+    for group, stage in enumerate(plan.stages):
+        first = sum(s.num_gpus for s in plan.stages[:group])
+        for rank in range(first, first + stage.num_gpus):
+            seen = envs[rank]
+            assert (seen["FRENZY_GROUP"], seen["FRENZY_GPU_TYPE"], seen["FRENZY_GRAD_ACCUM_STEPS"]) == (
+                str(group), stage.gpu_type, str(stage.micro_batches))
+            assert seen["SLURMD_NODENAME"] == nodes[FEATURES.index(names[stage.gpu_type])]

@@ -2,26 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from project_scripts import BENCHMARKS, load_script
+
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-
 
 def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpu_memory_check", BENCHMARKS / "gpu_memory_check.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(BENCHMARKS / "gpu_memory_check.py")
 
 
 def test_every_gpu_case_is_a_grid_case_and_there_are_at_least_ten() -> None:

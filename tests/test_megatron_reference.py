@@ -2,32 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from project_scripts import BENCHMARKS, ROOT, load_script
+
 REFERENCE = ROOT.parent / "shared" / "reference" / "megatron_measured_memory.json"
 
 
 def _harness() -> ModuleType:
     if not REFERENCE.exists():
         pytest.skip(f"reference data {REFERENCE} is absent (it lives beside the project, not in it)")
-    try:
-        from frenzy_core.memory import estimate_memory  # type: ignore[attr-defined]  # noqa: F401
-    except ImportError:
-        pytest.skip("frenzy_core.memory.estimate_memory is not available yet")
-    spec = importlib.util.spec_from_file_location(
-        "megatron_reference", ROOT / "benchmarks" / "megatron_reference.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(BENCHMARKS / "megatron_reference.py")
 
 
 def test_median_error_over_supported_cases_is_within_ten_percent() -> None:

@@ -10,6 +10,7 @@ import pytest
 from frenzy_core.config import ModelConfig, MoEConfig, ParallelConfig, PipelineSchedule, Recompute, TrainingConfig
 from frenzy_core.errors import ConfigError
 from frenzy_core.memory import estimate_memory, estimate_memory_batch
+from golden.cases import random_configs
 
 DENSE = ModelConfig(num_layers=12, hidden_size=512, num_attention_heads=8, num_kv_heads=4, vocab_size=32000,
                     mlp="swiglu", norm="rmsnorm", position_embedding="rotary", tied_embeddings=False)
@@ -21,17 +22,6 @@ BERT = ModelConfig(arch="encoder", num_layers=6, hidden_size=256, num_attention_
                    type_vocab_size=2, embedding_norm=True, final_norm=False, hidden_dropout=0.1,
                    attention_dropout=0.1, max_position_embeddings=512, qkv_bias=True, linear_bias=True)
 
-
-def _random(n: int, seed: int) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    return {
-        "dp": rng.choice([1, 2, 4, 8], n), "tp": rng.choice([1, 2, 3, 4], n), "pp": rng.choice([1, 2, 3, 4], n),
-        "vpp": rng.choice([1, 1, 2], n), "cp": rng.choice([1, 1, 2], n), "ep": rng.choice([1, 1, 2], n),
-        "micro_batch_size": rng.choice([1, 2, 4], n), "seq_len": rng.choice([256, 512, 1024], n),
-        "num_microbatches": rng.choice([1, 2, 4, 8], n), "zero_stage": rng.integers(0, 4, n),
-        "recompute": rng.integers(0, 3, n), "recompute_num_layers": rng.choice([0, 0, 1, 2], n),
-        "sequence_parallel": rng.integers(0, 2, n), "schedule": rng.choice([0, 0, 1, 2], n),
-    }
 
 
 def _scalar(model: ModelConfig, training: TrainingConfig, cfg: dict[str, np.ndarray], i: int) -> object:
@@ -53,7 +43,8 @@ def _scalar(model: ModelConfig, training: TrainingConfig, cfg: dict[str, np.ndar
                                                  ("megatron", "bf16-mixed"), ("megatron", "fp8-mixed")])
 def test_batch_equals_scalar(model: ModelConfig, framework: str, precision: str) -> None:
     training = TrainingConfig(framework=framework, precision=precision, attention="eager", seq_len=512)
-    cfg = _random(80, seed=zlib.crc32(f"{framework}/{precision}/{model.num_layers}".encode()))  # not hash(): salted per run
+    seed = zlib.crc32(f"{framework}/{precision}/{model.num_layers}".encode())  # not hash(): salted per run
+    cfg = random_configs(80, seed=seed)
     if framework == "torch":  # torch's sequence parallelism at tp > 1 is refused (tests/test_memory_torch_sp.py)
         cfg["sequence_parallel"] = cfg["sequence_parallel"] * (cfg["tp"] == 1)
     out = estimate_memory_batch(model, cfg, training)

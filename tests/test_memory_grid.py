@@ -9,13 +9,13 @@ xfails naming why, so they flip when it can. The full grid (48 cases, 22 familie
 from __future__ import annotations
 
 import functools
-import importlib.util
 import statistics
 import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from project_scripts import BENCHMARKS, load_script
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -24,20 +24,13 @@ MEAN_ABS_ERROR_MAX = 0.02
 CASE_ABS_ERROR_MAX = 0.05
 UNDER_ESTIMATE_MAX = 0.02
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 KNOWN_GAPS: dict[str, str] = {}
 """Quick cases beyond the acceptance today, with the missing term (docs/benchmarks.md has the attribution); none
 since issue 9 modelled kept outputs and BERT's autocast loss."""
 
 
-@functools.cache
 def _accuracy() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("memory_accuracy", BENCHMARKS / "memory_accuracy.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(BENCHMARKS / "memory_accuracy.py")
 
 
 @functools.cache

@@ -189,7 +189,7 @@ def test_mixed_types_off_or_a_launcher_keep_single_type_plans() -> None:
     model = ModelConfig.preset("llama-2-7b")
     training = TrainingConfig(seq_len=4096, global_batch_size=64)
     assert not plan_job(model, cluster, training, mixed_types=False).mixed
-    assert not plan_job(model, cluster, training, launcher="torchrun").mixed
+    assert not plan_job(model, cluster, training, launcher="deepspeed").mixed
 
 
 def test_two_types_of_equal_speed_together_beat_either_alone() -> None:
@@ -206,13 +206,25 @@ def test_two_types_of_equal_speed_together_beat_either_alone() -> None:
     assert len({g.samples for g in plan.stages}) == 1
 
 
-def test_adapters_refuse_mixed_plans_and_say_how_to_get_a_launchable_one() -> None:
+def test_launchers_that_cannot_start_mixed_plans_refuse_them_and_name_those_that_can() -> None:
     from frenzy_core.adapters import get_adapter
 
     plan = plan_job(ModelConfig.preset("llama-2-70b"), Cluster.from_dict(A100_H100), LLAMA_70B_REQUEST)
-    for name in ("torchrun", "slurm", "megatron"):
-        with pytest.raises(ConfigError, match=f"launcher='{name}'"):
+    for name in ("megatron", "deepspeed", "accelerate", "kubeflow-trainjob", "ray", "skypilot"):
+        with pytest.raises(ConfigError, match=f"launcher='{name}'") as err:
             get_adapter(name).emit(plan)
+        assert "launch it with torchrun, slurm, kubernetes" in str(err.value)
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "slurm", "kubernetes"])
+def test_a_launcher_that_starts_mixed_plans_gets_one_it_accepts(launcher: str) -> None:
+    from frenzy_core.adapters import get_adapter
+
+    cluster = Cluster.from_dict(A100_H100)
+    plan = plan_job(ModelConfig.preset("llama-2-70b"), cluster, LLAMA_70B_REQUEST, launcher=launcher, top_k=0)
+    assert plan.mixed and plan.launcher == launcher
+    _assert_valid_mixed(plan, cluster)
+    get_adapter(launcher).emit(plan)
 
 
 @settings(max_examples=25, deadline=None, derandomize=True)

@@ -22,10 +22,13 @@ from frenzy_core._data import data_text
 from frenzy_core._files import load_yaml
 from frenzy_core.config.layout import global_batch_size, num_microbatches
 from frenzy_core.errors import ConfigError
-from frenzy_core.planning.launchers import LaunchScope, get_launch_scope
-from frenzy_core.planning.plan import Plan
+from frenzy_core.hardware.gpu import GPUSpec
+from frenzy_core.hardware.gpus import get_gpu_spec
+from frenzy_core.planning.launchers import LAUNCH_SCOPES, LaunchScope, get_launch_scope
+from frenzy_core.planning.plan import Plan, StagePlan
 
 __all__ = [
+    "GROUP_ENV",
     "MULTILINE",
     "RECIPE_ENV",
     "Adapter",
@@ -36,6 +39,8 @@ __all__ = [
     "launcher_gpu_name",
     "node_slots",
     "recipe_env",
+    "site_name",
+    "stage_spec",
     "uniform_gpus_per_node",
 ]
 
@@ -112,12 +117,7 @@ class Adapter(Generic[OptionsT]):
             raise ConfigError(f"{self.name}: expected a Plan, got {type(plan).__name__}", field="plan",
                               hint="pass the result of plan_job(...)")
         if plan.mixed:
-            raise ConfigError(
-                f"{self.name} cannot launch a plan spanning GPU types ({', '.join(plan.gpu_types)}): its replica "
-                "groups run different micro-batch counts, which no launcher frenzy_core writes supports yet",
-                field="plan.gpu_types", value=list(plan.gpu_types),
-                hint=f"plan with plan_job(..., launcher={self.name!r}) (or frenzy plan --emit {self.name}), which "
-                     "keeps the plan on one GPU type, or mixed_types=False")
+            _check_mixed(plan, self.scope)
         return self.build(plan, self.options.model_validate(options))
 
     def emit(self, plan: Plan, **options: Any) -> str:
@@ -129,6 +129,26 @@ class Adapter(Generic[OptionsT]):
             return json.dumps(data, indent=2) + "\n"
         assert self.render is not None, f"TEXT adapter {self.name} has no render"
         return self.render(data)
+
+
+def _check_mixed(plan: Plan, scope: LaunchScope) -> None:
+    """ConfigError when ``scope``'s launcher cannot start a plan spanning GPU types, or no launcher can (one
+    process group over NVIDIA and AMD GPUs: NCCL and RCCL do not talk to each other)."""
+    can = [name for name, s in LAUNCH_SCOPES.items() if s.mixed]
+    if not scope.mixed:
+        raise ConfigError(
+            f"{scope.name} cannot launch a plan spanning GPU types ({', '.join(plan.gpu_types)}): its replica "
+            "groups run different micro-batch counts, which it has no way to express",
+            field="plan.gpu_types", value=list(plan.gpu_types),
+            hint=f"launch it with {', '.join(can)}, or plan with plan_job(..., launcher={scope.name!r}) (frenzy "
+                 f"plan --emit {scope.name}) or mixed_types=False to keep the plan on one GPU type")
+    vendors = {stage.gpu_type: stage_spec(plan, stage).vendor for stage in plan.stages}
+    if len(set(vendors.values())) > 1:
+        raise ConfigError(
+            "the plan's replica groups span GPU vendors (" + ", ".join(f"{t}: {v}" for t, v in vendors.items())
+            + "): one process group cannot join NVIDIA and AMD GPUs (NCCL and RCCL do not interoperate)",
+            field="plan.gpu_types", value=list(plan.gpu_types),
+            hint="plan with constraints={'gpu_types': [...]} naming one vendor's types")
 
 
 class _BlockDumper(yaml.SafeDumper):
@@ -148,11 +168,14 @@ _BlockDumper.add_representer(str, _represent_str)
 
 @dataclass(frozen=True)
 class NodeSlot:
-    """One node of a plan: its name, rank among the plan's nodes, and the GPU indices the job takes on it."""
+    """One node of a plan: its name, rank among the plan's nodes, the GPU indices the job takes on it, the
+    replica group (index into ``plan.stages``) it belongs to and the global rank of its first process."""
 
     name: str
     rank: int
     gpus: tuple[int, ...]
+    group: int = 0
+    first_rank: int = 0
 
     @property
     def host(self) -> str:
@@ -161,8 +184,16 @@ class NodeSlot:
 
 
 def node_slots(plan: Plan) -> list[NodeSlot]:
-    """The plan's nodes in placement order (node rank 0 hosts the rendezvous)."""
-    return [NodeSlot(name=name, rank=i, gpus=tuple(gpus)) for i, (name, gpus) in enumerate(plan.placement.items())]
+    """The plan's nodes, group by group in placement order (node rank 0 hosts the rendezvous); with torchrun's
+    static rendezvous node k's processes are the global ranks after those of nodes 0..k-1 (torch elastic's
+    rank assignment), so each replica group holds consecutive ranks."""
+    slots: list[NodeSlot] = []
+    first = 0
+    for group, stage in enumerate(plan.stages):
+        for name, gpus in stage.placement.items():
+            slots.append(NodeSlot(name=name, rank=len(slots), gpus=tuple(gpus), group=group, first_rank=first))
+            first += len(gpus)
+    return slots
 
 
 def uniform_gpus_per_node(plan: Plan, launcher: str) -> int:
@@ -178,8 +209,14 @@ def uniform_gpus_per_node(plan: Plan, launcher: str) -> int:
     return sizes.pop()
 
 
+def stage_spec(plan: Plan, stage: StagePlan) -> GPUSpec:
+    """The spec of a group's GPU type: the plan's own for its type, the built-in one for the others."""
+    return plan.gpu_spec if stage.gpu_type == plan.gpu_type else get_gpu_spec(stage.gpu_type)
+
+
 def gpu_vendor(plan: Plan) -> str:
-    """``nvidia`` or ``amd``: decides device-visibility variables and Kubernetes resource names."""
+    """``nvidia`` or ``amd``: decides device-visibility variables and Kubernetes resource names (one vendor per
+    plan: :meth:`Adapter.__call__` refuses mixed plans that span vendors)."""
     return plan.gpu_spec.vendor
 
 
@@ -204,19 +241,55 @@ RECIPE_ENV: dict[str, str] = {
 recipe without parsing it (torchrun itself sets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)."""
 
 
-def recipe_env(plan: Plan) -> dict[str, str]:
-    """The values of :data:`RECIPE_ENV` for ``plan``, as strings."""
-    t, p = plan.training, plan.parallel
+GROUP_ENV: dict[str, str] = {
+    "FRENZY_GROUP": "index of the rank's replica group (plan.stages)",
+    "FRENZY_GROUPS": "replica groups of the job",
+    "FRENZY_GROUP_DP": "data-parallel replicas in the rank's group",
+    "FRENZY_GROUP_FIRST_RANK": "global rank of the group's first process (its ranks are consecutive)",
+    "FRENZY_GROUP_FIRST_REPLICA": "data-parallel index of the group's first replica",
+    "FRENZY_GROUP_FIRST_SAMPLE": "offset of the group's first sample in each global batch",
+}
+"""Set besides :data:`RECIPE_ENV` on the ranks of a plan spanning GPU types (where FRENZY_GPU_TYPE and
+FRENZY_GRAD_ACCUM_STEPS are the rank's group's): docs/adapters.md, "Mixed-type plans", says how a script uses them."""
+
+
+def recipe_env(plan: Plan, group: int = 0) -> dict[str, str]:
+    """The values of :data:`RECIPE_ENV` for the ranks of ``plan``'s replica group ``group`` (the only one of a
+    single-type plan), plus :data:`GROUP_ENV` when the plan spans GPU types; as strings."""
+    stage = plan.stages[group]
+    t, p = plan.stage_training(stage), plan.parallel
     values: dict[str, object] = {
-        "FRENZY_GPU_TYPE": plan.gpu_type, "FRENZY_WORLD_SIZE": plan.num_gpus, "FRENZY_DP": p.dp,
+        "FRENZY_GPU_TYPE": stage.gpu_type, "FRENZY_WORLD_SIZE": plan.num_gpus, "FRENZY_DP": p.dp,
         "FRENZY_TP": p.tp, "FRENZY_PP": p.pp, "FRENZY_VPP": p.vpp, "FRENZY_CP": p.cp, "FRENZY_EP": p.ep,
         "FRENZY_SEQ_LEN": t.seq_len, "FRENZY_MICRO_BATCH_SIZE": t.micro_batch_size,
-        "FRENZY_GRAD_ACCUM_STEPS": num_microbatches(t, p), "FRENZY_GLOBAL_BATCH_SIZE": global_batch_size(t, p),
+        "FRENZY_GRAD_ACCUM_STEPS": num_microbatches(t, p),
+        "FRENZY_GLOBAL_BATCH_SIZE": global_batch_size(plan.training, p),
         "FRENZY_ZERO_STAGE": t.effective_zero_stage, "FRENZY_RECOMPUTE": t.recompute.value,
         "FRENZY_PRECISION": t.precision.value,
     }
     assert list(values) == list(RECIPE_ENV), "recipe_env and RECIPE_ENV disagree"
+    if plan.mixed:
+        before = plan.stages[:group]
+        values.update({
+            "FRENZY_GROUP": group, "FRENZY_GROUPS": len(plan.stages), "FRENZY_GROUP_DP": stage.dp,
+            "FRENZY_GROUP_FIRST_RANK": sum(s.num_gpus for s in before),
+            "FRENZY_GROUP_FIRST_REPLICA": sum(s.dp for s in before),
+            "FRENZY_GROUP_FIRST_SAMPLE": sum(s.samples for s in before)})
+        assert list(values)[len(RECIPE_ENV):] == list(GROUP_ENV), "recipe_env and GROUP_ENV disagree"
     return {k: str(v) for k, v in values.items()}
+
+
+def site_name(plan: Plan, value: str | dict[str, str] | None, gpu_type: str, option: str) -> str | None:
+    """An option that names GPU types the site's way, for ``gpu_type``: one name (single-type plans) or a
+    mapping GPU type id -> name (None: the adapter's default for the type)."""
+    if isinstance(value, dict):
+        return value.get(gpu_type)
+    if value is not None and plan.mixed:
+        raise ConfigError(
+            f"{option} is one name, but the plan spans GPU types ({', '.join(plan.gpu_types)})", field=option,
+            value=value, hint=f"give {option} as a mapping from GPU type id to name, e.g. "
+                              f"{{{', '.join(repr(t) + ': ...' for t in plan.gpu_types)}}}")
+    return value
 
 
 class _LauncherNames(FrozenModel):
@@ -233,8 +306,8 @@ def _launcher_names() -> _LauncherNames:
     return names
 
 
-def launcher_gpu_name(plan: Plan, launcher: str, option: str, override: str | None) -> str:
-    """What ``launcher`` calls the plan's GPU type: ``override`` if given, else the table's name.
+def launcher_gpu_name(gpu_type: str, launcher: str, option: str, override: str | None) -> str:
+    """What ``launcher`` calls ``gpu_type``: ``override`` if given, else the table's name.
 
     Raises ConfigError naming ``option`` when the launcher has no name for the type (the adapter would otherwise
     lose the GPU-type constraint the plan's memory estimate depends on).
@@ -242,9 +315,9 @@ def launcher_gpu_name(plan: Plan, launcher: str, option: str, override: str | No
     if override is not None:
         return override
     table = _launcher_names()
-    name = table.gpus.get(plan.gpu_type, {}).get(launcher)
+    name = table.gpus.get(gpu_type, {}).get(launcher)
     if name is None:
         raise ConfigError(
-            f"{launcher} has no known name for GPU type {plan.gpu_type!r}", field=option, value=None,
+            f"{launcher} has no known name for GPU type {gpu_type!r}", field=option, value=None,
             hint=f"pass {option}=... with the name your {launcher} setup uses")
     return name

@@ -1,14 +1,19 @@
-"""``kubernetes``: a Kubeflow PyTorchJob (kubeflow.org/v1) running the plan, one pod per node.
+"""``kubernetes``: a Kubeflow PyTorchJob (kubeflow.org/v1) running the plan, one pod per node; a JobSet
+(jobset.x-k8s.io/v1alpha2) for a plan spanning GPU types.
 
 The training operator starts one Master pod and ``nnodes - 1`` Worker pods and sets ``MASTER_ADDR`` and
 ``MASTER_PORT`` in each; every pod runs torchrun with the rendezvous on the Master. Pods ask for the plan's GPUs
 (``nvidia.com/gpu`` or ``amd.com/gpu``) and select nodes by the GPU product label that GPU feature discovery
-(NVIDIA) or the node labeller (AMD) sets.
+(NVIDIA) or the node labeller (AMD) sets. A PyTorchJob has one Worker template, so a mixed plan is a JobSet
+instead: one replicated job (an Indexed Job) per run of nodes of one replica group and size, each with its own
+node selector, GPU limits and group environment, joined by torchrun's static rendezvous on the first pod.
 """
 
 from __future__ import annotations
 
 import re
+import shlex
+from itertools import groupby
 from typing import Any, Literal
 
 from pydantic import Field, field_validator
@@ -20,9 +25,11 @@ from frenzy_core.adapters.base import (
     launcher_gpu_name,
     node_slots,
     recipe_env,
+    site_name,
     uniform_gpus_per_node,
 )
-from frenzy_core.adapters.torchrun import LaunchOptions, torchrun_flags
+from frenzy_core.adapters.torchrun import DEFAULT_RDZV_PORT, LaunchOptions, torchrun_flags
+from frenzy_core.errors import ConfigError
 from frenzy_core.planning.plan import Plan
 
 __all__ = ["GPU_RESOURCE", "KUBERNETES", "PRODUCT_LABEL", "KubernetesOptions", "PodOptions", "gpu_node_selector",
@@ -47,8 +54,9 @@ class PodOptions(LaunchOptions):
     job_name: str = Field(default="frenzy-train", max_length=63, description="metadata.name (RFC 1123 label).")
     namespace: str | None = None
     image: str = Field(default="pytorch/pytorch:latest", min_length=1, description="Container image.")
-    gpu_product: str | None = Field(default=None, description=(
-        "Value of the product label to select (default: the name GPU feature discovery reports)."))
+    gpu_product: str | dict[str, str] | None = Field(default=None, description=(
+        "Value of the product label to select (default: the name GPU feature discovery reports); for a plan "
+        "spanning types, a mapping GPU type id -> value."))
     node_selector: dict[str, str] = Field(default_factory=dict, description="More node labels to select.")
     shm: bool = Field(default=True, description="Mount a memory-backed /dev/shm (data loaders, NCCL).")
 
@@ -77,10 +85,11 @@ def metadata(options: PodOptions) -> dict[str, Any]:
     return out
 
 
-def gpu_node_selector(plan: Plan, options: PodOptions) -> dict[str, str]:
-    """Node labels that pin the pods to the plan's GPU type (plus the user's own)."""
+def gpu_node_selector(plan: Plan, options: PodOptions, gpu_type: str) -> dict[str, str]:
+    """Node labels that pin pods to ``gpu_type`` (plus the user's own)."""
     vendor = gpu_vendor(plan)
-    product = launcher_gpu_name(plan, "kubernetes", "gpu_product", options.gpu_product)
+    override = site_name(plan, options.gpu_product, gpu_type, "gpu_product")
+    product = launcher_gpu_name(gpu_type, "kubernetes", "gpu_product", override)
     return {PRODUCT_LABEL[vendor]: product, **options.node_selector}
 
 
@@ -99,16 +108,61 @@ def _pod_template(plan: Plan, options: KubernetesOptions, per_node: int, nnodes:
     }
     spec: dict[str, Any] = {
         "containers": [container],
-        "nodeSelector": gpu_node_selector(plan, options),
+        "nodeSelector": gpu_node_selector(plan, options, plan.gpu_type),
     }
-    if options.shm:
-        container["volumeMounts"] = [{"name": "dshm", "mountPath": "/dev/shm"}]
-        spec["volumes"] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
+    _shm(container, spec, options)
     return {"spec": spec}
 
 
+def _shm(container: dict[str, Any], spec: dict[str, Any], options: PodOptions) -> None:
+    """A memory-backed /dev/shm for the container (data loaders and NCCL need more than the default 64 MB)."""
+    if options.shm:
+        container["volumeMounts"] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+        spec["volumes"] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
+
+
+def build_jobset(plan: Plan, options: KubernetesOptions) -> dict[str, Any]:
+    """A mixed plan's JobSet: per run of nodes of one group and size, an Indexed Job of that many pods whose
+    torchrun takes node rank ``offset + JOB_COMPLETION_INDEX``; the first pod (hostname
+    ``<name>-<job>-0-0.<name>``, JobSet's DNS hostnames) hosts the static rendezvous."""
+    runs = [list(run) for _, run in groupby(node_slots(plan), key=lambda slot: (slot.group, len(slot.gpus)))]
+    names = [f"group{run[0].group}-{i}" for i, run in enumerate(runs)]
+    longest = max(f"{options.job_name}-{name}-0-{len(run) - 1}" for name, run in zip(names, runs))
+    if len(longest) > 63:
+        raise ConfigError(f"job_name {options.job_name!r} makes pod hostnames such as {longest!r} longer than "
+                          "63 characters", field="job_name", value=options.job_name, hint="use a shorter job_name")
+    head = f"{options.job_name}-{names[0]}-0-0.{options.job_name}:{DEFAULT_RDZV_PORT}"
+    jobs = []
+    for name, run in zip(names, runs):
+        per_node, first = len(run[0].gpus), run[0].rank
+        flags = torchrun_flags(nnodes=len(node_slots(plan)), nproc_per_node=per_node, rdzv_backend="static",
+                               node_rank=f"$(({first} + JOB_COMPLETION_INDEX))", rdzv_endpoint=head,
+                               rdzv_id=options.job_name)
+        # sh expands the node rank; JOB_COMPLETION_INDEX is the pod's index in its Indexed Job
+        line = " ".join(["exec", shlex.join(options.torchrun), *flags, shlex.join([options.script, *options.script_args])])
+        env = {**recipe_env(plan, run[0].group), **options.env}
+        container: dict[str, Any] = {
+            "name": CONTAINER_NAME, "image": options.image, "command": ["/bin/sh", "-c", line],
+            "env": [{"name": k, "value": v} for k, v in env.items()],
+            "resources": {"limits": {GPU_RESOURCE[gpu_vendor(plan)]: per_node}}}
+        spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container],
+                                "nodeSelector": gpu_node_selector(plan, options, plan.stages[run[0].group].gpu_type)}
+        _shm(container, spec, options)
+        # a failed pod fails its Job (backoffLimit 0) and JobSet restarts every job: a static group restarts whole
+        jobs.append({"name": name, "replicas": 1, "template": {"spec": {
+            "parallelism": len(run), "completions": len(run), "completionMode": "Indexed", "backoffLimit": 0,
+            "template": {"spec": spec}}}})
+    out: dict[str, Any] = {"network": {"enableDNSHostnames": True}, "replicatedJobs": jobs}
+    if options.backoff_limit is not None:
+        out["failurePolicy"] = {"maxRestarts": options.backoff_limit}
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": metadata(options), "spec": out}
+
+
 def build_kubernetes(plan: Plan, options: KubernetesOptions) -> dict[str, Any]:
-    """The PyTorchJob manifest: a Master replica, plus Workers when the plan spans several nodes."""
+    """The PyTorchJob manifest: a Master replica, plus Workers when the plan spans several nodes (a JobSet for
+    a plan spanning GPU types)."""
+    if plan.mixed:
+        return build_jobset(plan, options)
     per_node = uniform_gpus_per_node(plan, "kubernetes")
     nnodes = len(node_slots(plan))
     groups = {"Master": 1, "Worker": nnodes - 1}
@@ -124,5 +178,6 @@ def build_kubernetes(plan: Plan, options: KubernetesOptions) -> dict[str, Any]:
 
 
 KUBERNETES: Adapter[KubernetesOptions] = Adapter(
-    name="kubernetes", summary="Kubeflow PyTorchJob manifest (Master + Workers, GPU limits, GPU product selector)",
+    name="kubernetes", summary=("Kubeflow PyTorchJob manifest (Master + Workers, GPU limits, GPU product selector); a "
+                                "JobSet with one replicated job per GPU type for mixed plans"),
     output=OutputFormat.YAML, options=KubernetesOptions, build=build_kubernetes)

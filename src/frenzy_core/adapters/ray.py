@@ -37,7 +37,8 @@ def build_ray(plan: Plan, options: RayOptions) -> dict[str, Any]:
     scaling: dict[str, Any] = {"num_workers": plan.num_gpus, "use_gpu": options.use_gpu}
     if options.use_gpu:
         scaling |= {"resources_per_worker": {"GPU": 1},
-                    "accelerator_type": launcher_gpu_name(plan, "ray", "accelerator_type", options.accelerator_type)}
+                    "accelerator_type": launcher_gpu_name(plan.gpu_type, "ray", "accelerator_type",
+                                                          options.accelerator_type)}
     scaling["placement_strategy"] = options.placement_strategy
     loop_config = {
         "micro_batch_size": t.micro_batch_size, "gradient_accumulation_steps": num_microbatches(t, p),

@@ -38,7 +38,7 @@ def build_skypilot(plan: Plan, options: SkyPilotOptions) -> dict[str, Any]:
     """The task mapping; ``run`` reads node count, rank and head IP from SkyPilot's SKYPILOT_* variables."""
     per_node = uniform_gpus_per_node(plan, "skypilot")
     nnodes = len(node_slots(plan))
-    accelerator = launcher_gpu_name(plan, "skypilot", "accelerator", options.accelerator)
+    accelerator = launcher_gpu_name(plan.gpu_type, "skypilot", "accelerator", options.accelerator)
     flags = torchrun_flags(nnodes='"${SKYPILOT_NUM_NODES}"', nproc_per_node='"${SKYPILOT_NUM_GPUS_PER_NODE}"',
                            node_rank='"${SKYPILOT_NODE_RANK}"', rdzv_backend="static",
                            rdzv_endpoint=f'"${{head_ip}}:{options.rdzv_port}"', rdzv_id='"${SKYPILOT_TASK_ID}"')

@@ -1,4 +1,6 @@
-"""``torchrun``: one command line and environment per node of the plan."""
+"""``torchrun``: one command line and environment per node of the plan (for a plan spanning GPU types, each
+node's line carries its replica group's GPU type and micro-batch count; the static rendezvous keeps every
+group's ranks consecutive)."""
 
 from __future__ import annotations
 
@@ -81,7 +83,13 @@ def _visible_devices_var(plan: Plan) -> str:
 
 
 def build_torchrun(plan: Plan, options: TorchrunOptions) -> dict[str, Any]:
-    """Per node: node rank, host, GPUs, environment, argv and the shell command line."""
+    """Per node: node rank, host, GPUs, replica group, environment, argv and the shell command line."""
+    if plan.mixed and options.rdzv_backend != "static":
+        raise ConfigError(
+            f"a plan spanning GPU types needs torchrun's static rendezvous, not {options.rdzv_backend}: each replica "
+            "group's ranks must be the consecutive ones its nodes' lines announce (FRENZY_GROUP_FIRST_RANK), and only "
+            "static node ranks fix the order", field="rdzv_backend", value=options.rdzv_backend,
+            hint="use rdzv_backend='static' (the default)")
     slots = node_slots(plan)
     unknown = sorted(set(options.hosts) - {slot.name for slot in slots})
     if unknown:
@@ -93,17 +101,19 @@ def build_torchrun(plan: Plan, options: TorchrunOptions) -> dict[str, Any]:
     devices = _visible_devices_var(plan)
     nodes = []
     for slot in slots:
-        env = {devices: ",".join(map(str, slot.gpus)), **recipe_env(plan), **options.env}
+        env = {devices: ",".join(map(str, slot.gpus)), **recipe_env(plan, slot.group), **options.env}
         static = options.rdzv_backend == "static"
         argv = [*options.torchrun, *torchrun_flags(
             nnodes=len(slots), nproc_per_node=len(slot.gpus), node_rank=slot.rank if static else None,
             rdzv_backend=options.rdzv_backend, rdzv_endpoint=endpoint, rdzv_id=options.rdzv_id),
             options.script, *options.script_args]
         command = " ".join([*(f"{k}={shlex.quote(v)}" for k, v in env.items()), shlex.join(argv)])
+        stage = plan.stages[slot.group]
         nodes.append({"node": slot.name, "host": hosts[slot.name], "node_rank": slot.rank if static else None,
-                      "nproc_per_node": len(slot.gpus), "gpus": list(slot.gpus), "env": env, "argv": argv,
-                      "command": command})
-    return {"nnodes": len(slots), "world_size": plan.num_gpus, "rdzv_endpoint": endpoint,
+                      "nproc_per_node": len(slot.gpus), "gpus": list(slot.gpus), "group": slot.group,
+                      "gpu_type": stage.gpu_type, "micro_batches": stage.micro_batches, "first_rank": slot.first_rank,
+                      "env": env, "argv": argv, "command": command})
+    return {"nnodes": len(slots), "world_size": plan.num_gpus, "mixed": plan.mixed, "rdzv_endpoint": endpoint,
             "rdzv_backend": options.rdzv_backend, "rdzv_id": options.rdzv_id, "nodes": nodes}
 
 
@@ -112,9 +122,15 @@ def render_torchrun(data: dict[str, Any]) -> str:
     lines = [f"# torchrun: {data['nnodes']} node(s), {data['world_size']} processes; run each line on its node"]
     if data["rdzv_backend"] != "static" and data["nnodes"] > 1:
         lines.append(f"# {data['rdzv_backend']} rendezvous: torchrun ranks the nodes in the order they join")
+    if data["mixed"]:
+        lines.append("# replica groups of different GPU types: each node's ranks follow the earlier nodes' (static "
+                     "rendezvous); FRENZY_GROUP* and FRENZY_GRAD_ACCUM_STEPS are its group's")
     for node in data["nodes"]:
         rank = "" if node["node_rank"] is None else f"node_rank {node['node_rank']}: "
-        lines.append(f"# {rank}{node['node']} ({node['host']}), GPUs {node['gpus']}")
+        group = (f", group {node['group']} ({node['gpu_type']}, ranks {node['first_rank']}.."
+                 f"{node['first_rank'] + node['nproc_per_node'] - 1}, micro-batches per step: {node['micro_batches']})"
+                 if data["mixed"] else "")
+        lines.append(f"# {rank}{node['node']} ({node['host']}), GPUs {node['gpus']}{group}")
         lines.append(node["command"])
     return "\n".join(lines) + "\n"
 

@@ -44,7 +44,7 @@ def build_trainjob(plan: Plan, options: TrainJobOptions) -> dict[str, Any]:
         "numProcPerNode": per_node,
         "resourcesPerNode": {"limits": {GPU_RESOURCE[gpu_vendor(plan)]: per_node}},
     }
-    pod: dict[str, Any] = {"nodeSelector": gpu_node_selector(plan, options)}
+    pod: dict[str, Any] = {"nodeSelector": gpu_node_selector(plan, options, plan.gpu_type)}
     if options.shm:
         pod["volumes"] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
         pod["containers"] = [{"name": NODE_JOB, "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}]}]

@@ -46,6 +46,10 @@ class LaunchScope(FrozenModel):
     layouts: LayoutCheck | None = Field(default=None, description="Which layouts it can write (vectorised).")
     gpu: GPUCheck | None = Field(default=None, description=(
         "Raises ConfigError for a GPU type it cannot run the model and recipe on."))
+    mixed: bool = Field(default=False, description=(
+        "Whether it launches plans spanning GPU types (replica groups with their own micro-batch counts), with "
+        "any placement: it writes one part per GPU type and node size, so the placement rule is for single-type "
+        "plans."))
 
     def check(self, training: TrainingConfig) -> None:
         """ConfigError naming the first fixed training field this launcher cannot express."""
@@ -104,8 +108,8 @@ _MEGATRON_PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed", "fp8-mixed")
 """Megatron-LM's --fp16/--bf16/--fp8-format recipes, all with fp32 master weights (config/megatron/writer.py)."""
 
 LAUNCH_SCOPES: dict[str, LaunchScope] = {scope.name: scope for scope in (
-    # torchrun --nproc-per-node is given per node: uneven nodes are fine
-    LaunchScope(name="torchrun", placement=PlacementMode.ANY),
+    # torchrun --nproc-per-node is given per node: uneven nodes are fine; each node's line carries its group
+    LaunchScope(name="torchrun", placement=PlacementMode.ANY, mixed=True),
     # Megatron-LM's arguments are started by torchrun on each node (per-node counts may differ)
     LaunchScope(name="megatron", placement=PlacementMode.ANY, frameworks=(Framework.MEGATRON,),
                 recipe={"precision": _MEGATRON_PRECISIONS, "attention": ("eager", "flash"),
@@ -119,9 +123,10 @@ LAUNCH_SCOPES: dict[str, LaunchScope] = {scope.name: scope for scope in (
                 recipe={"precision": ("fp32", "amp-bf16", "amp-fp16", "bf16-mixed", "fp16-mixed", "fp8-mixed")},
                 layouts=_accelerate_layouts),
     # sbatch --ntasks-per-node / a pod per node / a TrainJob's numProcPerNode / SkyPilot's accelerators per
-    # node: one count for every node
-    LaunchScope(name="slurm", placement=PlacementMode.EVEN),
-    LaunchScope(name="kubernetes", placement=PlacementMode.EVEN),
+    # node: one count for every node; a mixed plan is a Slurm heterogeneous job or a JobSet, one component or
+    # replicated job per (group, node size)
+    LaunchScope(name="slurm", placement=PlacementMode.EVEN, mixed=True),
+    LaunchScope(name="kubernetes", placement=PlacementMode.EVEN, mixed=True),
     LaunchScope(name="kubeflow-trainjob", placement=PlacementMode.EVEN),
     # Ray places one-GPU bundles anywhere (PACK keeps them together where it can)
     LaunchScope(name="ray", placement=PlacementMode.ANY),

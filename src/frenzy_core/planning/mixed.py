@@ -29,7 +29,7 @@ from frenzy_core.config.parallel import ParallelConfig
 from frenzy_core.errors import ConfigError
 from frenzy_core.hardware.gpu import Links
 from frenzy_core.planning.candidates import enumerate_layouts
-from frenzy_core.planning.request import Objective, PlacementMode
+from frenzy_core.planning.request import Objective
 from frenzy_core.planning.search import Search
 
 __all__ = ["MAX_MIXED_ROWS", "MixedChoice", "MixedTables", "mixable_types", "mixed_search", "promising", "score",
@@ -452,11 +452,10 @@ def mixed_search(search: Search, deadline: float, solver: str = "cp-sat", incumb
     """The best mixed choice over every replica layout and set of two or more allowed types that beats
     ``incumbent`` (the best single-type plan's :func:`score`), the replica layouts it indexes, and notes on
     what the search left out. Instances are solved best bound first and skipped once their bound cannot win.
-    Only placement ``any`` and no launcher (none launches a mixed plan yet)."""
+    Only placement ``any``, and no launcher or one that launches mixed plans (``LaunchScope.mixed``)."""
     notes: list[str] = []
-    c = search.constraints
     none = LayoutArrays.from_configs(search.training, ParallelConfig()).take(np.zeros(0, dtype=np.int64))
-    if search.scope is not None or c.placement is not PlacementMode.ANY:
+    if not search.mixable:
         return none, None, notes
     if search.training.offloads:
         notes.append("the mixed-type search does not check host memory yet, so it is not run for a recipe that "

@@ -22,7 +22,7 @@ from frenzy_core.planning.mixed_plan import build_mixed_plan, single_type_score
 from frenzy_core.planning.nodes import Locality
 from frenzy_core.planning.placement import Solution, placement_options, solve_cp_sat, solve_exhaustive
 from frenzy_core.planning.plan import Plan
-from frenzy_core.planning.request import Objective, PlacementMode, PlanConstraints
+from frenzy_core.planning.request import Objective, PlanConstraints
 from frenzy_core.planning.runners_up import runners_up
 from frenzy_core.planning.search import ClusterLike, Search, make_search
 from frenzy_core.planning.shapes import shape_links
@@ -155,7 +155,7 @@ def plan_job(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig 
         if choice is not None:
             types = " + ".join(choice.tables.types)
             word = f"mix GPU types (mixed_types=True): {choice.num_gpus} GPUs of {types}"
-        elif search.scope is None and search.constraints.placement is PlacementMode.ANY and not notes:
+        elif search.mixable and not notes:
             word = mixing_reason(search, table)
         else:
             word = None  # not searched (a launcher, even or whole nodes) or cut short

@@ -25,7 +25,7 @@ from frenzy_core.planning.estimators import AnalyticEstimator, LayoutEstimator
 from frenzy_core.planning.launchers import LaunchScope, get_launch_scope
 from frenzy_core.planning.nodes import NodePool
 from frenzy_core.planning.placement import placement_options
-from frenzy_core.planning.request import Objective, PlanConstraints
+from frenzy_core.planning.request import Objective, PlacementMode, PlanConstraints
 
 __all__ = ["HALF_PRECISION_FALLBACK", "ClusterLike", "Search", "make_search"]
 
@@ -55,6 +55,15 @@ class Search:
     """The launcher the plan must be launchable by."""
     precisions: dict[str, Precision] = field(default_factory=dict)
     """Per GPU type whose precision falls back (bf16 left at its default on a GPU without bf16)."""
+    mixed_placement: PlacementMode = PlacementMode.ANY
+    """The placement rule mixed-type plans keep: the request's (a launcher that launches mixed plans writes one
+    part per GPU type and node size, so its single-type rule does not apply to them)."""
+
+    @property
+    def mixable(self) -> bool:
+        """Whether mixed-type plans are searched: placement ``any`` for them, and no launcher or one that
+        launches them."""
+        return (self.scope is None or self.scope.mixed) and self.mixed_placement is PlacementMode.ANY
 
     def recipe(self, gpu_type: str) -> TrainingConfig:
         """The recipe ``gpu_type`` runs: the request's, in its fallback precision where it has one."""
@@ -195,8 +204,10 @@ def make_search(model: ModelConfig, cluster: ClusterLike, training: TrainingConf
     obj = _objective(objective)
     cons = _pin_explicit_fields(training, _constraints(constraints))
     scope = None if launcher is None else get_launch_scope(launcher)
+    mixed_placement = cons.placement
     if scope is not None:
         training, cons = _within_scope(scope, training, cons)
+        mixed_placement = mixed_placement if scope.mixed else cons.placement
     batch = default_batch(model, training.seq_len) if training.global_batch_size is None else None
     if batch is not None:
         training = training.replace(global_batch_size=batch.global_batch_size)
@@ -218,4 +229,4 @@ def make_search(model: ModelConfig, cluster: ClusterLike, training: TrainingConf
     links = {name: cluster.links(name) if isinstance(cluster, Cluster) else spec.links for name, spec in specs.items()}
     return Search(model=model, training=training, pool=pool, specs=specs, constraints=cons, objective=obj,
                   estimator=estimator or AnalyticEstimator(), links=links, default_batch=batch, scope=scope,
-                  precisions=_fallback_precisions(training, specs))
+                  precisions=_fallback_precisions(training, specs), mixed_placement=mixed_placement)

@@ -12,7 +12,7 @@ from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.parallel import ParallelConfig
 from frenzy_core.config.training import TrainingConfig
 from frenzy_core.hardware.gpu import GPUSpec, Links
-from frenzy_core.memory import MemoryEstimate, estimate_memory, estimate_memory_batch
+from frenzy_core.memory import BatchEstimate, MemoryEstimate, estimate_memory, estimate_memory_batch
 from frenzy_core.timing import (
     TimeEstimate,
     TimeModelParams,
@@ -56,18 +56,27 @@ class AnalyticEstimator:
 
     def __init__(self, time_model: str | Path | None = None) -> None:
         self._fitted = read_calibration_file(time_model) if time_model is not None else {}
+        self._last: tuple[ModelConfig, TrainingConfig, LayoutArrays, BatchEstimate] | None = None
+
+    def _batch(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutArrays) -> BatchEstimate:
+        """The batch memory estimate, kept for the next call on the same layouts (the planner asks for device and
+        host bytes of one table in turn)."""
+        last = self._last
+        if last is None or last[2] is not layouts or last[0] != model or last[1] != training:
+            last = self._last = (model, training, layouts, estimate_memory_batch(model, layouts, training))
+        return last[3]
 
     def _params(self, gpu: GPUSpec) -> TimeModelParams | None:
         fitted = self._fitted.get(gpu.id)
         return default_time_model_params(gpu).replace(**fitted) if fitted else None
 
     def device_bytes(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutArrays) -> np.ndarray:
-        return np.asarray(estimate_memory_batch(model, layouts, training).device_bytes, dtype=np.int64)
+        return np.asarray(self._batch(model, training, layouts).device_bytes, dtype=np.int64)
 
     def host_bytes(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutArrays) -> np.ndarray:
         if not training.offloads:  # nothing on the host: no second pass over the layouts
             return np.zeros(len(layouts), dtype=np.int64)
-        return np.asarray(estimate_memory_batch(model, layouts, training).host_bytes, dtype=np.int64)
+        return np.asarray(self._batch(model, training, layouts).host_bytes, dtype=np.int64)
 
     def iteration_s(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutArrays, gpu: GPUSpec,
                     links: Links | None) -> np.ndarray:

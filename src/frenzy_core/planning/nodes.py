@@ -114,6 +114,7 @@ class NodePool:
         object.__setattr__(self, "_by_type", {})
         object.__setattr__(self, "_labels", {})
         object.__setattr__(self, "_stats", {})
+        object.__setattr__(self, "_host", {})
 
     @classmethod
     def from_cluster(cls, cluster: Cluster) -> NodePool:
@@ -142,9 +143,12 @@ class NodePool:
         offload, or host memory unknown or large enough)."""
         if rank_host_bytes <= 0:
             return ()
-        sizes = sorted({(n.host_memory_bytes, n.gpus_per_node) for n in self.nodes
-                        if n.gpu_type == gpu_type and n.host_memory_bytes is not None})
-        return tuple(sorted({(mem, mem // rank_host_bytes) for mem, gpus in sizes if mem // rank_host_bytes < gpus}))
+        cache: dict[str, list[tuple[int, int]]] = self._host  # type: ignore[attr-defined]
+        if gpu_type not in cache:  # once per type: a request asks for every distinct per-rank figure
+            cache[gpu_type] = sorted({(n.host_memory_bytes, n.gpus_per_node) for n in self.nodes
+                                      if n.gpu_type == gpu_type and n.host_memory_bytes is not None})
+        return tuple(sorted({(mem, mem // rank_host_bytes) for mem, gpus in cache[gpu_type]
+                             if mem // rank_host_bytes < gpus}))
 
     def host_capped(self, gpu_type: str, limits: tuple[tuple[int, int], ...]) -> NodePool:
         """This pool with each ``gpu_type`` node whose host memory ``limits`` names keeping only as many free

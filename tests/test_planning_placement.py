@@ -154,13 +154,14 @@ def test_cp_sat_matches_exhaustive_with_locality_and_placement_modes(seed: int) 
     _check_agree(seed, locality=True)
 
 
-@settings(max_examples=20, deadline=None, derandomize=True)
+@settings(max_examples=15, deadline=None, derandomize=True)
 @given(st.integers(min_value=0, max_value=10**9))
 def test_cp_sat_matches_exhaustive_with_host_memory(seed: int) -> None:
     """Offloading jobs on nodes of small host memory: both solvers keep each node's ranks within it."""
     _check_agree(seed, host=True)
 
 
+@pytest.mark.slow
 def test_host_memory_instances_are_not_trivial() -> None:
     """Host memory moves the plan in some instances, leaves none in others and a plan in most (the same
     instances without host memory figures)."""

@@ -145,8 +145,8 @@ def report(reference: Path) -> str:
     lines += ["Measured pairs (same layout, one setting changed):", ""] + _fp8_pairs(rows) + [""]
     lines += _async_tp_pairs() + [
         "", ("torchtitan's pairs: `tests/fixtures/timing/torchtitan_async_tp.yaml` (docs/async_tp.md, H100 96 GB at "
-             "500 W); the source notes its vanilla float8-rowwise baseline as anomalously slow, so rowwise pairs are "
-             "shown but not held to the 10% criterion."), "",
+             "500 W). Rowwise fp8 gains least because torch's async-TP pass fuses only its GEMM -> reduce-scatter "
+             "pairs, not all-gather -> GEMM (pytorch/pytorch#149990), as the model does."), "",
         "| run | GPU | layout | measured s/step | defaults | leave-one-source-out |", "|---|---|---|---|---|---|"]
     for i, r in enumerate(rows):
         m = r.measurement

@@ -15,6 +15,8 @@ from typing import NamedTuple
 import frenzy_core as f
 
 HF_CONFIGS = Path(__file__).parent / "fixtures" / "hf_configs"
+LLAMA_CONFIG = ("torch", "transformers.models.llama.configuration_llama")
+"""What a probe of a Llama config imports (Transformers' first config import takes seconds)."""
 
 
 class Case(NamedTuple):
@@ -228,6 +230,21 @@ CASES: tuple[Case, ...] = (
     Case("probe_memory of JSON nested 100,000 deep", lambda t: f.probe_memory(
         _config_file(t, "[" * 100_000), f.TrainingConfig(precision="fp32")), r"nested too deeply",
          ("torch", "transformers")),
+    # (LLAMA_CONFIG: its first import takes seconds; imported before the case is timed, as torch is)
+    Case("probe_memory of a valid 16,384-layer model", lambda t: f.probe_memory(
+        LLAMA.replace(num_layers=2**14), f.TrainingConfig(seq_len=16, precision="fp32")),
+        r"16,384 layers x 1 micro-batches x 2 steps=32768 exceeds 2\^10 = 1,024", LLAMA_CONFIG),
+    Case("probe_memory of 2^20 micro-batches", lambda t: f.probe_memory(LLAMA.replace(num_layers=1), f.TrainingConfig(
+        seq_len=16, micro_batch_size=1, global_batch_size=2**20, precision="fp32")),
+        r"1 layers x 1,048,576 micro-batches x 2 steps=.* exceeds 2\^10", LLAMA_CONFIG),
+    Case("probe_memory of a config.json with 10^6 layers", lambda t: f.probe_memory(
+        _config_file(t, json.dumps(_llama(num_hidden_layers=10**6))), f.TrainingConfig(seq_len=16, precision="fp32")),
+        r"1,000,000 layers x .* exceeds 2\^10", LLAMA_CONFIG),
+    Case("measure_training_step of a config with 10^6 layers", lambda t: f.measure_training_step(
+        _llama(num_hidden_layers=10**6), dict), r"1,000,000 layers x 1 micro-batches x 2 steps", LLAMA_CONFIG),
+    Case("probe_memory of a config with num_hidden_layers 2.5", lambda t: f.probe_memory(
+        _llama(num_hidden_layers=2.5), f.TrainingConfig(seq_len=16, precision="fp32")),
+        r"num_hidden_layers", LLAMA_CONFIG),
     Case("plot_memory into a missing folder", lambda t: _plot(t / "missing" / "m.png"), r"missing. does not exist",
          ("matplotlib",)),
     Case("plot_memory(path=3)", lambda t: _plot(3), r"path must be a file path, got int"),

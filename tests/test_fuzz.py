@@ -7,7 +7,7 @@ CI runs ``FRENZY_FUZZ_EXAMPLES`` examples per entry point (default 20, derandomi
 a fifth of them). The campaign of docs/architecture.md ("Hostile input") runs 10,000 fresh random ones per entry
 point, one test at a time:
 
-    FRENZY_FUZZ_EXAMPLES=10000 nice -n 19 pytest -q tests/test_fuzz.py::test_traces
+    FRENZY_FUZZ_EXAMPLES=10000 nice -n 15 pytest -q -x --hypothesis-show-statistics tests/test_fuzz.py::test_traces
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import io
 import json
 import math
 import os
+import shutil
 import sys
 import time
 import warnings
@@ -118,6 +119,26 @@ def wide_ints(low: int, high: int) -> st.SearchStrategy[int]:
 
 def json_text(value: Any) -> str:
     return json.dumps(value, allow_nan=True, default=str)
+
+
+@contextlib.contextmanager
+def scratch_folder(name: str) -> Iterator[Path]:
+    """An empty folder of this process named ``name``, removed with what the block wrote into it."""
+    folder = Path(f"/tmp/frenzy-fuzz-{os.getpid()}-{name}")
+    folder.mkdir()
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder)
+
+
+@contextlib.contextmanager
+def scratch_file(name: str, data: bytes | str) -> Iterator[Path]:
+    """``data`` written to a file named ``name`` (str as UTF-8, lone surrogates kept) in a scratch folder."""
+    with scratch_folder("files") as folder:
+        path = folder / name
+        path.write_bytes(data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data)
+        yield path
 
 
 # ---------------------------------------------------------------------------------------------- configs
@@ -295,6 +316,10 @@ def test_hugging_face_configs_with_hostile_values(fixture: Path, extra: dict[str
     model = call(f.ModelConfig.from_hf_config, config)
     if model is not None:
         finite_numbers(model)
+    with scratch_file("values.json", json_text(config)) as path:  # NaN / Infinity written as JSON allows not
+        from_file = call(f.ModelConfig.from_hf_config, path)
+    if from_file is not None and model is not None:
+        assert from_file.replace(name=model.name) == model
 
 
 @FUZZ
@@ -303,12 +328,8 @@ def test_hugging_face_files_with_hostile_bytes(fixture: Path, junk: bytes, where
     text = fixture.read_bytes()
     cut = where % (len(text) + 1)
     data = text[:cut] + junk + (text[cut + len(junk):] if replace else text[cut:])
-    path = Path(f"/tmp/frenzy-fuzz-{os.getpid()}-config.json")
-    path.write_bytes(data)
-    try:
+    with scratch_file("config.json", data) as path:
         call(f.ModelConfig.from_hf_config, path)
-    finally:
-        path.unlink()
 
 
 YAML_PIECES = ["nodes:", " - ", "{gpu: a100, gpus_per_node: 8, count: 2}", "{gpu: h100, gpus_per_node: 8}",
@@ -357,23 +378,16 @@ H100 = yaml.safe_load((Path(f.__file__).parent / "data" / "gpu_specs" / "h100-sx
 @given(st.dictionaries(st.sampled_from(sorted(H100)), hostile, max_size=3), hostile,
        st.sampled_from(["h100", "a100", "nope", "H100 80GB HBM3"]))
 def test_gpu_spec_files_and_overrides(changes: dict[str, Any], override: Any, name: str) -> None:
-    folder = Path(f"/tmp/frenzy-fuzz-{os.getpid()}-gpus")
-    folder.mkdir(exist_ok=True)
     spec = {**H100, "id": "fuzz-gpu", "name": "Fuzz", "aliases": ["fuzz"], **changes}
-    (folder / "fuzz-gpu.yaml").write_text(yaml.safe_dump(json.loads(json_text(spec))))
-    try:
-        specs = call(f.load_gpu_specs, folder)
-        if specs is not None:
-            assert all(k == s.id for k, s in specs.items())
-            finite_numbers(specs)
-        specs = call(f.load_gpu_specs, overrides={name: override})
-        if specs is not None:
-            assert all(k == s.id for k, s in specs.items())
-        call(f.load_gpu_specs, overrides={name: {"aliases": override, "memory_bytes": override}})
-    finally:
-        for p in folder.iterdir():
-            p.unlink()
-        folder.rmdir()
+    with scratch_file("fuzz-gpu.yaml", yaml.safe_dump(json.loads(json_text(spec)))) as path:
+        specs = call(f.load_gpu_specs, path.parent)
+    if specs is not None:
+        assert all(k == s.id for k, s in specs.items())
+        finite_numbers(specs)
+    specs = call(f.load_gpu_specs, overrides={name: override})
+    if specs is not None:
+        assert all(k == s.id for k, s in specs.items())
+    call(f.load_gpu_specs, overrides={name: {"aliases": override, "memory_bytes": override}})
 
 
 TRACE_FORMATS = {"philly": "timestamp,duration,num_gpus,gpu_time,cluster",
@@ -387,21 +401,34 @@ cells = st.one_of(st.sampled_from(["1", "8", "0", "-1", "1e9", "1e400", "nan", "
                   st.text(max_size=8), st.integers(-(2**70), 2**70).map(str))
 
 
+TRACE_KINDS = {"csv": ".csv", "gz": ".csv.gz", "gz-truncated": ".csv.gz", "json": ".json", "json-gz": ".json.gz"}
+"""The file a trace's rows are written as: CSV (the traces' format), gzipped, a gzip cut in half, or the rows as a
+JSON list of objects (a converted trace handed in as is), plain or gzipped."""
+
+
 @FUZZ
 @given(st.sampled_from(sorted(TRACE_FORMATS)), st.lists(st.lists(cells, min_size=3, max_size=12), max_size=6),
-       st.binary(max_size=16), st.sampled_from(["skip", "fail"]), st.sampled_from(["", ".gz", ".gz-truncated"]),
-       st.sampled_from([None, 1, 0.5, 3]), st.sampled_from([None, (0, 1e9), (5, 1)]))
+       st.binary(max_size=16), st.sampled_from(["skip", "fail"]), st.sampled_from(sorted(TRACE_KINDS)),
+       mostly(st.sampled_from([None, 1, 0.5, 3]), hostile), mostly(st.sampled_from([None, (0, 1e9), (5, 1)]), hostile),
+       mostly(st.just(1.0), hostile), mostly(st.just(0), hostile))
 def test_traces(fmt: str, rows: list[list[str]], junk: bytes, on_error: str, kind: str, sample: Any,
-                window: Any) -> None:
-    text = TRACE_FORMATS[fmt] + "\n" + "\n".join(",".join(r) for r in rows) + "\n"
+                window: Any, arrival_scale: Any, seed: Any) -> None:
+    if kind.startswith("json"):
+        text = json_text([dict(zip(TRACE_FORMATS[fmt].split(","), r)) for r in rows])
+    else:
+        text = TRACE_FORMATS[fmt] + "\n" + "\n".join(",".join(r) for r in rows) + "\n"
     data = text.encode("utf-8", "surrogatepass") + junk
-    if kind:
+    if kind.endswith(("gz", "gz-truncated")):
         data = gzip.compress(data)
-        data = data[: len(data) // 2] if kind == ".gz-truncated" else data
-    path = Path(f"/tmp/frenzy-fuzz-{os.getpid()}-trace.csv{'.gz' if kind else ''}")
-    path.write_bytes(data)
-    try:
-        load = call(f.read_trace, path, fmt, on_error=on_error, sample=sample, time_window=window)
+        data = data[: len(data) // 2] if kind == "gz-truncated" else data
+    with scratch_file(f"trace{TRACE_KINDS[kind]}", data) as path:
+        options = {"on_error": on_error, "sample": sample, "time_window": window, "arrival_scale": arrival_scale,
+                   "seed": seed}
+        load = call(f.read_trace, path, fmt, **options)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", f.scheduling.TraceWarning)  # skipped rows, as read_trace lists them
+            jobs = call(f.load_trace, path, fmt, **options)
+        assert (jobs is None) == (load is None) and (load is None or jobs == load.jobs)
         if load is not None:
             finite_numbers(load)
             assert load.rows_read >= len(load.jobs) + len(load.skipped) - 0
@@ -411,8 +438,6 @@ def test_traces(fmt: str, rows: list[list[str]], junk: bytes, on_error: str, kin
                             default_duration_s=600.0, bound_s=PLAN_BOUND_S)
                 if jobs is not None:
                     finite_numbers(jobs)
-    finally:
-        path.unlink()
 
 
 # ---------------------------------------------------------------------------------------------- planning, scheduling
@@ -465,9 +490,40 @@ def test_simulate(n: int, work: Any, submit: Any, policy: str, seed: Any, cluste
         call(f.compare, [result])
 
 
+JOB_FIELDS = {"id": mostly(st.text(min_size=1, max_size=12), hostile), "submit_time_s": mostly(st.floats(0, 1e6), hostile),
+              "request": mostly(st.none() | st.fixed_dictionaries(
+                  {"num_gpus": mostly(st.integers(1, 64), hostile)},
+                  optional={"gpu_type": mostly(st.sampled_from(["h100", "a100", "A100-SXM4-80GB", None]), hostile)})),
+              "deadline_s": mostly(st.none() | st.floats(1e6, 1e9), hostile), "priority": mostly(st.integers(-99, 99))}
+job_work = mostly(st.one_of(st.fixed_dictionaries({"work_tokens": st.integers(1, 2**50)}),
+                            st.fixed_dictionaries({"work_iterations": st.integers(1, 2**40)})),
+                  st.fixed_dictionaries({}, optional={"work_tokens": hostile, "work_iterations": hostile}))
+training_jobs = st.tuples(st.fixed_dictionaries({}, optional=JOB_FIELDS), job_work).map(lambda p: {**p[0], **p[1]})
+"""The fields of a TrainingJob (gpt2, 64 samples of 512 tokens), each valid three times in four. Valid values range widely:
+hypothesis does not repeat an example, so a valid choice of two values would almost never be drawn again."""
+
+
+@FUZZ
+@given(training_jobs, st.booleans())
+def test_training_jobs(fields: dict[str, Any], as_json: bool) -> None:
+    """A TrainingJob of hostile fields (from keywords or JSON) or a library error; an accepted job round-trips and
+    its numbers are finite."""
+    full = {"id": "a", "submit_time_s": 0.0, "model": f.ModelConfig.preset("gpt2"),
+            "training": f.TrainingConfig(seq_len=512, global_batch_size=64), **fields}
+    if as_json:
+        text = json_text({**full, "model": full["model"].model_dump(), "training": full["training"].model_dump()})
+        job = call(f.TrainingJob.model_validate_json, text)
+    else:
+        job = call(f.TrainingJob, **full)
+    if job is not None:
+        finite_numbers(job)
+        assert f.TrainingJob.model_validate_json(job.model_dump_json()) == job
+
+
 @FUZZ
 @given(mostly(st.integers(0, 20), hostile_ints.filter(lambda n: not 50 < n <= 2**20)), mostly(st.floats(1e-3, 10), hostile),
-       mostly(st.just({"gpt2": 1.0, "llama-2-7b": 2.0}), st.dictionaries(st.text(max_size=12), hostile, max_size=2)),
+       mostly(st.dictionaries(st.sampled_from(["gpt2", "llama-2-7b", "mixtral-8x7b"]), st.floats(1e-3, 10),
+                              min_size=1), st.dictionaries(st.text(max_size=12), hostile, max_size=2)),
        mostly(st.floats(1e6, 1e12), hostile), mostly(st.floats(0, 10), hostile), mostly(st.integers(0, 2**63 - 1)))
 def test_synthetic_jobs(n: Any, rate: Any, mix: dict[str, Any], median: Any, sigma: Any, seed: Any) -> None:
     work = call(f.scheduling.LogNormalWork, median_tokens=median, sigma=sigma)
@@ -580,7 +636,7 @@ def test_cli_prints_one_line_per_error_and_no_traceback(cli_files: dict[str, str
 
 # ---------------------------------------------------------------------------------------------- online scheduler
 SCHEDULER_CALLS = st.lists(st.one_of(
-    st.tuples(st.just("submit"), st.integers(0, 3), mostly(st.sampled_from([10**6, 10**9]), hostile_ints),
+    st.tuples(st.just("submit"), st.integers(0, 3), mostly(st.integers(10**5, 10**10), hostile_ints),
               mostly(st.floats(0, 1e4), hostile_floats)),
     st.tuples(st.just("advance"), mostly(st.floats(0, 1e6), hostile)),
     st.tuples(st.sampled_from(["node_down", "node_up"]), mostly(st.integers(0, 3), hostile)),
@@ -592,8 +648,8 @@ SCHEDULER_CALLS = st.lists(st.one_of(
 
 
 @FUZZ
-@given(st.sampled_from(["fifo-requested", "frenzy-core", "sia-like", "gavel-like"]), mostly(st.just(0), hostile),
-       SCHEDULER_CALLS)
+@given(st.sampled_from(["fifo-requested", "frenzy-core", "sia-like", "gavel-like"]),
+       mostly(st.integers(0, 2**63 - 1), hostile), SCHEDULER_CALLS)
 def test_online_scheduler(policy: str, seed: Any, calls: list[tuple[Any, ...]]) -> None:
     """Any sequence of calls, with hostile arguments and hand-edited saved states, answers or refuses with a
     library error; every action's numbers are finite."""
@@ -641,14 +697,10 @@ def test_calibrate_run_tables(edits: list[dict[str, str]], suffix: str, junk: by
         text = ",".join(columns) + "\n" + "\n".join(",".join(r.get(c, "") for c in columns) for r in rows) + "\n"
     else:
         text = json_text(rows)
-    path = Path(f"/tmp/frenzy-fuzz-{os.getpid()}-runs{suffix}")
-    path.write_bytes(text.encode("utf-8", "surrogatepass") + junk)
-    try:
+    with scratch_file(f"runs{suffix}", text.encode("utf-8", "surrogatepass") + junk) as path:
         result = call(f.calibrate, str(path), prior_weight=prior, fit=fit, bound_s=PLAN_BOUND_S)
         if result is not None:
             finite_numbers(result)
-    finally:
-        path.unlink()
 
 
 TIME_MODEL_FIELDS = sorted(f.TimeModelParams.model_fields)
@@ -667,30 +719,29 @@ def test_time_model_files(gpus: dict[str, Any], suffix: str, edits: list[tuple[i
     for where, piece in edits:
         cut = where % (len(text) + 1)
         text = text[:cut] + piece + text[cut:]
-    path = Path(f"/tmp/frenzy-fuzz-{os.getpid()}-time-model{suffix}")
-    path.write_text(text, encoding="utf-8", errors="surrogatepass")
-    try:
+    with scratch_file(f"time-model{suffix}", text) as path:
         cluster = f.Cluster.from_dict({"nodes": [{"gpu": "h100", "gpus_per_node": 8}]})
         plan = call(f.plan_job, f.ModelConfig.preset("gpt2"), cluster, f.TrainingConfig(seq_len=512),
                     time_model=str(path), time_limit_s=1.0, bound_s=PLAN_BOUND_S)
         if plan is not None:
             finite_numbers(plan)
             assert plan.time.iteration_s > 0
-    finally:
-        path.unlink()
 
 
 # ---------------------------------------------------------------------------------------------- probe, plotting
 PROBE_KEYS = ["architectures", "model_type", "torch_dtype", "hidden_act", "rope_scaling", "rope_theta",
               "tie_word_embeddings", "use_cache", "attention_dropout", "rms_norm_eps", "num_key_value_heads",
+              "hidden_size", "intermediate_size", "vocab_size", "num_attention_heads", "max_position_embeddings",
               "bogus"]
+"""Keys given hostile values: widths too (bounded as ModelConfig's fields, and fake tensors cost the same at any
+width), not ``num_hidden_layers``, whose bound (``_limits.PROBE_LAYER_PASSES``) admits minutes of work: its
+reproducers are in tests/hostile_cases.py."""
 
 
 @st.composite
 def tiny_hf_config_bytes(draw: st.DrawFn) -> bytes:
-    """The config.json of a one-layer 64-wide Llama, with hostile values on keys that are not sizes (sizes are
-    :func:`test_hugging_face_configs_with_hostile_values`'s: a probe of a large model would allocate it), or junk
-    bytes spliced in where they cannot make a size larger."""
+    """The config.json of a one-layer 64-wide Llama, with hostile values on :data:`PROBE_KEYS`, or junk bytes
+    spliced in where they cannot make a number larger (the layer count)."""
     from frenzy_core.config.hf import to_hf_config
 
     tiny = f.ModelConfig.preset("llama-2-7b").replace(num_layers=1, hidden_size=64, num_attention_heads=2,
@@ -715,15 +766,11 @@ PROBE_FUZZ = settings(FUZZ, max_examples=max(1, EXAMPLES // 5))
 def test_probe_memory_of_a_config_file(data: bytes, steps: Any, loop: str) -> None:
     """``probe_memory`` of a hostile config.json (path) measures the tiny model or refuses with a library error."""
     pytest.importorskip("transformers")
-    path = Path(f"/tmp/frenzy-fuzz-{os.getpid()}-probe-config.json")
-    path.write_bytes(data)
     training = f.TrainingConfig(seq_len=16, micro_batch_size=1, precision="fp32", attention="sdpa")
-    try:
+    with scratch_file("probe-config.json", data) as path:
         result = call(f.probe_memory, str(path), training, steps=steps, loop=loop, bound_s=PLAN_BOUND_S)
         if result is not None:
             assert result.peak_bytes > 0
-    finally:
-        path.unlink()
 
 
 @pytest.mark.filterwarnings("ignore:Glyph")  # a title in a script the font lacks: boxes, and matplotlib says so
@@ -736,12 +783,6 @@ def test_plotting(path: Any, gpus: Any, headroom: Any, title: Any) -> None:
     from frenzy_core.plotting import plot_memory
 
     estimate = f.estimate_memory(f.ModelConfig.preset("gpt2"), f.TrainingConfig(seq_len=512), f.ParallelConfig())
-    folder = Path(f"/tmp/frenzy-fuzz-{os.getpid()}-plots")
-    folder.mkdir(exist_ok=True)
-    target = folder / path if isinstance(path, str) and not path.startswith("/") else path
-    try:
+    with scratch_folder("plots") as folder:
+        target = folder / path if isinstance(path, str) and not path.startswith("/") else path
         call(plot_memory, estimate, target, gpus=gpus, headroom=headroom, title=title)
-    finally:
-        for p in folder.iterdir():
-            p.unlink()
-        folder.rmdir()

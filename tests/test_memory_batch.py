@@ -6,10 +6,12 @@ import zlib
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from frenzy_core.config import ModelConfig, MoEConfig, ParallelConfig, PipelineSchedule, Recompute, TrainingConfig
 from frenzy_core.errors import ConfigError
-from frenzy_core.memory import estimate_memory, estimate_memory_batch
+from frenzy_core.memory import batch, estimate_memory, estimate_memory_batch
 from golden.cases import random_configs
 
 DENSE = ModelConfig(num_layers=12, hidden_size=512, num_attention_heads=8, num_kv_heads=4, vocab_size=32000,
@@ -91,3 +93,48 @@ def test_bad_input_raises_config_error() -> None:
         estimate_memory_batch(DENSE, {"tp": [1, 2], "pp": [1, 2, 4]})
     with pytest.raises(ConfigError, match="not both"):
         estimate_memory_batch(DENSE, {"num_microbatches": 2, "global_batch_size": 8})
+
+
+@pytest.mark.parametrize("model", [DENSE, MOE], ids=["dense", "moe"])
+def test_blocks_do_not_change_results(model: ModelConfig, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows are evaluated in blocks (for the cache); any block size gives the same arrays, in the configs' shape."""
+    training = TrainingConfig(framework="torch", precision="amp-bf16", attention="eager", seq_len=512)
+    cfg = {k: v.reshape(5, 8) for k, v in random_configs(40, seed=7).items()}
+    whole = estimate_memory_batch(model, cfg, training)
+    monkeypatch.setattr(batch, "BLOCK_ELEMENTS", 5)
+    blocked = estimate_memory_batch(model, cfg, training)
+    assert whole.valid.shape == (5, 8) and whole.valid.sum() >= 5
+    for name in ("peak_bytes", "device_bytes", "busiest_stage", "valid", "host_bytes"):
+        assert np.array_equal(getattr(whole, name), getattr(blocked, name)), name
+    for cat, values in whole.breakdown.items():
+        assert np.array_equal(values, blocked.breakdown[cat]), cat
+
+
+RECIPES = [
+    {"framework": "torch", "precision": "bf16", "keep_outputs": True},
+    {"framework": "torch", "precision": "amp-bf16", "attention": "eager", "optimizer": "sgd"},
+    {"framework": "torch", "precision": "bf16", "lora": {"rank": 8, "base_quantization": "nf4"}},
+    {"framework": "torch", "precision": "bf16", "freeze_embeddings": True, "trainable_layers": 3},
+    {"framework": "torch", "precision": "fp32", "offload_optimizer": "cpu", "activation_offload_layers": 1},
+    {"framework": "megatron", "precision": "bf16-mixed", "zero_stage": 1},
+    {"framework": "megatron", "precision": "fp16-mixed", "attention": "eager", "recompute_method": "block"},
+]
+
+
+@settings(max_examples=8, deadline=None)
+@given(model=st.sampled_from([DENSE, MOE, BERT]), recipe=st.sampled_from(RECIPES), seed=st.integers(0, 2**32 - 1),
+       block=st.sampled_from([3, 64, batch.BLOCK_ELEMENTS]))
+def test_batch_equals_scalar_over_recipes(model: ModelConfig, recipe: dict[str, object], seed: int,
+                                          block: int) -> None:
+    """Every valid row equals the scalar estimate, whatever the recipe's zero terms (kept outputs or not, tied
+    head or not, dense or MoE, QLoRA, frozen layers, offload, Megatron) and the block size."""
+    training = TrainingConfig(seq_len=512, **recipe)  # type: ignore[arg-type]
+    cfg = random_configs(8, seed=seed)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(batch, "BLOCK_ELEMENTS", block)
+        out = estimate_memory_batch(model, cfg, training)
+    for i in np.flatnonzero(out.valid):
+        est = _scalar(model, training, cfg, int(i))
+        assert (out.peak_bytes[i], out.device_bytes[i], out.busiest_stage[i], out.host_bytes[i]) == (
+            est.peak_bytes, est.device_bytes, est.busiest_stage, est.host_bytes)
+        assert {k: int(v[i]) for k, v in out.breakdown.items()} == est.breakdown

@@ -17,8 +17,11 @@ from frenzy_core.memory.shards import stage_params, stage_shape
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
+LAYERS = st.integers(2, 12)
+
+
 @st.composite
-def models(draw: st.DrawFn) -> ModelConfig:
+def models(draw: st.DrawFn, layers: st.SearchStrategy[int] = LAYERS) -> ModelConfig:
     heads = draw(st.sampled_from([4, 8, 16]))
     head_dim = draw(st.sampled_from([16, 32, 64]))
     moe = None
@@ -33,7 +36,7 @@ def models(draw: st.DrawFn) -> ModelConfig:
     mlp = draw(st.sampled_from(["gelu", "swiglu", "relu"]))
     rotary = draw(st.booleans())
     return ModelConfig(
-        num_layers=draw(st.integers(2, 12)), hidden_size=heads * head_dim, num_attention_heads=heads,
+        num_layers=draw(layers), hidden_size=heads * head_dim, num_attention_heads=heads,
         num_kv_heads=draw(st.sampled_from([heads, heads // 2, heads // 4])), vocab_size=draw(st.sampled_from([1000, 4096])),
         mlp=mlp, norm=draw(st.sampled_from(["layernorm", "rmsnorm"])),
         position_embedding="rotary" if rotary else "learned", max_position_embeddings=8192,
@@ -210,11 +213,11 @@ def test_gpipe_never_needs_less_than_1f1b(model: ModelConfig, training: Training
 
 
 @SETTINGS
-@given(models(), trainings(), st.integers(1, 4))
+@given(models(layers=st.sampled_from([4, 8, 12])), trainings(), st.integers(1, 4))
 def test_gpipe_more_stages_never_need_more_once_pipelined(model: ModelConfig, training: TrainingConfig,
                                                           m: int) -> None:
-    """GPipe from pp = 2 to 4: every stage keeps all m micro-batches, of half the layers."""
-    assume(model.num_layers % 4 == 0)
+    """GPipe from pp = 2 to 4: every stage keeps all m micro-batches, of half the layers (layers drawn as
+    multiples of 4, not filtered: a filter discarded most draws and tripped hypothesis's health check)."""
     training = training.replace(global_batch_size=training.micro_batch_size * m)
     more, base = ParallelConfig(pp=4, schedule="gpipe"), ParallelConfig(pp=2, schedule="gpipe")
     assume(_ok(model, training, more) and _ok(model, training, base))

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from frenzy_core import Cluster, ConfigError, InfeasiblePlanError, ModelConfig, ParallelConfig, TrainingConfig
 from frenzy_core.memory import estimate_memory
 from frenzy_core.planning import Objective, Plan, plan_job
-from frenzy_core.planning.mixed import (
+from frenzy_core.planning.mixed_solve import (
     Limits,
     MixedChoice,
     MixedTables,
@@ -19,6 +19,7 @@ from frenzy_core.planning.mixed import (
     score,
     solve_tables_cp_sat,
     solve_tables_exhaustive,
+    solve_two_types,
 )
 from frenzy_core.timing import estimate_iteration_time
 
@@ -47,11 +48,12 @@ def test_a_single_type_plan_is_one_group_of_its_own_fields() -> None:
 
 
 @st.composite
-def _instances(draw: st.DrawFn) -> tuple[MixedTables, Objective, Limits]:
-    """Small random instances: 2-3 types, 1-3 replicas each, up to 10 micro-batches, holes where a (D, m)
-    does not fit, prices that may be missing, and random limits."""
-    k = draw(st.integers(2, 3))
-    caps = tuple(draw(st.integers(1, 3)) for _ in range(k))
+def _instances(draw: st.DrawFn, types: int | None = None, most_replicas: int = 3
+               ) -> tuple[MixedTables, Objective, Limits]:
+    """Small random instances: 2-3 types (or ``types``), 1 to ``most_replicas`` replicas each, up to 10
+    micro-batches, holes where a (D, m) does not fit, prices that may be missing, and random limits."""
+    k = types or draw(st.integers(2, 3))
+    caps = tuple(draw(st.integers(1, most_replicas)) for _ in range(k))
     n = draw(st.integers(k, 10))
     d_max = min(sum(caps), n)
     tabs = []
@@ -88,6 +90,32 @@ def test_cp_sat_equals_the_exhaustive_solver_on_small_instances(case: tuple) -> 
         assert found.optimal
         assert sum(r * m for r, m in zip(found.replicas, found.micro_batches)) == tables.micro_batches
         assert all(1 <= r <= c for r, c in zip(found.replicas, tables.capacity))
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(_instances(types=2, most_replicas=6), st.booleans())
+def test_two_types_are_solved_as_the_exhaustive_enumeration_solves_them(case: tuple, pruned: bool) -> None:
+    """The same choice, ties included (the same enumeration order), with or without the relaxation's cut."""
+    tables, objective, lim = case
+    exact = solve_tables_exhaustive(tables, objective, lim)
+    allowed = promising(tables, objective, _key(exact, objective)) if pruned and exact is not None else None
+    found = solve_two_types(tables, objective, lim, allowed)
+    assert (found is None) == (exact is None)
+    if found is not None and exact is not None:
+        assert (found.replicas, found.micro_batches, found.step_us) == (exact.replicas, exact.micro_batches,
+                                                                         exact.step_us)
+        assert found.optimal
+
+
+def test_two_types_with_a_product_beyond_int64_keep_exact_keys() -> None:
+    """Price x step of 2^62 and more is compared in Python integers, not wrapped int64."""
+    tab = np.full((3, 3), -1, dtype=np.int64)
+    tab[2, 1] = 2**40
+    tables = MixedTables(layout=0, types=("a", "b"), capacity=(1, 1), gpus_per_replica=1, micro_batches=2,
+                         time_us=(tab, tab), price_units=(2**22, 2**22))
+    found = solve_two_types(tables, Objective.COST, Limits())
+    assert found is not None and found.price_units is not None
+    assert score(Objective.COST, found.step_us, found.num_gpus, found.price_units)[0] == 2**63
 
 
 @settings(max_examples=150, deadline=None, derandomize=True)

@@ -21,8 +21,17 @@ def _training(model: ModelConfig) -> TrainingConfig:
     return TrainingConfig(seq_len=model.default_seq_len(), global_batch_size=512)
 
 
+CI_PRESETS = ("bert-base", "gemma-2b", "gpt2", "gpt3-175b", "llama-3.1-8b", "llama-3.1-405b", "mistral-7b",
+              "mixtral-8x7b", "opt-1.3b", "phi-3-mini-4k", "pythia-1.4b", "qwen1.5-moe-a2.7b", "qwen2.5-0.5b",
+              "qwen3-30b-a3b", "qwen3-8b")
+"""One preset of each family and kind (encoder, dense decoder, sliding window, fused projections, partial rotary,
+MoE with and without shared experts, the largest that must be refused) plans in CI; the other presets (sizes of the
+same families) plan under ``-m slow``."""
+
+
 @pytest.mark.parametrize("cluster_name", ["frenzy-paper", "alibaba-spot-2026"])
-@pytest.mark.parametrize("preset", ModelConfig.presets())
+@pytest.mark.parametrize("preset", [p if p in CI_PRESETS else pytest.param(p, marks=pytest.mark.slow)
+                                    for p in ModelConfig.presets()])
 def test_every_preset_plans_or_explains(preset: str, cluster_name: str) -> None:
     model = ModelConfig.preset(preset)
     cluster = _cluster(cluster_name)
@@ -39,6 +48,10 @@ def test_every_preset_plans_or_explains(preset: str, cluster_name: str) -> None:
         assert again.device_bytes == stage.device_bytes <= get_gpu_spec(stage.gpu_type).memory_bytes
     assert plan.num_gpus == sum(s.num_gpus for s in plan.stages) == sum(len(g) for g in plan.placement.values())
     assert plan.time.tokens_per_s > 0
+
+
+def test_the_ci_presets_are_presets() -> None:
+    assert set(CI_PRESETS) <= set(ModelConfig.presets()), set(CI_PRESETS) - set(ModelConfig.presets())
 
 
 @pytest.mark.parametrize("preset", ["gpt2", "bert-base", "llama-3.1-8b"])

@@ -146,7 +146,7 @@ def test_bigger_gemms_never_run_slower_per_flop(m: int, n: int, k: int, axis: st
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.sampled_from(["fa2", "cudnn"]), st.sampled_from(["a100-80gb", "h100-sxm", "b200", "l40s"]),
+@given(st.sampled_from(["fa2", "cudnn", "triton"]), st.sampled_from(["a100-80gb", "h100-sxm", "b200", "l40s"]),
        st.integers(128, 1 << 17), st.integers(2, 8), st.booleans())
 def test_attention_kernels_speed_up_with_sequence_length(kernel: str, gpu_id: str, s: int, factor: int,
                                                          causal: bool) -> None:

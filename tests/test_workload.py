@@ -79,18 +79,35 @@ def test_recipe_follows_reference_gpu() -> None:
     stub = StubThroughput()
     jobs = jobs_from_trace([_trace_job("a", 1)], throughput=stub)
     assert jobs[0].training.precision is Precision.FP16_MIXED  # the V100 has no bf16
-    assert jobs[0].training.global_batch_size == 1536
+    assert jobs[0].training.global_batch_size is None  # the planner's default batch (issue 13)
     jobs = jobs_from_trace([_trace_job("a", 1)], throughput=stub, reference_gpu="h100")
     assert jobs[0].training.precision is Precision.BF16_MIXED
     assert stub.calls[-1][1] == "h100-sxm"
     assert stub.calls[-1][3] == jobs[0].training  # work was converted with the recipe the job carries
 
 
-@pytest.mark.parametrize("num_gpus, global_batch", [(1, 1536), (8, 1536), (12, 1536), (5, 1540), (94, 1598),
-                                                     (2048, 2048)])
-def test_global_batch_is_a_multiple_of_the_request(num_gpus: int, global_batch: int) -> None:
-    (job,) = jobs_from_trace([_trace_job("a", num_gpus)], throughput=StubThroughput())
-    assert job.training.global_batch_size == global_batch
+@pytest.mark.parametrize("num_gpus", [1, 3, 5, 12])
+def test_every_allocation_of_a_job_trains_the_planners_default_batch(num_gpus: int) -> None:
+    """The job's batch is the planner's default (gpt2: GPT-2's published 512 sequences), whatever the GPU
+    count: the layout a count gets trains it, moved by at most 5 % to split into whole micro-batches per rank,
+    as plan_job does for a request without a batch."""
+    from frenzy_core import default_global_batch, plan_job
+    from frenzy_core.planning.candidates import BATCH_ADJUST_TOLERANCE
+    from frenzy_core.scheduling.throughput import PlannedThroughput, homogeneous_cluster
+
+    buckets = [SizeBucket(max_gpus=None, presets=["gpt2"])]
+    planned = PlannedThroughput()
+    (job,) = jobs_from_trace([_trace_job("a", num_gpus)], throughput=planned, buckets=buckets)
+    layout = planned.layout(job.model, job.training, "v100-32gb", num_gpus)
+    assert layout is not None and layout.world_size == num_gpus
+    default = default_global_batch(job.model, job.training.seq_len)
+    assert default == 512
+    got = layout.training.global_batch_size
+    assert got is not None and abs(got - default) <= BATCH_ADJUST_TOLERANCE * default
+    assert got % (layout.training.micro_batch_size * layout.parallel.dp) == 0
+    plan = plan_job(job.model, homogeneous_cluster("v100-32gb", num_gpus), job.training, top_k=0,
+                    constraints={"num_gpus": num_gpus})
+    assert plan.training.global_batch_size == got and plan.time.tokens_per_s == pytest.approx(layout.tokens_per_s)
 
 
 def test_learned_positions_cap_sequence_length() -> None:

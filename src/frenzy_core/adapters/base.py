@@ -134,6 +134,12 @@ class Adapter(Generic[OptionsT]):
 def _check_mixed(plan: Plan, scope: LaunchScope) -> None:
     """ConfigError when ``scope``'s launcher cannot start a plan spanning GPU types, or no launcher can (one
     process group over NVIDIA and AMD GPUs: NCCL and RCCL do not talk to each other)."""
+    if plan.stages[0].pipeline_stage is not None:
+        raise ConfigError(
+            f"{scope.name} cannot launch a plan spanning GPU types ({', '.join(plan.gpu_types)}): its pipeline "
+            "stages run on different types with their own tp and layer counts, which no launcher frenzy_core "
+            "writes supports yet", field="plan.stages", value=[s.gpu_type for s in plan.stages],
+            hint="plan with mixed_stages=False (the default) for a plan that launches")
     can = [name for name, s in LAUNCH_SCOPES.items() if s.mixed]
     if not scope.mixed:
         raise ConfigError(

@@ -297,9 +297,9 @@ class LayoutArrays:
     def shape(self) -> tuple[int, ...]:
         return tuple(self.dp.shape)
 
-    def take(self, index: npt.ArrayLike) -> LayoutArrays:
-        """The rows at ``index`` (a boolean mask or integer positions)."""
-        idx = np.asarray(index)
+    def take(self, index: npt.ArrayLike | slice) -> LayoutArrays:
+        """The rows at ``index`` (a boolean mask, integer positions, or a slice: views of the columns)."""
+        idx = index if isinstance(index, slice) else np.asarray(index)
         return LayoutArrays(**{k: getattr(self, k)[idx] for k in LAYOUT_COLUMNS}, splits=self.splits)
 
     def flat(self) -> LayoutArrays:

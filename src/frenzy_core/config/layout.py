@@ -104,26 +104,40 @@ class LayoutRule:
                            hint=None if self.hint is None else self.hint(row))
 
 
+def _within(name: str, lo: int | None, hi: float | None) -> Callable[[ModelConfig, LayoutArrays], npt.ArrayLike]:
+    """Rows whose column ``name`` lies in [lo, hi] (None: unbounded); True at once when the column's extremes
+    do (two reductions instead of comparisons over every row)."""
+
+    def holds(m: ModelConfig, a: LayoutArrays) -> npt.ArrayLike:
+        col = getattr(a, name)
+        if col.size and (lo is None or int(col.min()) >= lo) and (hi is None or int(col.max()) <= hi):
+            return True
+        below = col >= lo if lo is not None else True
+        return np.asarray(below & (col <= hi) if hi is not None else below)
+
+    return holds
+
+
 def _positive(path: str) -> LayoutRule:
     name = path.partition(".")[2]
-    return LayoutRule(f"{name}_positive", (path,), lambda m, a: getattr(a, name) >= 1,
+    return LayoutRule(f"{name}_positive", (path,), _within(name, 1, None),
                       lambda r: f"{r.show(path)} must be >= 1")
 
 
 def _in_range(path: str, hi: int, what: str) -> LayoutRule:
     name = path.partition(".")[2]
-    return LayoutRule(f"{name}_range", (path,), lambda m, a: (getattr(a, name) >= 0) & (getattr(a, name) <= hi),
-                      lambda r: f"{r.show(path)} must be {what}")
+    return LayoutRule(f"{name}_range", (path,), _within(name, 0, hi), lambda r: f"{r.show(path)} must be {what}")
 
 
 def _at_most(path: str, limit: Limit) -> LayoutRule:
     name = path.partition(".")[2]
-    return LayoutRule(f"{name}_bound", (path,), lambda m, a: getattr(a, name) <= limit.high,
+    return LayoutRule(f"{name}_bound", (path,), _within(name, None, limit.high),
                       lambda r: beyond_message(r[path], limit, r.label(path)))
 
 
 def _product_at_most(paths: tuple[str, ...], limit: Limit) -> LayoutRule:
-    """The product of columns, formed in float64 (int64 could wrap), at most ``limit``."""
+    """The product of columns, formed in float64 (int64 could wrap), at most ``limit``; True at once when the
+    columns are nonnegative and the product of their largest values is (float products are monotone there)."""
     names = [p.partition(".")[2] for p in paths]
 
     def product(a: LayoutArrays) -> npt.NDArray[np.float64]:
@@ -132,11 +146,21 @@ def _product_at_most(paths: tuple[str, ...], limit: Limit) -> LayoutRule:
             out = out * getattr(a, name).astype(np.float64)
         return out
 
+    def holds(m: ModelConfig, a: LayoutArrays) -> npt.ArrayLike:
+        cols = [getattr(a, name) for name in names]
+        if a.dp.size and all(int(c.min()) >= 0 for c in cols):
+            largest = 1.0
+            for c in cols:
+                largest = largest * float(c.max())
+            if largest <= limit.high:
+                return True
+        return product(a) <= limit.high
+
     def message(r: RuleRow) -> str:
         value = int(np.prod([float(r[p]) for p in paths]))
         return beyond_message(value, limit, " x ".join(r.label(p) for p in paths))
 
-    return LayoutRule("_x_".join(names) + "_bound", paths, lambda m, a: product(a) <= limit.high, message)
+    return LayoutRule("_x_".join(names) + "_bound", paths, holds, message)
 
 
 def _schedule_name(r: RuleRow) -> str:
@@ -150,11 +174,8 @@ def _microbatches(a: LayoutArrays) -> npt.NDArray[np.int64]:
 def _unset_or_positive(field: str) -> LayoutRule:
     """A column whose 0 means unset (None in the configs): negative values are refused."""
     name = field.partition(".")[2]
-
-    def ok(m: ModelConfig, a: LayoutArrays) -> npt.NDArray[np.bool_]:
-        return np.asarray(getattr(a, name) >= 0)
-
-    return LayoutRule(f"{name}_range", (field,), ok, lambda r: f"{r.show(field)} must be >= 1 (0: unset)")
+    return LayoutRule(f"{name}_range", (field,), _within(name, 0, None),
+                      lambda r: f"{r.show(field)} must be >= 1 (0: unset)")
 
 
 BOUND_RULES: tuple[LayoutRule, ...] = (
@@ -299,8 +320,11 @@ def layout_mask(model: ModelConfig, layouts: LayoutArrays,
                 rules: tuple[LayoutRule, ...] = LAYOUT_RULES) -> BoolArray:
     """True for each layout that satisfies every rule (what :func:`validate_layout` accepts)."""
     out = np.ones(layouts.shape, dtype=bool)
-    for ok in _evaluate(model, layouts, rules):
-        out &= ok
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        for rule in rules:
+            ok = rule.holds(model, layouts)
+            if np.ndim(ok) or not ok:  # a rule every row passes says True once
+                out &= np.asarray(ok, dtype=bool)
     return out
 
 

@@ -162,9 +162,12 @@ def head_parameters(model: ModelConfig) -> int:
 
 def count_parameters(model: ModelConfig) -> ParamCounts:
     """Every parameter of ``model``, grouped by component."""
-    per_layer = [layer_parameters(model, i) for i in range(model.num_layers)]
-    layers = sum(p.total for p in per_layer)
-    experts = sum(p.experts for p in per_layer)
+    kinds: dict[bool, tuple[LayerParams, int]] = {}  # layers differ only in being MoE or dense: one count each
+    for i in range(model.num_layers):
+        params, n = kinds.get(model.is_moe_layer(i)) or (layer_parameters(model, i), 0)
+        kinds[model.is_moe_layer(i)] = (params, n + 1)
+    layers = sum(p.total * n for p, n in kinds.values())
+    experts = sum(p.experts * n for p, n in kinds.values())
     embedding = embedding_parameters(model)
     final_norm = norm_parameters(model) if model.final_norm else 0
     head = head_parameters(model)

@@ -125,6 +125,8 @@ class Attention(str, enum.Enum):
     """torch's scaled_dot_product_attention (memory-efficient/flash backends): no s x s tensors."""
     FLASH = "flash"
     """FlashAttention: saves output and log-sum-exp only."""
+    TRITON = "triton"
+    """FlashAttention in Triton (MPT / llm-foundry ``attn_impl: triton``): saves what FLASH saves, runs slower."""
 
 
 class Framework(str, enum.Enum):

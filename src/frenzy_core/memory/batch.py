@@ -22,7 +22,7 @@ from frenzy_core.memory.kernel import stage_arrays, unmodelled_rows
 from frenzy_core.memory.overhead import overhead_bytes
 from frenzy_core.memory.result import MEMORY_CATEGORIES
 
-__all__ = ["BatchEstimate", "estimate_memory_batch"]
+__all__ = ["BatchEstimate", "estimate_memory_batch", "stage_device_bytes"]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -43,15 +43,35 @@ class BatchEstimate:
     """The most host memory one rank of the layout keeps (offload), as ``MemoryEstimate.host_bytes``."""
 
 
-def _candidate_stages(model: ModelConfig, lay: LayoutArrays, training: TrainingConfig) -> list[IntArray]:
-    """Stages that can be the busiest: the first and the last, unless MoE layers are spread unevenly, a row
-    splits its layers unevenly (``stage_layers``) or states are offloaded (the host figure is every stage's)."""
-    pp = lay.pp
-    uneven = bool(np.any(lay.stage_split > 0))
+BLOCK_ELEMENTS = 1 << 14
+"""Rows x candidate stages the kernel evaluates at once: its few hundred float64 temporaries then stay in a core's
+cache (1 MiB of L2 on the benchmark machine), about twice as fast as whole arrays of 200,000 rows, while the Python
+work per block stays small (docs/benchmarks.md, vectorised memory estimator)."""
+
+
+def _stage_count(model: ModelConfig, lay: LayoutArrays, valid: npt.NDArray[np.bool_],
+                 training: TrainingConfig) -> int:
+    """How many stages can be the busiest: 2 (the first and the last) unless MoE layers are spread unevenly, a
+    valid row splits its layers unevenly (``stage_layers``) or states are offloaded (the host figure is every
+    stage's); then the largest pp of a valid row (every stage)."""
+    uneven = bool(np.any(lay.stage_split[valid] > 0))
     moe_spread = model.moe is not None and (model.moe.first_dense_layers > 0 or model.moe.layer_interval > 1)
     if uneven or training.offloads or moe_spread:
-        return [np.minimum(i, pp - 1) for i in range(int(pp.max(initial=1)))]
-    return [np.zeros_like(pp), pp - 1]
+        return int(lay.pp[valid].max(initial=1))
+    return 2
+
+
+def _candidate_stages(lay: LayoutArrays, count: int, every: bool) -> IntArray:
+    """The candidate stages of each row as the rows of a 2-d array: every stage (those beyond a row's pp repeat
+    its last), or the first and the last."""
+    pp = lay.pp
+    if every:
+        return np.stack([np.minimum(i, pp - 1) for i in range(count)])
+    return np.stack([np.zeros_like(pp), pp - 1])
+
+
+def _blocks(n: int, size: int) -> list[slice]:
+    return [slice(i, min(i + size, n)) for i in range(0, n, size)]
 
 
 def estimate_memory_batch(model: ModelConfig, configs: LayoutArrays | Mapping[str, npt.ArrayLike],
@@ -67,28 +87,61 @@ def estimate_memory_batch(model: ModelConfig, configs: LayoutArrays | Mapping[st
     require_instance("training", training, TrainingConfig)
     layouts = configs if isinstance(configs, LayoutArrays) else LayoutArrays.from_columns(configs, training)
     check_trainable(model, training)
-    valid = layout_mask(model, layouts) & ~unmodelled_rows(training, layouts)
-    arrays = layouts.masked(valid)
-    best_device = np.full(valid.shape, -1, dtype=np.int64)
-    best_peak = np.full(valid.shape, -1, dtype=np.int64)
-    best_stage = np.full(valid.shape, -1, dtype=np.int64)
-    best_breakdown = {cat: np.full(valid.shape, -1, dtype=np.int64) for cat in MEMORY_CATEGORIES}
-    host = np.zeros(valid.shape, dtype=np.int64)
-    for stage in _candidate_stages(model, arrays, training):
-        st = stage_arrays(model, training, arrays, stage)
-        valid = valid & st.in_range
-        host = np.maximum(host, st.host_bytes)
-        over = overhead_bytes(st.peak_bytes, st.communicators)
-        device = st.peak_bytes + sum(over.values())
+    shape, flat = layouts.shape, layouts.flat()
+    n = len(flat)
+    rows = _blocks(n, BLOCK_ELEMENTS // 2)
+    valid = np.concatenate([layout_mask(model, flat.take(sl)) & ~unmodelled_rows(training, flat.take(sl))
+                            for sl in rows])
+    count = _stage_count(model, flat, valid, training)
+    rows = _blocks(n, max(BLOCK_ELEMENTS // count, 1))
+    out = {name: np.full(n, -1, dtype=np.int64) for name in ("peak", "device", "stage", "host")}
+    breakdown = {cat: np.full(n, -1, dtype=np.int64) for cat in MEMORY_CATEGORIES}
+    for sl in rows:
+        ok = valid[sl]
+        block = _block(model, training, flat.take(sl).masked(ok), count)
+        valid[sl] = ok = ok & block.pop("in_range").astype(bool)
+        for name, values in block.items():
+            target = breakdown[name] if name in breakdown else out[name]
+            target[sl] = np.where(ok, values, -1)
+    return BatchEstimate(
+        peak_bytes=out["peak"].reshape(shape), device_bytes=out["device"].reshape(shape),
+        busiest_stage=out["stage"].reshape(shape), valid=valid.reshape(shape),
+        breakdown={k: v.reshape(shape) for k, v in breakdown.items()}, host_bytes=out["host"].reshape(shape))
+
+
+def _block(model: ModelConfig, training: TrainingConfig, arrays: LayoutArrays, count: int) -> dict[str, IntArray]:
+    """The busiest stage of each row of ``arrays`` (valid rows, or the trivial layout): peak, device and host
+    bytes, the stage, its categories, and ``in_range`` (0 where a stage's total exceeds 2^60 bytes)."""
+    stages = _candidate_stages(arrays, count, count != 2)
+    if count == 2 and not np.any(arrays.pp > 1):
+        stages = stages[:1]  # one stage: the first is the last
+    st = stage_arrays(model, training, arrays, stages)
+    over = overhead_bytes(st.peak_bytes, st.communicators)
+    devices = st.peak_bytes + sum(over.values())
+    best_device, best_peak, best_stage = devices[0], st.peak_bytes[0], stages[0]
+    best_breakdown = {cat: st.breakdown[cat][0] for cat in MEMORY_CATEGORIES}
+    # a stage replaces the best so far where it needs more device memory (ties: the lower stage, already first
+    # unless a stage repeats)
+    for i in range(1, len(stages)):
+        device, stage = devices[i], stages[i]
         better = (device > best_device) | ((device == best_device) & (stage < best_stage))
         best_device = np.where(better, device, best_device)
-        best_peak = np.where(better, st.peak_bytes, best_peak)
+        best_peak = np.where(better, st.peak_bytes[i], best_peak)
         best_stage = np.where(better, stage, best_stage)
         for cat in MEMORY_CATEGORIES:
-            best_breakdown[cat] = np.where(better, st.breakdown[cat], best_breakdown[cat])
-    invalid = ~valid
-    return BatchEstimate(
-        peak_bytes=np.where(invalid, -1, best_peak), device_bytes=np.where(invalid, -1, best_device),
-        busiest_stage=np.where(invalid, -1, best_stage), valid=valid,
-        breakdown={k: np.where(invalid, -1, v) for k, v in best_breakdown.items()},
-        host_bytes=np.where(invalid, -1, host))
+            best_breakdown[cat] = np.where(better, st.breakdown[cat][i], best_breakdown[cat])
+    return {"peak": best_peak, "device": best_device, "stage": best_stage, "host": np.maximum(st.host_bytes.max(axis=0), 0),
+            "in_range": st.in_range.all(axis=0).astype(np.int64), **best_breakdown}
+
+
+def stage_device_bytes(model: ModelConfig, training: TrainingConfig, layouts: LayoutArrays,
+                       stage: npt.ArrayLike) -> IntArray:
+    """Device bytes of pipeline stage ``stage`` of each layout (its own layers, tp, in-flight micro-batches and
+    ends): ``estimate_memory(...).stages[stage].device_bytes`` per row; -1 where the layout rules refuse the
+    row or the estimate exceeds 2^60 bytes."""
+    valid = layout_mask(model, layouts)
+    arrays = layouts.masked(valid)
+    st = stage_arrays(model, training, arrays, np.asarray(stage, dtype=np.int64))
+    over = overhead_bytes(st.peak_bytes, st.communicators)
+    device = st.peak_bytes + sum(over.values())
+    return np.asarray(np.where(valid & st.in_range, device, -1), dtype=np.int64)

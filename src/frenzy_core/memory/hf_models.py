@@ -35,8 +35,12 @@ from os import PathLike
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from frenzy_core import _limits as limits
 from frenzy_core._files import load_json, read_text
+from frenzy_core._limits import beyond_message
+from frenzy_core.config.layout import num_microbatches
 from frenzy_core.config.model import ModelConfig
+from frenzy_core.config.parallel import ParallelConfig
 from frenzy_core.config.training import (
     Attention,
     Framework,
@@ -171,8 +175,9 @@ def _family_classes(family: str, modeling_auto: Any) -> list[str]:
 
 
 def _attn_implementation(training: TrainingConfig, notes: list[str]) -> str:
-    if training.attention is Attention.FLASH:
-        notes.append("attention flash probed as sdpa (on CUDA: FlashAttention-2, output and log-sum-exp saved)")
+    if training.attention in (Attention.FLASH, Attention.TRITON):
+        notes.append(f"attention {training.attention.value} probed as sdpa (on CUDA: FlashAttention-2, output and "
+                     "log-sum-exp saved)")
         return "sdpa"
     return training.attention.value
 
@@ -255,20 +260,59 @@ def _builder(cls: Any, config: Any, origin: str, transformers: Any, **kwargs: An
     def build() -> Any:
         try:
             return cls._from_config(config, **kwargs)
-        except (ValueError, TypeError, ImportError, NotImplementedError) as exc:
-            raise ConfigError(f"{origin}: Transformers could not build {cls.__name__}: {exc}", field="config",
+        except Exception as exc:  # noqa: BLE001 - constructors fail on a bad config with any type: ZeroDivisionError
+            # on 0 KV heads, RuntimeError on a size torch refuses (negative, a storage beyond int64), ValueError...
+            raise ConfigError(f"{origin}: Transformers could not build {cls.__name__}: "
+                              f"{short_repr(' '.join(str(exc).split()), 300)}", field="config",
                               value=cls.__name__) from None
 
     return build
 
 
-def hf_module_factory(source: Mapping[str, Any] | str | PathLike[str]) -> tuple[Callable[[], Any], str | None]:
-    """A factory of the class a Hugging Face config names (fp32, the config's attention), and its backbone."""
+def hf_module_factory(source: Mapping[str, Any] | str | PathLike[str], *, microbatches: int = 1,
+                      steps: int = 2) -> tuple[Callable[[], Any], str | None]:
+    """A factory of the class a Hugging Face config names (fp32, the config's attention), and its backbone;
+    ConfigError when ``microbatches`` x ``steps`` passes over its layers are more than a probe runs."""
     _, transformers = _import_hf()
     data, origin = _read_config(source)
     config = _hf_config(data, origin, transformers)
+    _check_work(config.get_text_config(), origin, microbatches, steps)
     cls, head = _model_class(data, config, origin, transformers)
     return _builder(cls, config, origin, transformers), cls.base_model_prefix if head else None
+
+
+_SIZE_LIMITS = {
+    "hidden_size": limits.HIDDEN, "intermediate_size": limits.FFN, "moe_intermediate_size": limits.FFN,
+    "vocab_size": limits.VOCAB, "num_attention_heads": limits.HEADS, "num_key_value_heads": limits.HEADS,
+    "head_dim": limits.HEAD_DIM, "max_position_embeddings": limits.POSITIONS, "num_experts": limits.EXPERTS,
+    "num_local_experts": limits.EXPERTS, "n_routed_experts": limits.EXPERTS,
+}
+"""The bounds of ModelConfig's fields on the Transformers config keys they are read from (a config the probe
+builds directly is held to what the estimator would accept)."""
+
+
+def _check_work(text: Any, origin: str, microbatches: int, steps: int) -> int:
+    """The config's ``num_hidden_layers``; ConfigError, before its class is imported or built, unless it is a
+    positive integer, ``layers x microbatches x steps`` is within :data:`~frenzy_core._limits.PROBE_LAYER_PASSES`
+    (a probe's time grows with its layer passes, not with widths: fake tensors hold no data) and every integer
+    size is within its bound (``_SIZE_LIMITS``)."""
+    for key, limit in _SIZE_LIMITS.items():
+        value = getattr(text, key, None)
+        if isinstance(value, int) and value > limit.high:
+            raise ConfigError(f"{origin}: " + beyond_message(value, limit, key), field=key, value=value)
+    layers = getattr(text, "num_hidden_layers", None)
+    if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
+        raise ConfigError(f"{origin}: num_hidden_layers={short_repr(layers)} is not a positive integer",
+                          field="num_hidden_layers", value=layers)
+    passes = layers * microbatches * steps
+    if passes > limits.PROBE_LAYER_PASSES.high:
+        what = f"{layers:,} layers x {microbatches:,} micro-batches x {steps:,} steps"
+        raise ConfigError(
+            f"{origin}: " + beyond_message(passes, limits.PROBE_LAYER_PASSES, what), field="num_hidden_layers",
+            value=layers, hint="probe fewer layers (layers of one kind hold the same memory, so 2 to 4 show the "
+            "pattern; estimate_memory scales to the whole model), fewer micro-batches (each after the second "
+            "repeats it: global_batch_size = 2 x micro_batch_size) or steps=2")
+    return layers
 
 
 def _config_data(model: ModelConfig | Mapping[str, Any] | str | PathLike[str],
@@ -285,8 +329,9 @@ def _config_data(model: ModelConfig | Mapping[str, Any] | str | PathLike[str],
 
 
 def hf_training_setup(model: ModelConfig | Mapping[str, Any] | str | PathLike[str], training: TrainingConfig, *,
-                      use_cache: bool | None = None) -> HFTrainingSetup:
-    """The Transformers model, batch and optimizer that reproduce ``training`` of ``model`` on one rank."""
+                      use_cache: bool | None = None, steps: int = 2) -> HFTrainingSetup:
+    """The Transformers model, batch and optimizer that reproduce ``training`` of ``model`` on one rank;
+    ConfigError when ``steps`` optimizer steps of it are more layer passes than a probe runs."""
     torch, transformers = _import_hf()
     if training.framework is not Framework.TORCH:
         raise ConfigError(
@@ -295,11 +340,12 @@ def hf_training_setup(model: ModelConfig | Mapping[str, Any] | str | PathLike[st
         )
     data, origin = _config_data(model, use_cache)
     config = _hf_config(data, origin, transformers)
-    cls, head = _model_class(data, config, origin, transformers)
     text = config.get_text_config()
+    num_layers = _check_work(text, origin, num_microbatches(training, ParallelConfig()), steps)
+    cls, head = _model_class(data, config, origin, transformers)
     notes: list[str] = []
     attn = _attn_implementation(training, notes)
-    checkpointing = _check_recompute(int(text.num_hidden_layers), training, notes)
+    checkpointing = _check_recompute(num_layers, training, notes)
     weight_dtype, autocast_dtype = _dtypes(training, torch)
     build = _builder(cls, config, origin, transformers, attn_implementation=attn, dtype=weight_dtype)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -9,7 +11,7 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from frenzy_core._limits import bytes_in_range, to_int_bytes
+from frenzy_core._limits import MAX_BYTES, bytes_in_range, to_int_bytes
 from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.parallel import PipelineSchedule
@@ -26,7 +28,7 @@ from frenzy_core.memory.overhead import workspace_bytes
 from frenzy_core.memory.recipe import state_bytes
 from frenzy_core.memory.result import MEMORY_CATEGORIES
 from frenzy_core.memory.shards import StageParams, StageShape, stage_params, stage_shape
-from frenzy_core.memory.states import comm_buffers, gradients, layer_params, model_states, sharding
+from frenzy_core.memory.states import comm_buffers, gradients, layer_params, model_states, plus, sharding
 
 __all__ = ["PHASES", "TORCH_SP_REFUSAL", "Refusal", "StageArrays", "refusal", "stage_arrays", "unmodelled_rows"]
 
@@ -55,14 +57,26 @@ class StageArrays:
     num_params: FloatArray
     inflight: FloatArray
     communicators: IntArray
-    model_state_bytes: IntArray
-    """Parameters, gradients, master weights and optimizer states as held at the optimizer step."""
-    activation_bytes: IntArray
-    """Largest activations (saved tensors plus the backward working set) at any moment of the passes."""
     host_bytes: IntArray
     """Host memory the rank's offloaded states and activations take (0 without offload)."""
     in_range: BoolArray
     """False where a total exceeds :data:`frenzy_core._limits.MAX_BYTES` (its byte counts then read 0)."""
+    step_states: tuple[FloatArray, ...]
+    """Parameters, gradients, master weights and optimizer states at the optimizer step (float bytes)."""
+    act_total: FloatArray
+    """Largest activations at any moment of the passes (float bytes)."""
+
+    @functools.cached_property
+    def model_state_bytes(self) -> IntArray:
+        """Parameters, gradients, master weights and optimizer states as held at the optimizer step (rounded
+        when read: the batch estimator never reads them)."""
+        shape = self.in_range.shape
+        return np.asarray(np.sum([_whole(v, shape, self.in_range) for v in self.step_states], axis=0))
+
+    @functools.cached_property
+    def activation_bytes(self) -> IntArray:
+        """Largest activations (saved tensors plus the backward working set) at any moment of the passes."""
+        return _whole(self.act_total, self.in_range.shape, self.in_range)
 
 
 @dataclass(frozen=True)
@@ -82,11 +96,20 @@ class _Modes:
                    interleaved=layouts.schedule == PipelineSchedule.INTERLEAVED.code)
 
 
-def _inflight(model: ModelConfig, stage: IntArray, lay: LayoutArrays, modes: _Modes) -> FloatArray:
+def _inflight(stage: IntArray, lay: LayoutArrays, modes: _Modes, shape: StageShape) -> FloatArray:
     """Micro-batches of the stage's layers live at its peak (interleaved: chunk-micro-batches weighted by their
     chunk's share of the stage's layers)."""
-    pp, m, vpp = lay.pp, lay.num_microbatches, lay.vpp
+    pp, m = lay.pp, lay.num_microbatches
     one_f_one_b = np.minimum(pp - stage, m)
+    out = np.where(modes.gpipe, m, one_f_one_b)
+    if np.any(modes.interleaved):
+        out = np.where(modes.interleaved, _interleaved_inflight(stage, lay, shape), out)
+    return np.asarray(np.where(pp == 1, 1, out), dtype=np.float64)
+
+
+def _interleaved_inflight(stage: IntArray, lay: LayoutArrays, shape: StageShape) -> FloatArray:
+    """:func:`_inflight` of a row on the interleaved schedule."""
+    pp, m, vpp = lay.pp, lay.num_microbatches, lay.vpp
     # Megatron schedules.py, interleaved: warm-up (pp - rank - 1) * 2 + (vpp - 1) * g chunk-micro-batches (g: the
     # micro-batch group per virtual stage, pp by default), plus the one forward before the first backward;
     # capped by all m * vpp of them. They run g at a time per model chunk, chunk 0 first, so with chunks of
@@ -96,14 +119,10 @@ def _inflight(model: ModelConfig, stage: IntArray, lay: LayoutArrays, modes: _Mo
     cycles, rest = warm // np.maximum(g * vpp, 1), warm % np.maximum(g * vpp, 1)
     weighted = np.zeros(np.broadcast(stage, pp).shape, dtype=np.float64)
     layers = np.zeros_like(weighted)
-    for j in range(int(np.max(vpp, initial=1))):
-        _, size = lay.chunk_span(model.num_layers, stage + j * pp)
-        size = np.where(j < vpp, size, 0)
+    for j, size in enumerate(shape.chunk_sizes):
         weighted += (cycles * g + np.clip(rest - j * g, 0, g)) * size
         layers += size
-    inter = np.where(layers > 0, weighted / np.maximum(layers, 1), warm / vpp)
-    out = np.where(modes.interleaved, inter, np.where(modes.gpipe, m, one_f_one_b))
-    return np.asarray(np.where(pp == 1, 1, out), dtype=np.float64)
+    return np.asarray(np.where(layers > 0, weighted / np.maximum(layers, 1), warm / vpp))
 
 
 @dataclass(frozen=True)
@@ -121,10 +140,11 @@ class _Activations:
     top_attention: FloatArray
     """While it runs its attention's backward: ``work`` less the MLP's freed tensors, plus the probabilities'
     gradients."""
-    late: FloatArray
+    late: FloatArray | None
     """When the stage's first layer runs its MLP's backward: other micro-batches' tensors, this one's first layer
-    (as saved, or rebuilt) and the MLP's gradient temporaries."""
-    late_attention: FloatArray
+    (as saved, or rebuilt) and the MLP's gradient temporaries (None for Megatron: never above the other moments,
+    its grad buffer being there throughout)."""
+    late_attention: FloatArray | None
     """When it runs its attention's backward: as ``late`` with the MLP's tensors freed and the probabilities'
     gradients instead."""
     inflight: FloatArray
@@ -148,8 +168,8 @@ class _Layers:
     """The largest single layer."""
     grad: FloatArray
     """How many a gradient flows through (the others, frozen behind a frozen embedding, save nothing)."""
-    dequant: FloatArray
-    """QLoRA's dequantized weight while a layer runs (0 otherwise)."""
+    dequant: FloatArray | None
+    """QLoRA's dequantized weight while a layer runs (None without QLoRA: 0)."""
 
 
 def _layers(model: ModelConfig, training: TrainingConfig, shape: StageShape, layer: LayerActivations,
@@ -159,8 +179,10 @@ def _layers(model: ModelConfig, training: TrainingConfig, shape: StageShape, lay
     layers save them (less the KV cache under checkpointing)."""
     n = shape.num_layers.astype(np.float64)
     n_moe = shape.num_moe_layers.astype(np.float64)
-    kinds = [(n - n_moe, dense), (n_moe, moe)]
-    grad, dequant = n, 0.0 * n
+    # (a dense model has no MoE layer: their count is 0, so that kind adds 0 and is left out)
+    kinds = [(n - n_moe, dense), (n_moe, moe)] if model.moe is not None else [(n, dense)]
+    grad: FloatArray = n
+    dequant: FloatArray | None = None
     if training.lora is not None or training.freeze_embeddings or training.trainable_layers is not None:
         frozen = frozen_activations(model, training, **kw)
         n_train, n_train_moe = shape.num_trainable_layers.astype(np.float64), shape.num_trainable_moe_layers
@@ -171,12 +193,11 @@ def _layers(model: ModelConfig, training: TrainingConfig, shape: StageShape, lay
                  (n_flow - n_flow_moe, dense - frozen.frozen_dense),
                  (n_flow_moe.astype(np.float64), moe - frozen.frozen_moe)]
         grad = n - shape.num_nograd_layers
-        dequant = frozen.dequant + 0.0 * n
+        dequant = frozen.dequant + 0.0 * n if training.lora is not None and training.lora.quantized else None
     saved = sum((count * size for count, size in kinds), 0.0 * n)
-    biggest = np.max(np.stack(np.broadcast_arrays(*[np.where(count > 0, size, 0.0) for count, size in kinds])),
-                     axis=0)
-    return _Layers(saved=np.asarray(saved), biggest=biggest, grad=np.asarray(grad, dtype=np.float64),
-                   dequant=np.asarray(dequant))
+    biggest = functools.reduce(np.maximum, [np.where(count > 0, size, 0.0) for count, size in kinds])
+    return _Layers(saved=np.asarray(saved), biggest=np.asarray(biggest), grad=np.asarray(grad, dtype=np.float64),
+                   dequant=dequant)
 
 
 def _activations(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays, modes: _Modes, shape: StageShape,
@@ -187,14 +208,18 @@ def _activations(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
     layer = layer_activations(model, training, **kw, etp=lay.etp, ep=lay.ep)
     edge = edge_activations(model, training, **kw)
     n = shape.num_layers.astype(np.float64)
-    n_moe = shape.num_moe_layers.astype(np.float64)
-    inflight = _inflight(model, stage, lay, modes)
-    # Checkpointed layers run with use_cache=False (Transformers turns the cache off for gradient checkpointing).
-    no_cache = np.where(modes.full, layer.cache_delta, 0.0)
-    dense, moe = layer.dense - no_cache, layer.moe - no_cache
+    inflight = _inflight(stage, lay, modes, shape)
+    # (Megatron's layers have none of the eager-torch terms: KV cache, masks, kinds of layer, MLP gradient
+    # temporaries are 0 there and left out)
+    torch = training.framework is Framework.TORCH
+    dense, moe = layer.dense, layer.moe
+    if torch:
+        # Checkpointed layers run with use_cache=False (Transformers turns the cache off for gradient checkpointing).
+        no_cache = np.where(modes.full, layer.cache_delta, 0.0)
+        dense, moe = layer.dense - no_cache, layer.moe - no_cache
     layers = _layers(model, training, shape, layer, dense, moe, {**kw, "etp": lay.etp, "ep": lay.ep})
     full_layers, n_grad = layers.saved, layers.grad
-    biggest_layer = layer.kind_excess + layers.biggest
+    biggest_layer = layer.kind_excess + layers.biggest if torch else layers.biggest
     k = lay.recompute_num_layers.astype(np.float64)
     if training.recompute_method is RecomputeMethod.BLOCK:
         recomputed = np.where(k > 0, np.minimum(k * lay.vpp, n_grad), n_grad)
@@ -208,46 +233,64 @@ def _activations(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
     saved_layers = np.where(modes.full, full_saved,
                             np.where(modes.selective, full_layers - n_grad * layer.core_dense, full_layers))
     work = np.where(modes.full, full_work, np.where(modes.selective, layer.core_dense, 0.0))
-    work = np.where(n_grad > 0, np.maximum(work, 0.0), 0.0) + np.where(n_grad > 0, layers.dequant, 0.0)
-    # MoE dispatcher buffers exist while an MoE layer runs, forward or backward.
-    dispatch = np.where(n_moe > 0, layer.dispatch, 0.0)
-    work = np.maximum(work, dispatch)
+    work = np.where(n_grad > 0, np.maximum(work, 0.0), 0.0)
+    if layers.dequant is not None:
+        work = work + np.where(n_grad > 0, layers.dequant, 0.0)
+    # MoE dispatcher buffers exist while an MoE layer runs, forward or backward (a dense model has none; the
+    # working set is never negative, so a 0 would change nothing).
+    dispatch = np.where(shape.num_moe_layers > 0, layer.dispatch, 0.0) if model.moe is not None else None
+    if dispatch is not None:
+        work = np.maximum(work, dispatch)
     first = shape.is_first.astype(np.float64)
     last = shape.is_last.astype(np.float64)
     saved_layers, offloaded = _offload(training, saved_layers, n_grad)
     embeddings_train, head_trains = trains(model, training)
     head = edge.head if head_trains else edge.head - frozen_activations(model, training, **kw).head
     acts = inflight * (saved_layers + first * edge.embedding * float(embeddings_train) + last * head)
-    # torch: the attention masks the model builds once per forward live through it; checkpointed layers keep them
-    # as inputs until their recomputation (one set per micro-batch in flight).
-    acts = acts + np.where(modes.full, inflight, 0.0) * layer.masks
-    acts_fwd = acts + np.where(modes.full, 0.0, layer.masks) + dispatch + np.where(n > 0, layers.dequant, 0.0)
-    kv_layer = np.where(modes.full, 0.0, layer.kv_cache)
-    kv_extra = np.where(modes.full, 0.0, layer.kv_extra)
-    acts_fwd = acts_fwd + n * kv_extra  # the cache this forward fills, beyond what its layers save
+    acts_fwd = acts
+    if torch:
+        # the attention masks the model builds once per forward live through it; checkpointed layers keep them
+        # as inputs until their recomputation (one set per micro-batch in flight).
+        acts = acts + np.where(modes.full, inflight, 0.0) * layer.masks
+        acts_fwd = acts + np.where(modes.full, 0.0, layer.masks)
+    acts_fwd = plus(acts_fwd, dispatch)
+    if layers.dequant is not None:
+        acts_fwd = acts_fwd + np.where(n > 0, layers.dequant, 0.0)
+    kv_layer = kv_extra = 0.0 * n
+    if torch:
+        kv_layer = np.where(modes.full, 0.0, layer.kv_cache)
+        kv_extra = np.where(modes.full, 0.0, layer.kv_extra)
+        acts_fwd = acts_fwd + n * kv_extra  # the cache this forward fills, beyond what its layers save
     if training.precision.is_amp:
         copies = _autocast_copies(model, training, lay, modes, shape, held, n_grad)
         acts_fwd, acts, work = acts_fwd + copies.forward, acts + copies.backward, work + copies.work
 
-    one_mb = saved_layers + last * head
+    # While a layer runs its backward, its MLP's gradient temporaries exist beside its saved tensors, and then,
+    # its MLP's saved tensors freed, eager attention's probability gradients.
+    attn_temps = np.where(n_grad > 0, layer.score_grad - layer.freed_before_core if torch else layer.score_grad, 0.0)
+    top, late, late_attn = work, None, None  # Megatron: its grad buffer is always there, its late moments lower
+    if torch:
+        top, late, late_attn = _torch_late(layer, modes, n, n_grad, acts - (saved_layers + last * head),
+                                           saved_layers, work, attn_temps)
+    return _Activations(forward=acts_fwd, backward=acts, work=work, top=top, top_attention=work + attn_temps,
+                        late=late, late_attention=late_attn, inflight=inflight, kv_cache=n * kv_layer,
+                        kv_extra=n * kv_extra, kv_first=np.where(n > 0, kv_layer - kv_extra, 0.0),
+                        host=inflight * offloaded)
+
+
+def _torch_late(layer: LayerActivations, modes: _Modes, n: FloatArray, n_grad: FloatArray, others: FloatArray,
+                saved_layers: FloatArray, work: FloatArray, attn_temps: FloatArray
+                ) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """(top, late, late attention) working sets of eager torch: ``others`` is what the other micro-batches
+    keep while the stage's first layer runs its backward."""
     # The first layer while it runs its backward: rebuilt (its chunk's input and working set) or as saved (nothing
     # when no gradient reaches it).
     per_layer_saved = np.where(n_grad >= n, np.where(n > 0, saved_layers / np.maximum(n, 1), 0.0), 0.0)
     first_layer = np.where(modes.full, np.minimum(layer.layer_input, saved_layers), per_layer_saved) + work
-    # While a layer runs its backward, its MLP's gradient temporaries exist beside its saved tensors, and then,
-    # its MLP's saved tensors freed, eager attention's probability gradients.
     mlp_temps = np.where(n_grad > 0, layer.mlp_grad, 0.0)
-    attn_temps = np.where(n_grad > 0, layer.score_grad - layer.freed_before_core, 0.0)
-    late = acts - one_mb + first_layer + mlp_temps
-    late_attn = acts - one_mb + first_layer + attn_temps
-    top = work + mlp_temps
-    top_attn = work + attn_temps
-    kv_first = np.where(n > 0, kv_layer - kv_extra, 0.0)
-    return _Activations(forward=acts_fwd, backward=acts, work=work, top=top, top_attention=top_attn,
-                        late=np.maximum(late, 0.0),
-                        late_attention=np.maximum(late_attn, 0.0),
-                        inflight=inflight, kv_cache=n * kv_layer, kv_extra=n * kv_extra, kv_first=kv_first,
-                        host=inflight * offloaded)
+    late = others + first_layer + mlp_temps
+    late_attn = others + first_layer + attn_temps
+    return work + mlp_temps, np.maximum(late, 0.0), np.maximum(late_attn, 0.0)
 
 
 @dataclass(frozen=True)
@@ -327,46 +370,95 @@ class _Outputs:
     """At the optimizer step and the end of backward: the whole cache."""
 
 
-def _outputs(training: TrainingConfig, act: _Activations, returned: FloatArray) -> _Outputs:
-    keep = 1.0 if training.keep_outputs else 0.0
-    return _Outputs(logits=keep * returned, forward=keep * act.kv_cache, passes=keep * act.kv_extra,
-                    late=keep * (act.kv_cache - act.kv_first), step=keep * act.kv_cache)
+def _outputs(training: TrainingConfig, act: _Activations, returned: FloatArray) -> _Outputs | None:
+    """What the kept output holds; None in the framework loop (nothing: no term to add)."""
+    if not training.keep_outputs:
+        return None
+    return _Outputs(logits=returned, forward=act.kv_cache, passes=act.kv_extra, late=act.kv_cache - act.kv_first,
+                    step=act.kv_cache)
 
 
 def _whole(value: FloatArray, shape: tuple[int, ...], ok: BoolArray) -> IntArray:
     """Bytes rounded to whole bytes, as int64 of ``shape``; 0 where not ``ok`` (a total beyond ``MAX_BYTES``)."""
+    if np.all(ok):  # as to_int_bytes, without its mask
+        return np.broadcast_to(np.rint(np.asarray(value, dtype=np.float64)).astype(np.int64), shape)
     return np.broadcast_to(to_int_bytes(value, ok), shape)
+
+
+def _sums(terms: list[list[FloatArray]]) -> list[FloatArray]:
+    """Each phase's terms summed in their order (as ``sum``), the leading terms the phases share (the same arrays)
+    added once: the same additions in the same order, so the same floats."""
+    k = 0
+    while k < len(terms[0]) and all(len(v) > k and v[k] is terms[0][k] for v in terms):
+        k += 1
+    prefix = _add(0.0, terms[0][:k])
+    return [_add(prefix, v[k:]) for v in terms]
+
+
+def _add(start: FloatArray | float, terms: list[FloatArray]) -> FloatArray:
+    """``start`` plus ``terms`` from left to right (as ``sum`` adds)."""
+    total = start
+    for t in terms:
+        total = total + t
+    return np.asarray(total)
 
 
 def _peak(phases: list[dict[str, FloatArray]], shape: tuple[int, ...], ok: BoolArray
           ) -> tuple[IntArray, IntArray, dict[str, IntArray]]:
-    """The largest phase total of each row, its index and its categories, every category rounded to whole bytes
-    (so a breakdown sums to its peak); 0 in rows not ``ok`` (a total beyond ``MAX_BYTES``, never cast to int64).
-    Categories equal in every phase are rounded once."""
+    """The largest phase total of each row, its index (the first such phase) and its categories, every category
+    rounded to whole bytes (so a breakdown sums to its peak); 0 in rows not ``ok`` (a total beyond ``MAX_BYTES``,
+    never cast to int64). Each distinct array is rounded once, and every array that is 0 throughout is one
+    zero, left out of the sums (adding 0 changes no total but the sign of a zero, which no integer shows)."""
     memo: dict[int, FloatArray] = {}
     all_ok = bool(np.all(ok))
+    zero = np.zeros(shape)
 
     def rint(v: FloatArray) -> FloatArray:
         if id(v) not in memo:
-            memo[id(v)] = np.rint(v if all_ok else np.where(ok, v, 0.0))
+            memo[id(v)] = zero if not np.any(v) else np.rint(v if all_ok else np.where(ok, v, 0.0))
         return memo[id(v)]
 
     rounded = [{cat: rint(ph[cat]) for cat in MEMORY_CATEGORIES} for ph in phases]
-    totals = np.stack([np.broadcast_to(sum(ph.values()), shape) for ph in rounded])
-    phase = np.argmax(totals, axis=0)
+    totals = [np.broadcast_to(t, shape) for t in _sums([[v for v in ph.values() if v is not zero]
+                                                        for ph in rounded])]
+    # running maximum with a strict comparison: the first largest phase, as argmax (totals are finite where ok,
+    # 0 elsewhere)
+    peak, phase = totals[0], np.zeros(shape, dtype=np.int64)
+    for i, t in enumerate(totals[1:], start=1):
+        better = t > peak
+        phase = np.where(better, i, phase)
+        peak = np.maximum(peak, t)
+    at: dict[int, BoolArray] = {}
     breakdown = {}
     for cat in MEMORY_CATEGORIES:
         values = [ph[cat] for ph in rounded]
-        others = [i for i, v in enumerate(values) if v is not values[0]]
-        if not others:
-            chosen = values[0]
-        elif all(values[i] is values[others[0]] for i in others):  # two values: one where, not a choose
-            in_others = phase == others[0] if len(others) == 1 else np.isin(phase, others)
-            chosen = np.where(in_others, values[others[0]], values[0])
-        else:
-            chosen = np.choose(phase, [np.broadcast_to(v, shape) for v in values])
+        phases_of: dict[int, list[int]] = {}
+        for i, v in enumerate(values):
+            phases_of.setdefault(id(v), []).append(i)
+        # the array most phases hold, then each other one where the peak is in a phase that holds it
+        ids = sorted(phases_of, key=lambda key: -len(phases_of[key]))
+        chosen = np.broadcast_to(values[phases_of[ids[0]][0]], shape)
+        for key in ids[1:]:
+            where = functools.reduce(np.logical_or, [at.setdefault(i, phase == i) for i in phases_of[key]])
+            chosen = np.where(where, values[phases_of[key][0]], chosen)
         breakdown[cat] = np.broadcast_to(np.asarray(chosen).astype(np.int64), shape)
-    return np.max(totals, axis=0).astype(np.int64), phase, breakdown
+    return np.asarray(peak).astype(np.int64), phase, breakdown
+
+
+def _in_range(act_total: FloatArray, phases: list[dict[str, FloatArray]], shape: tuple[int, ...]) -> BoolArray:
+    """:func:`bytes_in_range` of ``act_total`` and of each phase's summed magnitudes. When even the sum of every
+    distinct array's largest magnitude (times the most times one phase holds an array) is below half of
+    ``MAX_BYTES`` (and ``act_total``'s too), every row is in range, whatever the order and rounding of the
+    phases' sums: then only reductions run, no array of sums."""
+    distinct = {id(v): np.asarray(v) for ph in phases for v in ph.values()}
+    repeats = max(max(Counter(map(id, ph.values())).values()) for ph in phases)
+    bound = repeats * sum(max(float(v.max()), -float(v.min())) for v in distinct.values())
+    act_bound = max(float(np.max(act_total)), -float(np.min(act_total)))
+    if bound <= MAX_BYTES / 2 and act_bound <= MAX_BYTES / 2:  # False for NaN
+        return np.ones(shape, dtype=bool)
+    magnitudes = {key: np.abs(v) for key, v in distinct.items()}  # each array once
+    return np.broadcast_to(bytes_in_range(act_total, *_sums([[magnitudes[id(v)] for v in ph.values()]
+                                                             for ph in phases])), shape)
 
 
 def _either(grads_a: FloatArray, acts_a: FloatArray, grads_b: FloatArray, acts_b: FloatArray
@@ -426,7 +518,6 @@ def stage_arrays(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
     """Memory of pipeline stage ``stage`` for each layout in ``lay`` (training gives the fixed recipe)."""
     modes = _Modes.of(lay)
     per_param = state_bytes(training)
-    megatron = training.framework is Framework.MEGATRON
     shape = stage_shape(model, lay, stage, training)
     held = stage_params(model, shape, lay.tp, training)
     sh = sharding(lay)
@@ -439,41 +530,45 @@ def stage_arrays(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
     out = _outputs(training, act, returned)
     acts = act.backward
     # Megatron: the grad buffer is always there, so the late moments are never above the others.
-    acts_late = 0.0 * acts if megatron else act.late
-    acts_late_attn = 0.0 * acts if megatron else act.late_attention
+    acts_late = 0.0 * acts if act.late is None else act.late
+    acts_late_attn = 0.0 * acts if act.late_attention is None else act.late_attention
 
     common = {"parameters": states.params, "master_weights": states.master, "optimizer_states": states.optimizer,
               "workspaces": np.full(np.shape(states.params), float(workspace_bytes(model, training)))}
     zero = 0.0 * acts
+    # the kept output's parts (None in the framework loop)
+    o_logits, o_forward, o_passes, o_late, o_step = (None,) * 5 if out is None else (
+        out.logits, out.forward, out.passes, out.late, out.step)
+    step_acts = zero if o_step is None else o_step
+    step_logits = zero if o_logits is None else o_logits
+    tied = grads.tied_buffer
     phases = [
-        {**common, "gradients": grads.passes, "activations": act.forward + out.forward,
-         "logits_loss": logits_fwd + out.logits, "optimizer_temporaries": zero, "comm_buffers": comm_passes},
-        {**common, "gradients": grads.passes, "activations": acts + out.passes, "logits_loss": logits_bwd + out.logits,
-         "optimizer_temporaries": zero, "comm_buffers": comm_passes},
-        {**common, "gradients": states.grads, "activations": out.step, "logits_loss": out.logits,
+        {**common, "gradients": grads.passes, "activations": plus(act.forward, o_forward),
+         "logits_loss": plus(logits_fwd, o_logits), "optimizer_temporaries": zero, "comm_buffers": comm_passes},
+        {**common, "gradients": grads.passes, "activations": plus(acts, o_passes),
+         "logits_loss": plus(logits_bwd, o_logits), "optimizer_temporaries": zero, "comm_buffers": comm_passes},
+        {**common, "gradients": states.grads, "activations": step_acts, "logits_loss": step_logits,
          "optimizer_temporaries": states.temporaries, "comm_buffers": comm_step},
-        {**common, **_either(grads.late, acts_late + out.late, grads.late_attention, acts_late_attn + out.late),
-         "logits_loss": logits_others + out.logits, "optimizer_temporaries": zero, "comm_buffers": comm_passes},
-        {**common, **_either(grads.top + grads.tied_buffer, acts + act.top + out.passes,
-                             grads.top_attention + grads.tied_buffer, acts + act.top_attention + out.passes),
-         "logits_loss": logits_others + out.logits, "optimizer_temporaries": zero, "comm_buffers": comm_passes},
-        {**common, "gradients": states.grads + grads.tied_buffer, "activations": out.step, "logits_loss": out.logits,
+        {**common, **_either(grads.late, plus(acts_late, o_late), grads.late_attention, plus(acts_late_attn, o_late)),
+         "logits_loss": plus(logits_others, o_logits), "optimizer_temporaries": zero, "comm_buffers": comm_passes},
+        {**common, **_either(plus(grads.top, tied), plus(acts + act.top, o_passes),
+                             plus(grads.top_attention, tied), plus(acts + act.top_attention, o_passes)),
+         "logits_loss": plus(logits_others, o_logits), "optimizer_temporaries": zero, "comm_buffers": comm_passes},
+        {**common, "gradients": plus(states.grads, tied), "activations": step_acts, "logits_loss": step_logits,
          "optimizer_temporaries": zero, "comm_buffers": comm_passes},
     ]
     shape_all = np.broadcast(stage, lay.tp, lay.pp, lay.dp, lay.seq_len, lay.micro_batch_size).shape
     act_total = np.maximum(act.forward, acts + act.work)
-    in_range = np.broadcast_to(bytes_in_range(act_total, *(sum(np.abs(v) for v in ph.values()) for ph in phases)),
-                               shape_all)
+    in_range = _in_range(act_total, phases, shape_all)
     peak, phase, breakdown = _peak(phases, shape_all, in_range)
     communicators = sum((np.asarray(x) > 1).astype(np.int64) for x in (lay.dp * lay.cp, lay.tp, lay.pp, lay.cp, lay.ep))
     step = phases[2]
-    states_total = np.sum([_whole(step[cat], shape_all, in_range) for cat in ("parameters", "gradients",
-                                                                              "master_weights", "optimizer_states")],
-                          axis=0)
-    act_peak = _whole(act_total, shape_all, in_range)
-    host = _whole(states.host + act.host, shape_all, bytes_in_range(states.host + act.host))
+    host_total = states.host + act.host
+    host = _whole(host_total, shape_all, bytes_in_range(host_total))
     return StageArrays(breakdown=breakdown, peak_bytes=peak, phase=phase,
-                       model_state_bytes=states_total, activation_bytes=act_peak, host_bytes=host,
+                       step_states=tuple(step[cat] for cat in ("parameters", "gradients", "master_weights",
+                                                               "optimizer_states")),
+                       act_total=act_total, host_bytes=host,
                        num_layers=np.broadcast_to(shape.num_layers, shape_all),
                        num_params=np.broadcast_to(states.num_params, shape_all),
                        inflight=np.broadcast_to(act.inflight, shape_all),

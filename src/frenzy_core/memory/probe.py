@@ -221,7 +221,7 @@ def measure_training_step(
     if not callable(module_factory):
         from frenzy_core.memory.hf_models import hf_module_factory
 
-        module_factory, config_backbone = hf_module_factory(module_factory)
+        module_factory, config_backbone = hf_module_factory(module_factory, microbatches=microbatches, steps=steps)
         backbone = backbone or config_backbone
     autocast = (lambda: torch.autocast("cpu", dtype=autocast_dtype)) if autocast_dtype else contextlib.nullcontext
     plan = _Plan(
@@ -265,7 +265,7 @@ def probe_memory(
     _check_counts(steps, num_microbatches(training, ParallelConfig()), 1)
     if loop is None:
         loop = TrainingLoop.from_keep_outputs(bool(getattr(training, "keep_outputs", False)))
-    setup = hf_training_setup(model, training, use_cache=use_cache)
+    setup = hf_training_setup(model, training, use_cache=use_cache, steps=steps)
     _, loop_name = resolve_loop(loop)
     with setup.runtime():
         result = measure_training_step(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from frenzy_core.config.finetune import nf4_bytes_per_param
@@ -47,6 +48,7 @@ def _num_states(optimizer: Optimizer) -> int:
             Optimizer.ADAM_8BIT: 2}[optimizer]
 
 
+@functools.lru_cache(maxsize=64)
 def state_bytes(training: TrainingConfig) -> StateBytes:
     """Bytes per parameter of weights, gradients, master weights, optimizer states and step temporaries."""
     p = training.precision

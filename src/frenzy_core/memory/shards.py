@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,6 +49,7 @@ def _mlp_split(model: ModelConfig, ffn: int) -> tuple[int, int]:
     return total - replicated, replicated
 
 
+@functools.lru_cache(maxsize=64)
 def layer_constants(model: ModelConfig) -> LayerConstants:
     """Per-layer constants of ``model``, from :func:`frenzy_core.config.params.layer_parameters`."""
     h, q, kv = model.hidden_size, model.q_size, model.kv_size
@@ -86,6 +88,8 @@ class StageShape:
     num_nograd_layers: IntArray
     """Of ``num_layers``, those no gradient flows through (frozen, after a frozen embedding)."""
     num_nograd_moe_layers: IntArray
+    chunk_sizes: tuple[IntArray, ...]
+    """Layers of each of the stage's virtual chunks (stage + j pp for j below the largest vpp; 0 beyond a row's)."""
 
 
 def _count_moe(model: ModelConfig, lo: IntArray, hi: IntArray) -> IntArray:
@@ -109,20 +113,28 @@ def stage_shape(model: ModelConfig, layouts: LayoutArrays, stage: IntArray,
     nograd = nograd_layers(model, training) if training is not None else 0
     counts = {k: np.zeros(shape, dtype=np.int64) for k in ("all", "moe", "train", "train_moe", "nograd",
                                                             "nograd_moe")}
+    # (with every layer trained the trained counts are the counts; with none gradient-free those are 0)
+    keys = ["all"] + (["train"] if lo_train > 0 else []) + (["nograd"] if nograd > 0 else [])
+    sizes = []
     for j in range(int(np.max(vpp, initial=1))):
         start, size = layouts.chunk_span(model.num_layers, stage + j * pp)
         active = j < vpp
+        sizes.append(np.where(active, size, 0))
         end = start + size
         for key, lo, hi in (("all", start, end), ("train", np.maximum(start, lo_train), end),
                             ("nograd", start, np.minimum(end, nograd))):
+            if key not in keys:
+                continue
             counts[key] += np.where(active, np.maximum(hi - lo, 0), 0)
             if model.moe is not None:
                 moe_key = "moe" if key == "all" else f"{key}_moe"
                 counts[moe_key] += np.where(active & (hi > lo), _count_moe(model, lo, hi), 0)
+    if lo_train == 0:
+        counts["train"], counts["train_moe"] = counts["all"], counts["moe"]
     return StageShape(num_layers=counts["all"], num_moe_layers=counts["moe"], is_first=np.asarray(stage == 0),
                       is_last=np.asarray(stage == pp - 1), num_trainable_layers=counts["train"],
                       num_trainable_moe_layers=counts["train_moe"], num_nograd_layers=counts["nograd"],
-                      num_nograd_moe_layers=counts["nograd_moe"])
+                      num_nograd_moe_layers=counts["nograd_moe"], chunk_sizes=tuple(sizes))
 
 
 @dataclass(frozen=True)
@@ -209,8 +221,11 @@ def stage_params(model: ModelConfig, shape: StageShape, tp: npt.ArrayLike,
         t_repl = ntd * ad_dense.replicated + ntm * ad_moe.replicated
         t_experts = zero
         split, repl = split + t_split, repl + t_repl
+    elif training is None or (not training.freeze_embeddings and first_trainable_layer(model, training) == 0):
+        # everything trains: the counts themselves (integers below 2^53, so summed in any order they are equal)
+        t_split, t_repl, t_experts = split, repl, experts
     else:
-        frozen_emb = training is not None and training.freeze_embeddings
+        frozen_emb = training.freeze_embeddings
         t_split = ntd * c.mlp_split + ntm * c.moe_shared_split + nt * c.attn_split + head_s
         t_repl = ntd * c.mlp_replicated + ntm * (c.moe_shared_replicated + c.moe_router) + nt * c.attn_replicated \
             + head_r

@@ -21,7 +21,7 @@ from frenzy_core.memory.recipe import StateBytes
 from frenzy_core.memory.shards import StageParams, StageShape, layer_constants
 
 __all__ = ["Gradients", "LayerParams", "Sharding", "States", "comm_buffers", "gradients", "layer_params",
-           "model_states", "sharding"]
+           "model_states", "plus", "sharding"]
 
 FloatArray = npt.NDArray[np.float64]
 FP32 = 4
@@ -72,13 +72,22 @@ class States:
     trainable_dense: FloatArray
 
 
-def _local(held: StageParams, sh: Sharding) -> dict[str, tuple[FloatArray, FloatArray]]:
-    """(dense, experts) parameters one rank holds before ZeRO: all, trainable, and layer matmul weights."""
+def _local(held: StageParams, sh: Sharding) -> dict[str, tuple[FloatArray, FloatArray | None]]:
+    """(dense, experts) parameters one rank holds before ZeRO: all, trainable, and layer matmul weights (experts
+    None where no stage holds any: adding their 0 would change no value)."""
+    if not (np.any(held.experts) or np.any(held.trainable_experts) or np.any(held.matmul_experts)):
+        return {"all": (held.split / sh.tp + held.replicated, None),
+                "train": (held.trainable_split / sh.tp + held.trainable_replicated, None),
+                "matmul": (held.matmul_split / sh.tp, None)}
     return {
         "all": (held.split / sh.tp + held.replicated, held.experts / sh.expert_split),
         "train": (held.trainable_split / sh.tp + held.trainable_replicated, held.trainable_experts / sh.expert_split),
         "matmul": (held.matmul_split / sh.tp, held.matmul_experts / sh.expert_split),
     }
+
+
+def _sum(dense: FloatArray, experts: FloatArray | None) -> FloatArray:
+    return dense if experts is None else dense + experts
 
 
 def model_states(per_param: StateBytes, training: TrainingConfig, held: StageParams, sh: Sharding) -> States:
@@ -88,8 +97,8 @@ def model_states(per_param: StateBytes, training: TrainingConfig, held: StagePar
 
     def shard(from_stage: int, part: str) -> FloatArray:
         dense, experts = local[part]
-        return np.asarray(np.where(sh.zero >= from_stage, dense / sh.group + experts / sh.expert_group,
-                                   dense + experts))
+        sharded = dense / sh.group if experts is None else dense / sh.group + experts / sh.expert_group
+        return np.asarray(np.where(sh.zero >= from_stage, sharded, _sum(dense, experts)))
 
     weights = per_param.param * (shard(3, "all") - shard(3, "matmul")) + per_param.matmul_weight * shard(3, "matmul")
     hpz = training.zero_hpz_partition_size
@@ -97,10 +106,10 @@ def model_states(per_param: StateBytes, training: TrainingConfig, held: StagePar
         # ZeRO++ hpZ: a secondary copy of the half weights sharded within the node, kept through the step
         # (Wang et al. 2023, section 4.1: M / node_size per GPU).
         dense, experts = local["all"]
-        weights = weights + np.where(sh.zero >= 3, per_param.param * (dense + experts) / np.minimum(hpz, sh.group),
+        weights = weights + np.where(sh.zero >= 3, per_param.param * _sum(dense, experts) / np.minimum(hpz, sh.group),
                                      0.0)
     trainable = shard(1, "train")
-    has_trainable = (local["train"][0] + local["train"][1]) > 0
+    has_trainable = _sum(*local["train"]) > 0
     temporaries = per_param.step_temp_local * trainable + per_param.step_temp_largest * np.where(
         has_trainable, held.largest_tensor, 0.0)
     grads = per_param.grad * shard(2, "train")
@@ -123,10 +132,9 @@ def model_states(per_param: StateBytes, training: TrainingConfig, held: StagePar
         host = host + (weights + grads if training.offload_params is OffloadDevice.CPU
                        else 0.0 * weights + staging.nvme_param_buffer_bytes)
         weights, grads = 0.0 * weights, 0.0 * grads
-    dense_all, experts_all = local["all"]
     return States(params=weights, grads=grads, master=master, optimizer=optimizer, temporaries=temporaries,
-                  host=np.asarray(host), num_params=dense_all + experts_all, dense=dense_all,
-                  trainable=local["train"][0] + local["train"][1], trainable_dense=local["train"][0])
+                  host=np.asarray(host), num_params=_sum(*local["all"]), dense=local["all"][0],
+                  trainable=_sum(*local["train"]), trainable_dense=local["train"][0])
 
 
 @dataclass(frozen=True)
@@ -220,8 +228,13 @@ class Gradients:
     """While the stage's first layer runs its MLP's backward."""
     late_attention: FloatArray
     """While the stage's first layer runs its attention's backward."""
-    tied_buffer: FloatArray
-    """torch's autograd input buffer of a tied head and embedding on one stage."""
+    tied_buffer: FloatArray | None
+    """torch's autograd input buffer of a tied head and embedding on one stage (None: none, untied or Megatron)."""
+
+
+def plus(a: FloatArray, b: FloatArray | None) -> FloatArray:
+    """``a + b``, or ``a`` where ``b`` is None: a term that is 0 throughout (adding it would change no value)."""
+    return a if b is None else np.asarray(a + b)
 
 
 def gradients(model: ModelConfig, training: TrainingConfig, per_param: StateBytes, lay: LayoutArrays,
@@ -247,8 +260,8 @@ def gradients(model: ModelConfig, training: TrainingConfig, per_param: StateByte
     # embedding's arrives at the very end of backward: one V x h gradient while the layers run their backward, in
     # the buffer, and two at the end (the buffered one and the embedding's).
     tied = not megatron and model.tied_embeddings and head_trains
-    tied_buffer = first * head_grad * (1.0 if tied else 0.0)
-    head_written = head_grad - tied_buffer
+    tied_buffer = first * head_grad if tied else None
+    head_written = head_grad if tied_buffer is None else head_grad - tied_buffer
     top = np.maximum(passes, head_written)
     # Late backward: the stage's first layer is being recomputed; its own gradients and the embeddings' are not
     # written yet.
@@ -266,13 +279,13 @@ def gradients(model: ModelConfig, training: TrainingConfig, per_param: StateByte
         n_moe == shape.num_layers, moe_layer, np.where(n_moe > 0, np.minimum(dense_layer, moe_layer), dense_layer)))
     not_yet = k_late * first_layer + first * emb_grad
     sharded = sh.zero >= 2
-    late = np.maximum(top, grads - per_param.grad * np.where(sharded, not_yet / sh.group, not_yet)) + tied_buffer
+    late = plus(np.maximum(top, grads - per_param.grad * np.where(sharded, not_yet / sh.group, not_yet)), tied_buffer)
     # By the time the first layer's attention runs its backward, its MLP's gradients are written too.
     first_trains = shape.num_trainable_layers >= n
     not_yet_attn = np.minimum(not_yet, np.where(first_trains, layer.trainable_attention + (k_late - 1) * dense_layer,
                                                 0.0) + first * emb_grad)
-    late_attn = np.maximum(top, grads - per_param.grad * np.where(sharded, not_yet_attn / sh.group, not_yet_attn)
-                           ) + tied_buffer
+    late_attn = plus(np.maximum(top, grads - per_param.grad * np.where(sharded, not_yet_attn / sh.group,
+                                                                       not_yet_attn)), tied_buffer)
     # the top layer trains whenever any of the stage's layers does (the trainable ones are the last)
     mlp_layer = np.where(shape.num_trainable_layers > 0, np.where(
         n_moe == shape.num_layers, moe_layer, dense_layer) - layer.trainable_attention, 0.0)

@@ -215,7 +215,7 @@ def _masks(model: ModelConfig, training: TrainingConfig, s: FloatArray, b: Float
     """
     if not model.causal:
         return np.zeros_like(s)
-    n_local = sum(model.is_sliding_window_layer(i) for i in range(model.num_layers))
+    n_local = _local_layers(model)
     kinds_local, kinds_global = n_local > 0, n_local < model.num_layers
     if training.attention is Attention.EAGER:
         return np.asarray((kinds_local + kinds_global) * training.precision.param_bytes * s)
@@ -224,6 +224,12 @@ def _masks(model: ModelConfig, training: TrainingConfig, s: FloatArray, b: Float
     per_token = MASK_BYTES * s / b
     local = np.where(s >= window, per_token, 0.0) if kinds_local else 0.0 * s
     return np.asarray(local + (per_token if (kinds_global and falcon) else 0.0))
+
+
+@functools.lru_cache(maxsize=64)
+def _local_layers(model: ModelConfig) -> int:
+    """Layers that attend within the sliding window only."""
+    return sum(model.is_sliding_window_layer(i) for i in range(model.num_layers))
 
 
 @functools.lru_cache(maxsize=64)
@@ -253,12 +259,14 @@ def torch_layer(model: ModelConfig, training: TrainingConfig, tp: FloatArray, s:
     if model.moe is not None:
         moe_mlp = _moe_mlp(model, training, _norms(model, training, _moe_consumers(model))[1] + drop, tp)
     variants = _attention_variants(model, training)
-    n_local = sum(model.is_sliding_window_layer(i) for i in range(model.num_layers))
+    n_local = _local_layers(model)
     local_share = n_local / model.num_layers
     masked = (s >= float(model.sliding_window or 0)) & (training.attention is not Attention.EAGER)
     cache_on = model.returns_kv_cache and model.causal
 
+    @functools.cache
     def block(local: bool, cache: bool) -> tuple[FloatArray, FloatArray, AttentionTerms]:
+        """(whole block, core, terms) of a local or global layer, with or without a cache (each computed once)."""
         if local:
             on, off = variants[(True, cache)], variants[(False, cache)]
             b_on, c_on = _attention_bytes(on, tp, s)

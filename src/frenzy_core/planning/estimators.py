@@ -66,7 +66,9 @@ class AnalyticEstimator:
             last = self._last = (model, training, layouts, estimate_memory_batch(model, layouts, training))
         return last[3]
 
-    def _params(self, gpu: GPUSpec) -> TimeModelParams | None:
+    def params(self, gpu: GPUSpec) -> TimeModelParams | None:
+        """The time model's parameters for ``gpu``: the calibrated ones where the file names it, else None
+        (the type's defaults)."""
         fitted = self._fitted.get(gpu.id)
         return default_time_model_params(gpu).replace(**fitted) if fitted else None
 
@@ -80,7 +82,7 @@ class AnalyticEstimator:
 
     def iteration_s(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutArrays, gpu: GPUSpec,
                     links: Links | None) -> np.ndarray:
-        result = estimate_iteration_time_batch(model, training, gpu, layouts, cluster=links, params=self._params(gpu))
+        result = estimate_iteration_time_batch(model, training, gpu, layouts, cluster=links, params=self.params(gpu))
         return np.asarray(result.iteration_s, dtype=np.float64)
 
     def memory(self, model: ModelConfig, training: TrainingConfig, parallel: ParallelConfig) -> MemoryEstimate:
@@ -88,4 +90,4 @@ class AnalyticEstimator:
 
     def time(self, model: ModelConfig, training: TrainingConfig, parallel: ParallelConfig, gpu: GPUSpec,
              links: Links | None) -> TimeEstimate:
-        return estimate_iteration_time(model, training, parallel, gpu, cluster=links, params=self._params(gpu))
+        return estimate_iteration_time(model, training, parallel, gpu, cluster=links, params=self.params(gpu))

@@ -60,6 +60,8 @@ def batch_line(plan: Plan) -> str:
 def group_lines(plan: Plan) -> list[str]:
     """Each GPU group of a mixed plan: its share of the batch, its time and memory on its own type, and why the
     split is what it is (groups finish together; the slowest sets the step)."""
+    if plan.stages[0].pipeline_stage is not None:
+        return _pipeline_lines(plan)
     mbs = plan.training.micro_batch_size
     slowest = max(plan.stages, key=lambda s: s.iteration_s)
     lines = [f"Groups (the global batch split in whole micro-batches of {mbs} so that the groups finish together; "
@@ -91,6 +93,21 @@ def host_line(plan: Plan) -> str | None:
         line += (f"; the host memory of {', '.join(unknown[:3])}{' ...' if len(unknown) > 3 else ''} is unknown, "
                  "so not checked (give host_memory_bytes in the cluster file)")
     return line + "."
+
+
+def _pipeline_lines(plan: Plan) -> list[str]:
+    """Each pipeline stage of a form (a) plan: its type, GPUs, layers, micro-batch time and memory on its type."""
+    slowest = max(plan.stages, key=lambda s: s.microbatch_s or 0.0)
+    lines = [f"Pipeline stages (1F1B, {plan.time.num_microbatches} micro-batches: the step is the sum of the "
+             f"stages' micro-batch times plus {plan.time.num_microbatches - 1} x the slowest, stage "
+             f"{slowest.pipeline_stage} on {slowest.gpu_type}):"]
+    for s in plan.stages:
+        lines.append(
+            f"  stage {s.pipeline_stage}: {s.gpu_type}, {s.num_gpus} GPUs, dp={s.dp} tp={s.tp}, layers "
+            f"{s.first_layer}-{s.first_layer + s.num_layers - 1} ({s.num_layers}), "
+            f"{(s.microbatch_s or 0.0) * 1e3:.1f} ms per micro-batch, {s.device_bytes / GIB:.1f} of "
+            f"{s.usable_bytes / GIB:.1f} GiB")
+    return lines
 
 
 def explain_plan(plan: Plan) -> str:

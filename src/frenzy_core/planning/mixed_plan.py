@@ -11,7 +11,7 @@ from frenzy_core.hardware.gpu import Links
 from frenzy_core.memory import MemoryEstimate
 from frenzy_core.planning.candidates import CandidateTable
 from frenzy_core.planning.diagnosis import type_rejections
-from frenzy_core.planning.mixed import PRICE_STEPS_PER_USD_HOUR, TIME_STEPS_PER_S, MixedChoice, score
+from frenzy_core.planning.mixed_solve import PRICE_STEPS_PER_USD_HOUR, TIME_STEPS_PER_S, MixedChoice, score
 from frenzy_core.planning.placement import Solution, placement_options
 from frenzy_core.planning.plan import Alternative, Plan, StagePlan
 from frenzy_core.planning.request import Objective
@@ -20,7 +20,7 @@ from frenzy_core.planning.search import Search
 from frenzy_core.timing import TimeEstimate
 from frenzy_core.timing.estimator import peak_dtype
 
-__all__ = ["build_mixed_plan", "single_type_score"]
+__all__ = ["build_mixed_plan", "group_placement", "objective_value", "single_type_score"]
 
 
 def single_type_score(search: Search, table: CandidateTable, solution: Solution) -> tuple[int, ...]:
@@ -35,7 +35,7 @@ def single_type_score(search: Search, table: CandidateTable, solution: Solution)
     return score(search.objective, step_us, int(table.world[row]), price)
 
 
-def _group_placement(search: Search, gpu_type: str, tp: int, groups: int, taken: set[str]) -> dict[str, list[int]]:
+def group_placement(search: Search, gpu_type: str, tp: int, groups: int, taken: set[str]) -> dict[str, list[int]]:
     """``groups`` tensor-parallel groups on the free GPUs of ``gpu_type``: roomiest nodes first (fewest nodes)."""
     nodes = sorted((n for n in search.pool.nodes if n.gpu_type == gpu_type and n.name not in taken),
                    key=lambda n: -(n.free // tp))
@@ -61,7 +61,7 @@ def _job_time(slowest: TimeEstimate, gbs: int, seq_len: int, flops_per_sample: f
         / 1e12)
 
 
-def _objective_value(search: Search, tokens_per_s: float, num_gpus: int, price: float | None) -> float:
+def objective_value(search: Search, tokens_per_s: float, num_gpus: int, price: float | None) -> float:
     budget = search.constraints.token_budget
     if search.objective is Objective.THROUGHPUT:
         return tokens_per_s
@@ -97,7 +97,7 @@ def build_mixed_plan(search: Search, layouts: LayoutArrays, choice: MixedChoice,
         tm = search.estimator.time(search.model, recipe, parallel, spec, links)
         usable = int(spec.memory_bytes * (1.0 - search.constraints.headroom))
         assert memory.device_bytes <= usable, f"the {g} group does not fit its own type"
-        placement = _group_placement(search, g, parallel.tp, r * parallel.pp * parallel.cp, taken)
+        placement = group_placement(search, g, parallel.tp, r * parallel.pp * parallel.cp, taken)
         taken |= set(placement)
         n = r * t.gpus_per_replica
         stages.append(StagePlan(gpu_type=g, num_gpus=n, tp=parallel.tp, pp=parallel.pp, cp=parallel.cp, dp=r,
@@ -139,6 +139,6 @@ def build_mixed_plan(search: Search, layouts: LayoutArrays, choice: MixedChoice,
         launcher=None if search.scope is None else search.scope.name,
         notes=notes, usable_bytes=usable, price_per_hour_usd=pph, objective=search.objective,
         token_budget=search.constraints.token_budget,
-        objective_value=_objective_value(search, job_time.tokens_per_s, num_gpus, pph), stranded_gpus=stranded,
+        objective_value=objective_value(search, job_time.tokens_per_s, num_gpus, pph), stranded_gpus=stranded,
         optimal=choice.optimal, solver=solver, solve_time_s=solve_time_s,
         alternatives=alternatives, rejected=rejected, stages=tuple(stages), gpu_types=t.types)

@@ -70,7 +70,9 @@ class Alternative(FrozenModel):
 class StagePlan(FrozenModel):
     """One group of a plan's GPUs, all of one type: ``dp`` replicas of ``num_layers`` consecutive layers, each
     replica split into ``pp`` even pipeline stages of ``tp`` x ``cp`` GPUs. A single-type plan is one group; a
-    plan of data-parallel replica groups of different types (issue 12, form b) has one group per type."""
+    plan of data-parallel replica groups of different types (issue 12, form b) has one group per type; a plan
+    whose pipeline stages run on different types (form a) has one group per pipeline stage
+    (``pipeline_stage``), each with its own type, tp and layer count."""
 
     gpu_type: str = Field(description="GPU type id of every GPU in the group.")
     num_gpus: int = Field(gt=0, description="dp x pp x tp x cp.")
@@ -88,6 +90,11 @@ class StagePlan(FrozenModel):
     usable_bytes: int = Field(ge=0, description="Memory a GPU of this type may use (headroom taken off).")
     iteration_s: float = Field(gt=0, description="Seconds the group takes per step, gradient sync included.")
     links: Links | None = Field(default=None, description="Node size and links the group was timed with.")
+    pipeline_stage: int | None = Field(default=None, ge=0, description=(
+        "Form (a): the pipeline stage this group is (plan.parallel.stage_layers gives its layers); None: the "
+        "group runs whole replicas."))
+    microbatch_s: float | None = Field(default=None, gt=0, description=(
+        "Form (a): seconds of one micro-batch forward and backward on this stage, exposed traffic included."))
 
 
 class Plan(FrozenModel):
@@ -123,7 +130,8 @@ class Plan(FrozenModel):
     objective_value: float = Field(description="In the objective's unit (objective_unit).")
     stranded_gpus: int = Field(ge=0, description="Free GPUs left on the nodes the plan touches (fragmentation).")
     optimal: bool = Field(description="Whether the solver proved the plan optimal for the objective.")
-    solver: str = Field(description="cp-sat, exhaustive, or greedy (CP-SAT found nothing in its time limit).")
+    solver: str = Field(description="cp-sat, exhaustive, or greedy (CP-SAT found nothing in its time limit); "
+                        "branch-and-bound for pipeline stages on different types.")
     solve_time_s: float = Field(ge=0, description="Seconds the solver took (estimation not included).")
     alternatives: list[Alternative] = Field(default_factory=list, description="Runners-up, best first.")
     rejected: list[Rejection] = Field(default_factory=list, description="Every other GPU type, and why it lost.")
@@ -160,14 +168,22 @@ class Plan(FrozenModel):
         return self
 
     def stage_training(self, stage: StagePlan) -> TrainingConfig:
-        """The recipe that reproduces ``stage``'s estimates with ``self.parallel`` (its own micro-batch count
-        per rank: ``estimate_memory(plan.model, plan.stage_training(s), plan.parallel)`` gives
-        ``s.device_bytes``, and the time model on ``s.links`` gives ``s.iteration_s``). For a single-type plan
-        it is ``self.training``."""
+        """The recipe that reproduces ``stage``'s estimates with ``self.stage_parallel(stage)`` (form b: its own
+        micro-batch count per rank: ``estimate_memory(plan.model, plan.stage_training(s), plan.parallel)``
+        gives ``s.device_bytes``, and the time model on ``s.links`` gives ``s.iteration_s``; form a: sequence
+        parallelism only where the stage has tp > 1, and ``estimate_memory(...).stages[s.pipeline_stage]``
+        gives ``s.device_bytes``). For a single-type plan it is ``self.training``."""
         if not self.mixed:
             return self.training
+        if stage.pipeline_stage is not None:
+            return self.training.replace(sequence_parallel=self.training.sequence_parallel and stage.tp > 1)
         return self.training.replace(
             global_batch_size=stage.micro_batches * self.training.micro_batch_size * self.parallel.dp)
+
+    def stage_parallel(self, stage: StagePlan) -> ParallelConfig:
+        """The layout that reproduces ``stage``'s memory: ``self.parallel`` with the stage's own tp (form a);
+        ``self.parallel`` otherwise."""
+        return self.parallel if stage.pipeline_stage is None else self.parallel.replace(tp=stage.tp)
 
     @property
     def mixed(self) -> bool:

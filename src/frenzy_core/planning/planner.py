@@ -19,6 +19,7 @@ from frenzy_core.planning.infeasible import infeasible_error, mixing_reason
 from frenzy_core.planning.launchers import LaunchScope
 from frenzy_core.planning.mixed import mixed_search
 from frenzy_core.planning.mixed_plan import build_mixed_plan, single_type_score
+from frenzy_core.planning.mixed_solve import MixedChoice, score
 from frenzy_core.planning.nodes import Locality
 from frenzy_core.planning.placement import Solution, placement_options, solve_cp_sat, solve_exhaustive
 from frenzy_core.planning.plan import Plan
@@ -26,6 +27,8 @@ from frenzy_core.planning.request import Objective, PlanConstraints
 from frenzy_core.planning.runners_up import runners_up
 from frenzy_core.planning.search import ClusterLike, Search, make_search
 from frenzy_core.planning.shapes import shape_links
+from frenzy_core.planning.stages import stage_search
+from frenzy_core.planning.stages_plan import build_stage_plan
 
 __all__ = ["SOLVERS", "build_plan", "plan_job", "solve"]
 
@@ -98,6 +101,20 @@ def build_plan(search: Search, table: CandidateTable, solution: Solution, top_k:
     )
 
 
+def _stage_plan(search: Search, table: CandidateTable, solution: Solution | None, replicas: MixedChoice | None,
+                incumbent: tuple[int, ...] | None, until: float, top_k: int, notes: list[str], start: float
+                ) -> Plan | None:
+    """The form (a) plan where one beats the best single-type plan and the best replica mix (else None)."""
+    if replicas is not None:
+        mixed_key = score(search.objective, replicas.step_us, replicas.num_gpus, replicas.price_units)
+        incumbent = mixed_key if incumbent is None else min(incumbent, mixed_key)
+    recipes, staged, stage_notes = stage_search(search, until, incumbent)
+    notes.extend(stage_notes)
+    if staged is None:
+        return None
+    return build_stage_plan(search, recipes, staged, table, solution, top_k, notes, time.perf_counter() - start)
+
+
 def _check_options(solver: object, time_limit_s: object, top_k: object) -> None:
     if not isinstance(solver, str) or solver not in SOLVERS:
         raise ConfigError(f"unknown solver {short_repr(solver)}", field="solver", value=solver,
@@ -115,7 +132,7 @@ def plan_job(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig 
              constraints: PlanConstraints | Mapping[str, Any] | None = None, time_limit_s: float = 10,
              top_k: int = 5, solver: str = "cp-sat", estimator: LayoutEstimator | None = None,
              launcher: str | LaunchScope | None = None, time_model: str | Path | None = None,
-             mixed_types: bool = True) -> Plan:
+             mixed_types: bool = True, mixed_stages: bool = False) -> Plan:
     """The best plan for training ``model`` on the free GPUs of ``cluster``.
 
     Fixed: what ``training`` sets (sequence length, global batch, precision, optimizer, framework, ...); without
@@ -129,7 +146,10 @@ def plan_job(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig 
     when nothing fits. ``estimator`` replaces the analytic memory and time models; ``time_model`` (a file from
     ``frenzy calibrate``) gives the analytic time model calibrated parameters. ``mixed_types`` also searches
     data-parallel replica groups of different GPU types (:mod:`frenzy_core.planning.mixed`), taken only when
-    their objective beats the best single-type plan's (no launcher, placement ``any``).
+    their objective beats the best single-type plan's (no launcher, placement ``any``). ``mixed_stages`` (with
+    ``mixed_types``) also searches pipelines whose stages run on different GPU types with uneven layer counts
+    (:mod:`frenzy_core.planning.stages`), taken only where it beats both; off by default until its search
+    meets the planner's latency targets.
     """
     _check_options(solver, time_limit_s, top_k)
     if time_model is not None:
@@ -146,7 +166,13 @@ def plan_job(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig 
         incumbent = None if solution is None else single_type_score(search, table, solution)
         # with no single-type plan, half of what is left, so the suggestions get the other half
         until = deadline if solution is not None else start + (deadline - start) / 2
-        layouts, choice, notes = mixed_search(search, until, solver, incumbent)
+        # with pipeline stages too, the replica mix gets half of that and the stages the rest
+        layouts, choice, notes = mixed_search(
+            search, start + (until - start) / 2 if mixed_types and mixed_stages else until, solver, incumbent)
+        if mixed_types and mixed_stages:
+            staged = _stage_plan(search, table, solution, choice, incumbent, until, top_k, notes, start)
+            if staged is not None:
+                return staged
         if choice is not None and mixed_types:
             return build_mixed_plan(search, layouts, choice, table, solution, top_k, notes, solver,
                                     time.perf_counter() - start)

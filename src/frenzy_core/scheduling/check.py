@@ -3,18 +3,24 @@
 With the planner's rate model a placement must name a layout such that: its world size is the placement's GPU
 count; every node holds whole tensor-parallel groups (a group never spans nodes); the memory model's estimate of
 the layout (:func:`frenzy_core.memory.estimate_memory`, not the planner's vectorised table) fits the GPU with the
-planner's headroom; and the placement claims no more than the time model gives that layout on those GPUs and
-links (:func:`frenzy_core.timing.estimate_iteration_time`). With a plain throughput function the rate must be
-what the function gives that count.
+planner's headroom; and the placement claims exactly what the time model
+(:func:`frenzy_core.timing.estimate_iteration_time`) gives that layout on those GPUs: with the links of where
+its groups land on them (the planner's placement rule, :func:`frenzy_core.planning.candidates.placed_links`: a
+data-parallel ring over nodes giving 3 + 1 GPUs crosses at one GPU per node's share of the NICs), not those of
+the largest node. With a plain throughput function the rate must be what the function gives that count.
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
+
+from frenzy_core.hardware.gpu import Links
 from frenzy_core.hardware.gpus import get_gpu_spec
 from frenzy_core.memory import estimate_memory
-from frenzy_core.planning.request import DEFAULT_HEADROOM, SEARCHED_TRAINING_FIELDS
+from frenzy_core.planning.candidates import placed_links
+from frenzy_core.planning.request import DEFAULT_HEADROOM, SEARCHED_TRAINING_FIELDS, PlacementMode
 from frenzy_core.scheduling.jobs import TrainingJob
 from frenzy_core.scheduling.plans import Placement, RunLayout
 from frenzy_core.scheduling.rates import RateBook
@@ -24,8 +30,8 @@ from frenzy_core.timing import estimate_iteration_time
 __all__ = ["RATE_TOLERANCE", "PlacementCheck"]
 
 RATE_TOLERANCE = 1e-9
-"""Relative slack between a claimed rate and the time model's (floating-point differences between the batch and
-scalar forms of the same formulas)."""
+"""Relative slack between a claimed rate and the time model's, either way (floating-point differences between the
+batch and scalar forms of the same formulas)."""
 
 
 class PlacementCheck:
@@ -68,7 +74,7 @@ class PlacementCheck:
         if device > usable:
             return f"layout {layout.describe()} needs {device / 2**30:.2f} GiB per GPU; {plan.gpu_type} has {usable / 2**30:.2f}"
         rate = self._tokens_per_s(job, layout, plan.gpu_type, group)
-        if not math.isfinite(rate) or plan.tokens_per_s > rate * (1 + RATE_TOLERANCE):
+        if not math.isfinite(rate) or abs(plan.tokens_per_s - rate) > rate * RATE_TOLERANCE:
             return (f"claims {plan.tokens_per_s:.6g} tokens/s; layout {layout.describe()} gets {rate:.6g} on these "
                     "GPUs")
         return None
@@ -80,11 +86,17 @@ class PlacementCheck:
         return self._memory[key]
 
     def _tokens_per_s(self, job: TrainingJob, layout: RunLayout, gpu_type: str, group: GPUGroup) -> float:
-        key = (job.model, layout.training, layout.parallel, gpu_type, group.links)
+        """The scalar time model's rate of ``layout`` placed on ``group`` (NaN: it cannot be placed there)."""
+        key = (job.model, layout.training, layout.parallel, gpu_type, group)
         if key not in self._time:
+            level, _, at = placed_links(group.pool(gpu_type), gpu_type, group.links,
+                                        np.array([layout.parallel.tp]), np.array([layout.world_size]),
+                                        PlacementMode.ANY)
+            gpn, intra, inter = (np.asarray(a)[0] for a in at)  # one row: per-row arrays of length one
+            links = Links(int(gpn), float(intra), float(inter))
             est = estimate_iteration_time(job.model, layout.training, layout.parallel, get_gpu_spec(gpu_type),
-                                          cluster=group.links)
-            self._time[key] = float(est.tokens_per_s)
+                                          cluster=links)
+            self._time[key] = float(est.tokens_per_s) if level[0] >= 0 else math.nan
         return self._time[key]
 
 

@@ -62,8 +62,8 @@ class TrainingJob(FrozenModel):
             raise ValueError(beyond_message(self.total_tokens_or_none, limits.TOKENS, "work_iterations x tokens per "
                                             "iteration"))
         if self.work_iterations is not None and self.training.global_batch_size is None:
-            raise ValueError("work_iterations needs training.global_batch_size (with one micro-batch per "
-                             "rank the tokens per iteration depend on the layout); give work_tokens instead")
+            raise ValueError("work_iterations needs training.global_batch_size (without one the planner's "
+                             "default batch may move by up to 5 % between layouts); give work_tokens instead")
         if self.deadline_s is not None and self.deadline_s <= self.submit_time_s:
             raise ValueError(f"deadline_s={self.deadline_s} must be after submit_time_s={self.submit_time_s}")
         return self

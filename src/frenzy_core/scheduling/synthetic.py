@@ -55,7 +55,7 @@ def _job_kind(entry: MixEntry) -> tuple[ModelConfig, TrainingConfig, GPURequest 
     gpu = None if entry.gpu_type is None else get_gpu_spec(entry.gpu_type)
     request = None if entry.num_gpus is None else GPURequest(num_gpus=entry.num_gpus,
                                                              gpu_type=None if gpu is None else gpu.id)
-    return model, default_training(model, gpu, entry.num_gpus), request
+    return model, default_training(model, gpu), request
 
 
 def synthetic_jobs(n: int, *, arrival_rate_per_s: float, model_mix: Sequence[MixEntry] | Mapping[str, float],

@@ -207,14 +207,13 @@ class PlannedThroughput:
 
     def _table(self, model: ModelConfig, training: TrainingConfig, gpu_type: str, group: GPUGroup,
                max_gpus: int) -> _Table:
-        """The table of nodes of ``group.gpus_per_node`` GPUs with its links, holding ``max_gpus`` GPUs or more
-        (a power of two, at least 64, when the recipe fixes the global batch; exactly ``max_gpus`` otherwise, as
-        the planner's data-parallel sizes then depend on the cluster's GPU count)."""
-        fixed = training.global_batch_size is not None
-        key: tuple[object, ...] = (model, training, gpu_type, group.links) + (() if fixed else (max_gpus,))
+        """The table of nodes of ``group.gpus_per_node`` GPUs with its links, holding ``max_gpus`` GPUs or more (a
+        power of two, at least 64): its rows of a world size do not depend on the table's size, since the batch is
+        fixed (the recipe's, or the planner's default when it sets none), so one table serves every count."""
+        key: tuple[object, ...] = (model, training, gpu_type, group.links)
         known = self._tables.get(key)
         if known is None or known[0] < max_gpus:
-            size = max(_MIN_CURVE_GPUS, 1 << max(max_gpus - 1, 1).bit_length()) if fixed else max_gpus
+            size = max(_MIN_CURVE_GPUS, 1 << max(max_gpus - 1, 1).bit_length())
             known = self._tables[key] = (size, _build(model, training, gpu_type, group, size))
         return known[1]
 
@@ -232,8 +231,8 @@ class PlannedThroughput:
 
     def layout(self, model: ModelConfig, training: TrainingConfig, gpu_type: str, num_gpus: int) -> RunLayout | None:
         """The layout behind ``curve``'s rate for ``num_gpus`` GPUs; None when none fits."""
-        _, best, table = self._typical(model, training, gpu_type, num_gpus)
-        return None if best[num_gpus] < 0 else table.run_layout(int(best[num_gpus]))
+        rates, best, table = self._typical(model, training, gpu_type, num_gpus)
+        return None if best[num_gpus] < 0 else table.run_layout(int(best[num_gpus]), float(rates[num_gpus]))
 
     def _typical(self, model: ModelConfig, training: TrainingConfig, gpu_type: str, max_gpus: int
                  ) -> tuple[np.ndarray, np.ndarray, _Table]:
@@ -241,13 +240,17 @@ class PlannedThroughput:
         key = (model, training, spec.id, "typical")
         known = self._curves.get(key)
         if known is None or known[0].size <= max_gpus:
-            group = GPUGroup.of((), spec.links)
-            table = self._table(model, training, spec.id, group, max_gpus)
-            ok = np.flatnonzero(_placeable(table.tp, table.world, spec.gpus_per_node))
+            gpn = spec.gpus_per_node
+            table = self._table(model, training, spec.id, GPUGroup.of((), spec.links), max_gpus)
             size = int(table.world.max(initial=max_gpus))
             rates, best = np.full(size + 1, np.nan), np.full(size + 1, -1, dtype=np.int64)
-            worlds, first = np.unique(table.world[ok], return_index=True)
-            rates[worlds], best[worlds] = table.tokens_per_s[ok[first]], ok[first]
+            nodes = -(-table.world // gpn)
+            for k in np.unique(nodes):  # each world on the smallest cluster of typical nodes holding it
+                rows = np.flatnonzero(nodes == k)
+                tokens = table.on(GPUGroup.of([gpn] * int(k), spec.links), rows)
+                ranked = table.ranked(rows, tokens)
+                worlds, first = np.unique(table.world[rows[ranked]], return_index=True)
+                rates[worlds], best[worlds] = tokens[ranked[first]], rows[ranked[first]]
             known = self._curves[key] = (rates, best, table)
         return known
 
@@ -274,10 +277,3 @@ def _build(model: ModelConfig, training: TrainingConfig, gpu_type: str, group: G
                   order=table.order[ranked], layout=table.layout[ranked], layouts=table.layouts,
                   device_bytes=table.device_bytes, training=search.recipe(gpu_type), model=model,
                   gpu_type=gpu_type, spec=search.specs[gpu_type], estimator=search.estimator)
-
-
-def _placeable(tp: np.ndarray, world: np.ndarray, gpus_per_node: int) -> np.ndarray:
-    """Whether the smallest cluster of typical nodes holding ``world`` GPUs has room for its TP groups (a TP
-    group stays in one node): the check :func:`planned_tokens_per_s`'s placement makes on that cluster."""
-    nodes = -(-world // gpus_per_node)
-    return world // tp <= nodes * (gpus_per_node // tp)

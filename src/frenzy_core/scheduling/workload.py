@@ -124,22 +124,23 @@ class _Rates:
     def __init__(self, throughput: ThroughputFn):
         self.throughput = throughput
         self.models: dict[str, ModelConfig] = {}
-        self.recipes: dict[tuple[str, str, int], TrainingConfig] = {}
+        self.recipes: dict[tuple[str, str], TrainingConfig] = {}
         self.rates: dict[tuple[str, str, int], float | None] = {}
 
-    def recipe(self, name: str, gpu_id: str, num_gpus: int) -> TrainingConfig:
-        """The default recipe of preset ``name`` on ``num_gpus`` GPUs of type ``gpu_id``."""
-        key = (name, gpu_id, num_gpus)
+    def recipe(self, name: str, gpu_id: str) -> TrainingConfig:
+        """The default recipe of preset ``name`` on GPUs of type ``gpu_id`` (one object per key, so that jobs of
+        the same model share it)."""
+        key = (name, gpu_id)
         if key not in self.recipes:
             model = self.models.setdefault(name, ModelConfig.preset(name))
-            self.recipes[key] = default_training(model, get_gpu_spec(gpu_id), num_gpus)
+            self.recipes[key] = default_training(model, get_gpu_spec(gpu_id))
         return self.recipes[key]
 
     def tokens_per_s(self, name: str, gpu_id: str, num_gpus: int) -> float | None:
         """Throughput of the preset on ``num_gpus`` GPUs of ``gpu_id``; None when no layout fits."""
         key = (name, gpu_id, num_gpus)
         if key not in self.rates:
-            training = self.recipe(name, gpu_id, num_gpus)
+            training = self.recipe(name, gpu_id)
             try:
                 self.rates[key] = self.throughput(self.models[name], training, gpu_id, num_gpus)
             except InfeasiblePlanError:
@@ -199,7 +200,7 @@ def jobs_from_trace(trace_jobs: Sequence[TraceJob], *, seed: int = 0, cluster: C
         high = job.job_type is not None and job.job_type.lower() in HIGH_PRIORITY_JOB_TYPES
         out.append(TrainingJob(
             id=job.id, submit_time_s=job.submit_time_s, model=rates.models[name],
-            training=rates.recipe(name, gpu_id, job.num_gpus), work_tokens=max(1, round(tps * duration_s)),
+            training=rates.recipe(name, gpu_id), work_tokens=max(1, round(tps * duration_s)),
             request=GPURequest(num_gpus=job.num_gpus, gpu_type=requested_type), priority=1 if high else 0,
         ))
     return out

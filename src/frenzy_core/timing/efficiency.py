@@ -63,21 +63,21 @@ MEMORY_EFFICIENT = "memory-efficient"
 
 
 def attention_kernel(training: TrainingConfig, gpu: GPUSpec) -> str | None:
-    """The fused attention kernel a run uses (``fa2``, ``cudnn``, ``memory-efficient``), or None for eager
-    (unfused) attention.
+    """The fused attention kernel a run uses (``fa2``, ``cudnn``, ``triton``, ``memory-efficient``), or None for
+    eager (unfused) attention.
 
     Megatron-Core with Transformer Engine runs cuDNN fused attention on Hopper and newer (TE's backend choice;
     NVTE_FUSED_ATTN=1 in NVIDIA's recipes) and flash-attn on Ampere; torch runs FlashAttention-2 (the flash_attn
-    package, or SDPA's flash backend, which is FlashAttention-2 since torch 2.2); GPUs older than Ampere have no
-    FlashAttention and run a memory-efficient kernel.
+    package, or SDPA's flash backend, which is FlashAttention-2 since torch 2.2), or FlashAttention in Triton
+    where the run asks for it; GPUs older than Ampere have no FlashAttention and run a memory-efficient kernel.
     """
     if training.attention is Attention.EAGER:
         return None
     if generation(gpu) in time_model_data()["attention_kernel_fallback"]["no_flash"]:
         return MEMORY_EFFICIENT
-    if training.framework is Framework.MEGATRON and generation(gpu) in ("hopper", "blackwell"):
-        return "cudnn"
-    return "fa2"
+    if training.framework is Framework.MEGATRON:  # Transformer Engine's backends; no Triton kernel
+        return "cudnn" if generation(gpu) in ("hopper", "blackwell") else "fa2"
+    return "triton" if training.attention is Attention.TRITON else "fa2"
 
 
 class AttentionRates(NamedTuple):
@@ -106,12 +106,17 @@ def _kernel_table(kernel: str, gpu: GPUSpec) -> tuple[dict[str, list[float]], fl
 def attention_rates(kernel: str, gpu: GPUSpec, peak_flops: float, seq: FloatArray, causal: bool,
                     efficiency: float) -> AttentionRates:
     """Forward and backward speed of ``kernel`` on ``gpu`` at sequence length ``seq``: plateau x s / (s + s_half)
-    of the measured kernel, a fraction of the bf16 peak, times ``efficiency`` (sustained clocks)."""
-    table, scale = _kernel_table(kernel, gpu)
+    of the measured kernel, a fraction of the bf16 peak, times ``efficiency`` (sustained clocks). A kernel measured
+    only against another (``relative_kernels``: FlashAttention in Triton against FlashAttention-2) is that
+    kernel's speed times the measured ratio of each pass."""
+    relative = time_model_data()["relative_kernels"].get(kernel)
+    ratio = {"fwd": 1.0, "bwd": 1.0} if relative is None else {d: float(relative[d]) for d in ("fwd", "bwd")}
+    table, scale = _kernel_table(kernel if relative is None else str(relative["of"]), gpu)
     suffix = "_causal" if causal else ""
 
     def rate(name: str) -> FloatArray:
         plateau, half = table[name + suffix]
-        return np.asarray(peak_flops * efficiency * scale * plateau * seq / (seq + half), dtype=np.float64)
+        return np.asarray(peak_flops * efficiency * scale * ratio[name] * plateau * seq / (seq + half),
+                          dtype=np.float64)
 
     return AttentionRates(fwd=rate("fwd"), bwd=rate("bwd"))

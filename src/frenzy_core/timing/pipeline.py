@@ -11,6 +11,7 @@ micro-batch counts of the memory model (``memory/kernel.py``) and the bubble of 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from frenzy_core.config.parallel import ParallelConfig, PipelineSchedule
@@ -106,16 +107,19 @@ def pipeline_order(pp: int, m: int, vpp: int = 1,
     return orders
 
 
-def pipeline_timeline(pp: int, m: int, forward_s: float, backward_s: float, *, vpp: int = 1,
-                      schedule: PipelineSchedule = PipelineSchedule.ONE_F_ONE_B) -> list[PipelineSlot]:
+def pipeline_timeline(pp: int, m: int, forward_s: float | Sequence[float], backward_s: float | Sequence[float], *,
+                      vpp: int = 1, schedule: PipelineSchedule = PipelineSchedule.ONE_F_ONE_B) -> list[PipelineSlot]:
     """Every slot of one step, each rank running :func:`pipeline_order` as soon as its inputs are ready.
 
-    ``forward_s`` and ``backward_s`` are one micro-batch over a rank's layers; a chunk pass takes ``1 / vpp`` of
-    them (interleaved). Model chunk ``c`` of rank ``r`` is virtual stage ``c pp + r``.
+    ``forward_s`` and ``backward_s`` are one micro-batch over a rank's layers (one value for every rank, or one
+    per rank: stages that differ); a chunk pass takes ``1 / vpp`` of them (interleaved). Model chunk ``c`` of
+    rank ``r`` is virtual stage ``c pp + r``.
     """
     chunks = vpp if schedule is PipelineSchedule.INTERLEAVED else 1
     last = pp * chunks - 1
-    length = {False: forward_s / chunks, True: backward_s / chunks}
+    fwd = [forward_s] * pp if isinstance(forward_s, (int, float)) else list(forward_s)
+    bwd = [backward_s] * pp if isinstance(backward_s, (int, float)) else list(backward_s)
+    length = [{False: f / chunks, True: b / chunks} for f, b in zip(fwd, bwd, strict=True)]
     done: dict[tuple[bool, int, int], float] = {}  # (backward, micro-batch, virtual stage) -> end
     orders = pipeline_order(pp, m, vpp, schedule)
     nxt, free = [0] * pp, [0.0] * pp
@@ -130,7 +134,7 @@ def pipeline_timeline(pp: int, m: int, forward_s: float, backward_s: float, *, v
                 if need is not None and need not in done:
                     break
                 start = max(free[rank], done[need] if need is not None else 0.0)
-                free[rank] = done[(backward, mb, stage)] = start + length[backward]
+                free[rank] = done[(backward, mb, stage)] = start + length[rank][backward]
                 slots.append(PipelineSlot(rank, mb, chunk, backward, start, free[rank]))
                 nxt[rank] += 1
                 progressed = True

@@ -27,9 +27,15 @@ __all__ = ["PUBLIC_ASSUMPTIONS", "PublicRun", "public_run_measurement", "read_pu
 
 PUBLIC_ASSUMPTIONS: tuple[str, ...] = (
     "torch-fsdp rows (MosaicML llm-foundry): eager PyTorch (no torch.compile), FSDP with forward and backward "
-    "prefetch of one layer, Transformer Engine fp8 (delayed scaling) where precision is amp_fp8",
+    "prefetch of one layer, Transformer Engine fp8 (delayed scaling) where precision is amp_fp8, and FlashAttention "
+    "in Triton (attention 'triton': scripts/train/benchmarking/submit_benchmarks.py sets MPT's attn_impl from "
+    "--attn_impl, default 'triton' at every commit from May 2023 to Jan 2024, b2a43a1 and 5e85bd6 wrote the tables)",
     "nemo and megatron rows: Megatron-Core with Transformer Engine; fp8 'delayed scaling' rows use the delayed "
     "recipe, 'FP8-CS' rows current scaling; overlaps the source does not state are left at the library defaults",
+    "Megatron-Bridge rows without stated overlaps: that library's defaults (Megatron-Bridge @ 97ad8cc6, "
+    "training/comm_overlap.py and the Llama 3 / 3.1 recipes): TP communication overlap where tp > 1 with sequence "
+    "parallelism (the recipes set tp_comm_overlap=True; comm_overlap.py keeps it only then), p2p overlap where "
+    "vpp > 1 (overlap_p2p_comm)",
 )
 
 _FRAMEWORKS = {"torch-fsdp": Framework.TORCH, "torch": Framework.TORCH, "nemo": Framework.MEGATRON,
@@ -80,6 +86,27 @@ def read_public_runs(path: str | Path) -> list[PublicRun]:
     return [PublicRun.model_validate({k: v for k, v in row.items() if k in keys}) for row in data]
 
 
+def _run_settings(run: PublicRun) -> dict[str, float]:
+    """The overlaps the run states, or for Megatron-Bridge runs that state none the library's own defaults
+    (:data:`PUBLIC_ASSUMPTIONS`), which differ from Megatron-LM's (all off)."""
+    if run.run_settings is not None or "Megatron-Bridge" not in run.source:
+        return dict(run.run_settings or {})
+    settings: dict[str, float] = {}
+    if run.tp > 1 and run.sequence_parallel:
+        settings["tensor_parallel_overlap"] = 1.0
+    if run.pp > 1 and run.vpp > 1:
+        settings["pipeline_p2p_overlap"] = 1.0
+    return settings
+
+
+def _attention(run: PublicRun) -> Attention:
+    """The kernel the run used: llm-foundry's benchmark runs take MPT's default Triton FlashAttention
+    (:data:`PUBLIC_ASSUMPTIONS`); other rows as stated."""
+    if "llm-foundry" in run.source and run.attention is Attention.FLASH:
+        return Attention.TRITON
+    return run.attention
+
+
 def _model(run: PublicRun) -> ModelConfig:
     if "preset" in run.model:
         return ModelConfig.preset(str(run.model["preset"]))
@@ -97,11 +124,11 @@ def public_run_measurement(run: PublicRun) -> Measurement:
                           f"num_gpus={run.num_gpus}", field="num_gpus", value=run.num_gpus)
     training = TrainingConfig(
         seq_len=run.seq_len, micro_batch_size=run.micro_batch, global_batch_size=run.global_batch,
-        precision=run.precision, recompute=run.recompute, attention=run.attention,
+        precision=run.precision, recompute=run.recompute, attention=_attention(run),
         zero_stage=0 if run.distributed_optimizer else run.zero_stage,
         distributed_optimizer=run.distributed_optimizer, sequence_parallel=run.sequence_parallel and run.tp > 1,
         framework=framework, fp8_recipe=run.fp8_recipe)
     parallel = ParallelConfig(dp=run.dp, tp=run.tp, pp=run.pp, vpp=run.vpp, cp=run.cp, ep=run.ep,
                               schedule=PipelineSchedule.INTERLEAVED if run.vpp > 1 else PipelineSchedule.ONE_F_ONE_B)
     return Measurement(model=_model(run), training=training, parallel=parallel, gpu=get_gpu_spec(run.gpu),
-                       iteration_s=run.measured_step_s, run_settings=dict(run.run_settings or {}), label=run.id)
+                       iteration_s=run.measured_step_s, run_settings=_run_settings(run), label=run.id)

@@ -254,7 +254,7 @@ def _blockers(model: ModelConfig, training: TrainingConfig, parallel: ParallelCo
          "Megatron's FSDP2 does not run with the distributed optimizer"),
         (fsdp and training.precision.value.startswith("fp16"), "training.zero_stage", 3,
          "Megatron's FSDP2 does not run fp16 yet"),
-        (training.attention is Attention.SDPA, "training.attention", training.attention.value,
+        (training.attention in (Attention.SDPA, Attention.TRITON), "training.attention", training.attention.value,
          "Megatron's backends are flash/fused or unfused"),
         (parallel.schedule.value == "gpipe", "parallel.schedule", parallel.schedule.value,
          "Megatron runs 1F1B or interleaved 1F1B"),

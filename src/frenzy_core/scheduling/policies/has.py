@@ -6,7 +6,7 @@ free GPUs have at least the predicted memory, matching the smallest sufficient m
 it best fit (the fullest nodes that hold it). There is no layout search and no choice of count by speed.
 
 Adaptations, ours: MARP has no gradient accumulation (a rank runs ``global_batch / dp`` samples at once), which
-with our recipes' 1,536-sequence batches would ask for hundreds of GPUs; we evaluate MARP with one micro-batch
+with our jobs' batches (512 to 2,048 sequences) would ask for hundreds of GPUs; we evaluate MARP with one micro-batch
 per rank, as the jobs run (so its list is tensor-parallel sizes 1..64). A configuration is placed on GPUs of one
 type (the simulator's allocations do not mix types; HAS may mix types of equal memory). The job runs at the
 throughput of the fastest layout of that allocation, like under every policy, and a configuration whose

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from frenzy_core import Cluster, ConfigError, InfeasiblePlanError, ModelConfig, ParallelConfig, TrainingConfig
+from frenzy_core.hardware import get_gpu_spec
 from frenzy_core.memory import estimate_memory
 from frenzy_core.planning import Objective, Plan, plan_job
 from frenzy_core.planning.mixed_solve import (
@@ -285,3 +286,13 @@ def test_infeasible_requests_say_whether_mixing_helps() -> None:
     assert any(s.startswith("mix GPU types (mixed_types=True): 32 GPUs of") for s in off.value.suggestions)
     with pytest.raises(InfeasiblePlanError, match="mixing GPU types"):
         plan_job(ModelConfig.preset("gpt3-175b"), Cluster.preset("frenzy-paper"), TrainingConfig(seq_len=2048))
+
+
+def test_a_mix_never_spans_gpu_vendors() -> None:
+    """NCCL and RCCL ranks cannot join one communicator: with H100, MI300X and A100 free, the mix (which would
+    take H100 + MI300X, 32 GPUs, were vendors ignored) stays on one vendor's types."""
+    cluster = Cluster.from_dict({"nodes": [{"gpu": gpu, "gpus_per_node": 8, "count": 2}
+                                           for gpu in ("h100-sxm", "mi300x", "a100-80gb")]})
+    plan = plan_job(ModelConfig.preset("llama-2-7b"), cluster, TrainingConfig(seq_len=4096, global_batch_size=256))
+    vendors = {get_gpu_spec(t).vendor for t in plan.gpu_types}
+    assert len(vendors) == 1, plan.gpu_types

@@ -73,3 +73,10 @@ def test_a_split_that_misses_layers_is_refused_naming_the_field() -> None:
     with pytest.raises(ConfigError) as err:
         estimate_memory(MODEL, TRAINING, ParallelConfig(dp=2, tp=2, pp=4, stage_layers=(16, 16)))
     assert "stage_layers" in (err.value.field or "")
+
+
+def test_the_batch_path_refuses_negative_layer_counts_as_parallel_config_does() -> None:
+    with pytest.raises(ConfigError, match="stage_layers"):
+        ParallelConfig(pp=2, stage_layers=(40, -8))
+    with pytest.raises(ConfigError, match="stage_layers entries are layer counts, not negative"):
+        LayoutArrays.from_columns({"pp": 2, "stage_layers": [(40, -8)]}, TRAINING)

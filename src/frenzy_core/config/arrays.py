@@ -139,6 +139,9 @@ def _split_codes(value: Any) -> tuple[IntArray, Splits]:
         if not split:
             raise ConfigError("stage_layers entries need one layer count per pipeline chunk, got ()",
                               field="stage_layers", value=v, hint="use None for the even split")
+        if min(split) < 0:  # as ParallelConfig refuses them: a chunk holds no layers at the least
+            raise ConfigError(f"stage_layers entries are layer counts, not negative: {list(split)}",
+                              field="stage_layers", value=v, hint="give each chunk 0 or more layers, or None")
         return split
 
     single = value is None or (isinstance(value, (tuple, list)) and all(isinstance(x, (int, np.integer))

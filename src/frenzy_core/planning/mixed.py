@@ -42,7 +42,7 @@ from frenzy_core.planning.mixed_solve import (
 from frenzy_core.planning.request import Objective
 from frenzy_core.planning.search import Search
 
-__all__ = ["MAX_MIXED_ROWS", "mixable_types", "mixed_search"]
+__all__ = ["MAX_MIXED_ROWS", "mixable_types", "mixed_search", "one_collective_library"]
 
 MAX_MIXED_ROWS = 400_000
 """Most (layout, type, D, m) rows the mixed search estimates per call (our bound: about a second of the
@@ -165,7 +165,8 @@ def _all_tables(search: Search, lay: LayoutArrays, allowed: tuple[str, ...]) -> 
         usable_here = tuple(t for t in allowed if caps[t][i] > 0)
         s = int(tp[i] * groups[i])
         for size in range(2, len(usable_here) + 1):
-            for types in itertools.combinations(usable_here, size):
+            for types in filter(lambda ts: one_collective_library(search, ts),
+                                itertools.combinations(usable_here, size)):
                 v = min(inters[t] for t in types)
                 tabs = []
                 for t in types:
@@ -200,6 +201,12 @@ def mixable_types(search: Search) -> tuple[str, ...]:
     return tuple(t for t in search.pool.gpu_types if (c.gpu_types is None or t in c.gpu_types)
                  and search.pool.free_gpus(t) > 0 and t not in search.precisions
                  and not (needs_price and search.specs[t].price_per_gpu_hour_usd is None))
+
+
+def one_collective_library(search: Search, types: tuple[str, ...]) -> bool:
+    """Whether ``types`` can be ranks of one job: one vendor, since NCCL (NVIDIA) and RCCL (AMD) ranks cannot join
+    one communicator (the adapters refuse such a plan; the search never builds one)."""
+    return len({search.specs[t].vendor for t in types}) == 1
 
 
 def mixed_search(search: Search, deadline: float, solver: str = "cp-sat", incumbent: tuple[int, ...] | None = None

@@ -32,7 +32,7 @@ from frenzy_core.hardware.gpu import Links
 from frenzy_core.memory.batch import stage_device_bytes
 from frenzy_core.planning.candidates import enumerate_layouts
 from frenzy_core.planning.estimators import AnalyticEstimator
-from frenzy_core.planning.mixed import mixable_types
+from frenzy_core.planning.mixed import mixable_types, one_collective_library
 from frenzy_core.planning.mixed_plan import group_placement
 from frenzy_core.planning.mixed_solve import PRICE_STEPS_PER_USD_HOUR, TIME_STEPS_PER_S, score
 from frenzy_core.planning.request import PlacementMode
@@ -375,6 +375,7 @@ def _enumerate(search: Search, recipes: LayoutArrays, tables: _Tables, deadline:
             return None
         for dp in dps[r]:
             for (ta, tb), tpa, tpb in ((pair, x, y) for pair in itertools.permutations(allowed, 2)
+                                       if one_collective_library(search, pair)
                                        for x in _tps(search, pair[0]) for y in _tps(search, pair[1])):
                 cap_a = int(search.pool.classes(ta).free_blocks(tpa)) // dp
                 cap_b = int(search.pool.classes(tb).free_blocks(tpb)) // dp

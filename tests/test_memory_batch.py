@@ -47,6 +47,8 @@ def test_batch_equals_scalar(model: ModelConfig, framework: str, precision: str)
     training = TrainingConfig(framework=framework, precision=precision, attention="eager", seq_len=512)
     seed = zlib.crc32(f"{framework}/{precision}/{model.num_layers}".encode())  # not hash(): salted per run
     cfg = random_configs(80, seed=seed)
+    if framework == "torch":  # torch's sequence parallelism at tp > 1 is refused (tests/test_memory_torch_sp.py)
+        cfg["sequence_parallel"] = cfg["sequence_parallel"] * (cfg["tp"] == 1)
     out = estimate_memory_batch(model, cfg, training)
     checked = 0
     for i in range(80):

@@ -38,6 +38,13 @@ class StandInEstimator:
         act = 34.0 * lay.micro_batch_size * training.seq_len * model.hidden_size * model.num_layers / lay.tp * keep
         return (states + act + 0.5 * GIB).astype(np.int64)
 
+    def host_bytes(self, model: ModelConfig, training: TrainingConfig, lay: LayoutArrays) -> np.ndarray:
+        """With ``offload_optimizer``: the Adam states and fp32 master copy of the rank's parameter shard."""
+        if not training.offloads:
+            return np.zeros(len(lay), dtype=np.int64)
+        params = model.num_params() / (lay.tp * lay.pp)
+        return (12.0 * params / np.where(lay.zero_stage >= 1, lay.dp, 1)).astype(np.int64)
+
     def iteration_s(self, model: ModelConfig, training: TrainingConfig, lay: LayoutArrays, gpu: Any,
                     cluster: Any) -> np.ndarray:
         gbs = lay.global_batch_size
@@ -47,31 +54,37 @@ class StandInEstimator:
         return compute * (1 + (lay.pp - 1) / micro + 0.04 * (lay.tp - 1)) + 0.002 * np.log2(lay.dp + 1)
 
 
-def _pool(rng: random.Random, locality: bool = False) -> NodePool:
-    """Random nodes; with ``locality``, some in racks of two zones and some in multi-node NVLink domains."""
+def _pool(rng: random.Random, locality: bool = False, host: random.Random | None = None) -> NodePool:
+    """Random nodes; with ``locality``, some in racks of two zones and some in multi-node NVLink domains; with
+    ``host`` (its own random stream, so the nodes are those drawn without it), some nodes with a host memory of
+    1 to 16 GiB (unknown on the others)."""
     nodes = []
     for gpu in rng.sample(GPU_TYPES, rng.randint(1, 3)):
         size = rng.choice([4, 8])
         for _ in range(rng.randint(1, 5)):
             free = rng.randint(0, size)
-            labels = {}
+            labels: dict[str, Any] = {}
             if locality:
                 labels = {"rack": rng.choice(["r1", "r2", None]), "zone": rng.choice(["a", "b"]),
                           "nvlink_domain": rng.choice([None, None, f"{gpu}-nvl"])}
+            if host is not None:
+                labels["host_memory_bytes"] = host.choice([None, 1 * GIB, 4 * GIB, 16 * GIB])
             nodes.append(FreeNode(f"node:{len(nodes)}", gpu, size, tuple(sorted(rng.sample(range(size), free))),
                                   **labels))
     return NodePool(nodes=tuple(nodes))
 
 
-def _instance(seed: int, locality: bool = False) -> tuple[Any, NodePool]:
+def _instance(seed: int, locality: bool = False, host: bool = False) -> tuple[Any, NodePool]:
     """A random small model, recipe, cluster, objective and constraints; returns the candidate table and pool.
-    With ``locality``: racks, zones, NVLink domains and a random placement mode too."""
+    With ``locality``: racks, zones, NVLink domains and a random placement mode too; with ``host``: optimizer
+    offload and nodes of small host memory."""
     rng = random.Random(seed)
     heads = rng.choice([4, 8, 16])
     model = ModelConfig(num_layers=rng.choice([4, 8, 12]), hidden_size=heads * rng.choice([128, 256, 512]),
                         num_attention_heads=heads, vocab_size=32000)
-    training = TrainingConfig(seq_len=rng.choice([1024, 2048, 4096]), global_batch_size=rng.choice([8, 16, 32, 64]))
-    pool = _pool(rng, locality)
+    training = TrainingConfig(seq_len=rng.choice([1024, 2048, 4096]), global_batch_size=rng.choice([8, 16, 32, 64]),
+                              offload_optimizer="cpu" if host else "none")
+    pool = _pool(rng, locality, random.Random(-seed) if host else None)
     objective = rng.choice(list(Objective))
     constraints = PlanConstraints(token_budget=10**9, max_gpus=rng.choice([None, 8, 16]),
                                   micro_batch_sizes=[1, 2], zero_stages=[0, 1],
@@ -81,8 +94,8 @@ def _instance(seed: int, locality: bool = False) -> tuple[Any, NodePool]:
     return table, pool
 
 
-def _check_agree(seed: int, locality: bool = False) -> None:
-    table, pool = _instance(seed, locality)
+def _check_agree(seed: int, locality: bool = False, host: bool = False) -> None:
+    table, pool = _instance(seed, locality, host)
     reference = solve_exhaustive(table, pool)
     cp = solve_cp_sat(table, pool, time_limit_s=10)
     assert (reference is None) == (cp is None), f"seed {seed}: one solver found a plan, the other did not"
@@ -101,14 +114,17 @@ def _check_valid(table: Any, pool: NodePool, solution: Any) -> None:
     gpu_type = table.gpu_types[int(table.gpu[row])]
     tp = int(table.tp[row])
     level = Locality(solution.level)
-    placement = pool.assign(gpu_type, tp, list(solution.nodes_used), list(solution.groups), level)
+    placement = table.pool_of(row, pool).assign(gpu_type, tp, list(solution.nodes_used), list(solution.groups),
+                                                level)
     by_name = {n.name: n for n in pool.nodes}
     assert sum(len(v) for v in placement.values()) == int(table.world[row])
+    host = int(table.host_bytes[int(table.layout[row])])
     for name, gpus in placement.items():
         node = by_name[name]
         assert node.gpu_type == gpu_type
         assert set(gpus) <= set(node.free_indices) and len(set(gpus)) == len(gpus)
         assert len(gpus) % tp == 0, f"a tp={tp} group would span nodes on {name}"
+        assert node.host_memory_bytes is None or len(gpus) * host <= node.host_memory_bytes, "host memory"
     groups = {by_name[name].group(level) for name in placement}
     assert len(groups) == 1 or (level is Locality.DOMAIN and len(placement) == 1 and groups == {None})
     counts = [len(g) for g in placement.values()]
@@ -136,6 +152,24 @@ def test_cp_sat_matches_exhaustive_fixed_seeds(seed: int) -> None:
 @given(st.integers(min_value=0, max_value=10**9))
 def test_cp_sat_matches_exhaustive_with_locality_and_placement_modes(seed: int) -> None:
     _check_agree(seed, locality=True)
+
+
+@settings(max_examples=15, deadline=None, derandomize=True)
+@given(st.integers(min_value=0, max_value=10**9))
+def test_cp_sat_matches_exhaustive_with_host_memory(seed: int) -> None:
+    """Offloading jobs on nodes of small host memory: both solvers keep each node's ranks within it."""
+    _check_agree(seed, host=True)
+
+
+@pytest.mark.slow
+def test_host_memory_instances_are_not_trivial() -> None:
+    """Host memory moves the plan in some instances, leaves none in others and a plan in most (the same
+    instances without host memory figures)."""
+    with_host = [solve_exhaustive(*_instance(seed, host=True)) for seed in range(20)]
+    without = [solve_exhaustive(*_instance(seed)) for seed in range(20)]
+    assert sum(a is not None for a in with_host) >= 8
+    assert sum(b is not None and a is None for a, b in zip(with_host, without)) >= 1
+    assert sum(a is not None and b is not None and a.score != b.score for a, b in zip(with_host, without)) >= 4
 
 
 def test_locality_instances_are_not_trivial() -> None:

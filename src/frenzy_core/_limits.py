@@ -43,6 +43,7 @@ __all__ = [
     "HEADS",
     "HEAD_DIM",
     "HIDDEN",
+    "HOST_MEMORY_BYTES",
     "ITERATIONS",
     "LAYERS",
     "MAX_BYTES",
@@ -130,6 +131,7 @@ ITERATIONS = Limit(2**40, "optimizer steps of one training job")
 
 # ---- hardware, money and time --------------------------------------------------------------------------------------
 GPU_MEMORY_BYTES = Limit(2**44, "16 TiB: 85x a B200's 192 GB")
+HOST_MEMORY_BYTES = Limit(2**50, "1 PiB: 256x the 4 TiB a DGX B200 takes at most (its user guide)")
 BYTES_PER_S = Limit(1e16, "1,000x an H200's 4.8 TB/s of HBM bandwidth")
 MIN_BYTES_PER_S = 1e6
 """Slowest link or memory accepted (1 MB/s, slower than any a GPU has): times divided by it stay finite."""

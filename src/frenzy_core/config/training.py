@@ -258,6 +258,12 @@ class TrainingConfig(FrozenModel):
         """ZeRO stage counting Megatron's distributed optimizer as stage 1."""
         return max(self.zero_stage, 1 if self.distributed_optimizer else 0)
 
+    @property
+    def offloads(self) -> bool:
+        """Whether anything lives in host memory: offloaded optimizer states or parameters, or activations."""
+        return (self.offload_optimizer is not OffloadDevice.NONE or self.offload_params is not OffloadDevice.NONE
+                or self.activation_offload_layers > 0)
+
 
 def _check_sharding_variants(t: TrainingConfig) -> None:
     """FSDP2's integer resharding names a group size (>= 2; False keeps whole weights)."""

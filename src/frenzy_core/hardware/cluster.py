@@ -53,6 +53,10 @@ class Node(FrozenModel):
         "GPUs per fast-link (NVLink/Infinity Fabric) domain in a node; default min(type's, gpus_per_node)."))
     inter_node_bytes_per_s: Annotated[float | None, at_most(limits.BYTES_PER_S)] = Field(
         default=None, ge=limits.MIN_BYTES_PER_S, description="NIC bandwidth per GPU, per direction.")
+    host_memory_bytes: Annotated[int | None, at_most(limits.HOST_MEMORY_BYTES)] = Field(
+        default=None, gt=0, description=(
+            "Host (CPU) memory of each node, which offloaded states share; default: the GPU type's typical node's "
+            "where the node has its GPU count and a source gives it, else unknown (not checked)."))
     rack: str | None = Field(default=None, description="Optional rack label (placement locality).")
     zone: str | None = Field(default=None, description="Optional zone label (placement locality).")
     nvlink_domain: str | None = Field(default=None, description=(
@@ -88,6 +92,8 @@ class Node(FrozenModel):
             "intra_node_bytes_per_s": self.intra_node_bytes_per_s or spec.intra_node_bytes_per_s,
             "link_domain_gpus": domain,
             "inter_node_bytes_per_s": self.inter_node_bytes_per_s or spec.inter_node_bytes_per_s,
+            "host_memory_bytes": self.host_memory_bytes or (spec.node_host_memory_bytes
+                                                            if self.gpus_per_node == spec.gpus_per_node else None),
         })
 
 

@@ -76,6 +76,9 @@ class GPUSpec(FrozenModel):
         "GPUs of one node that share the fast intra-node link (NVLink/NVSwitch or Infinity Fabric domain); "
         "1 for cards that reach each other only over PCIe."))
     gpus_per_node: Annotated[int, at_most(limits.GPUS_PER_NODE)] = Field(gt=0, description="Typical GPUs per node.")
+    node_host_memory_bytes: Annotated[int | None, at_most(limits.HOST_MEMORY_BYTES)] = Field(
+        default=None, gt=0, description=(
+            "Host (CPU) memory of the typical node of gpus_per_node GPUs, where a source gives it; None: unknown."))
     inter_node_bytes_per_s: Annotated[float, at_most(limits.BYTES_PER_S)] = Field(
         ge=limits.MIN_BYTES_PER_S, description="Typical network bandwidth per GPU, per direction.")
     price_per_gpu_hour_usd: Annotated[float | None, at_most(limits.PRICE_USD)] = Field(default=None, gt=0)

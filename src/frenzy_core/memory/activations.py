@@ -14,10 +14,10 @@ import numpy.typing as npt
 from frenzy_core.config.finetune import LoRATarget
 from frenzy_core.config.hf import ModuleLayout, module_layout
 from frenzy_core.config.model import ArchKind, MLPKind, ModelConfig, NormKind, NormPlacement, PositionEmbedding
+from frenzy_core.config.trainable import adapter_counts, projection_shapes
 from frenzy_core.config.training import Attention, Framework, Precision, TrainingConfig
 from frenzy_core.memory.torch_attention import FP32, MASK_BYTES
 from frenzy_core.memory.torch_layers import norm_bytes, torch_layer
-from frenzy_core.memory.trainable import adapter_counts, projection_shapes
 
 __all__ = [
     "EdgeActivations",

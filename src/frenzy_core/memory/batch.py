@@ -15,12 +15,12 @@ import numpy.typing as npt
 from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.config.layout import layout_mask
 from frenzy_core.config.model import ModelConfig
-from frenzy_core.config.training import OffloadDevice, TrainingConfig
+from frenzy_core.config.trainable import check_trainable
+from frenzy_core.config.training import TrainingConfig
 from frenzy_core.errors import require_instance
-from frenzy_core.memory.kernel import stage_arrays
+from frenzy_core.memory.kernel import stage_arrays, unmodelled_rows
 from frenzy_core.memory.overhead import overhead_bytes
 from frenzy_core.memory.result import MEMORY_CATEGORIES
-from frenzy_core.memory.trainable import check_trainable
 
 __all__ = ["BatchEstimate", "estimate_memory_batch", "stage_device_bytes"]
 
@@ -30,8 +30,9 @@ IntArray = npt.NDArray[np.int64]
 @dataclass(frozen=True)
 class BatchEstimate:
     """Per-configuration results (busiest stage); rows where ``valid`` is False hold -1: those the layout rules
-    reject (:func:`layout_mask`) and those whose estimate would exceed 2^60 bytes (what ``estimate_memory``
-    refuses)."""
+    reject (:func:`layout_mask`), those the memory model does not cover (torch's sequence parallelism or routing
+    imbalance under expert parallelism: :func:`~frenzy_core.memory.kernel.refusal`) and those whose estimate
+    would exceed 2^60 bytes (what ``estimate_memory`` refuses)."""
 
     peak_bytes: IntArray
     device_bytes: IntArray
@@ -54,9 +55,8 @@ def _stage_count(model: ModelConfig, lay: LayoutArrays, valid: npt.NDArray[np.bo
     valid row splits its layers unevenly (``stage_layers``) or states are offloaded (the host figure is every
     stage's); then the largest pp of a valid row (every stage)."""
     uneven = bool(np.any(lay.stage_split[valid] > 0))
-    offload = training.offload_optimizer is not OffloadDevice.NONE or training.offload_params is not \
-        OffloadDevice.NONE or training.activation_offload_layers > 0
-    if uneven or offload or (model.moe is not None and (model.moe.first_dense_layers > 0 or model.moe.layer_interval > 1)):
+    moe_spread = model.moe is not None and (model.moe.first_dense_layers > 0 or model.moe.layer_interval > 1)
+    if uneven or training.offloads or moe_spread:
         return int(lay.pp[valid].max(initial=1))
     return 2
 
@@ -90,7 +90,8 @@ def estimate_memory_batch(model: ModelConfig, configs: LayoutArrays | Mapping[st
     shape, flat = layouts.shape, layouts.flat()
     n = len(flat)
     rows = _blocks(n, BLOCK_ELEMENTS // 2)
-    valid = np.concatenate([layout_mask(model, flat.take(sl)) for sl in rows])
+    valid = np.concatenate([layout_mask(model, flat.take(sl)) & ~unmodelled_rows(training, flat.take(sl))
+                            for sl in rows])
     count = _stage_count(model, flat, valid, training)
     rows = _blocks(n, max(BLOCK_ELEMENTS // count, 1))
     out = {name: np.full(n, -1, dtype=np.int64) for name in ("peak", "device", "stage", "host")}

@@ -8,12 +8,12 @@ from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.config.layout import validate_layout
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.parallel import ParallelConfig
+from frenzy_core.config.trainable import check_trainable
 from frenzy_core.config.training import TrainingConfig
 from frenzy_core.errors import ConfigError, require_instance
-from frenzy_core.memory.kernel import PHASES, stage_arrays
+from frenzy_core.memory.kernel import PHASES, refusal, stage_arrays
 from frenzy_core.memory.overhead import overhead_bytes
 from frenzy_core.memory.result import MEMORY_CATEGORIES, MemoryEstimate, StageMemory
-from frenzy_core.memory.trainable import check_trainable
 
 __all__ = ["estimate_memory"]
 
@@ -30,8 +30,11 @@ def estimate_memory(model: ModelConfig, training: TrainingConfig,
     require_instance("parallel", parallel, ParallelConfig)
     validate_layout(model, training, parallel)
     check_trainable(model, training)
-    arrays = stage_arrays(model, training, LayoutArrays.from_configs(training, parallel),
-                          np.arange(parallel.pp, dtype=np.int64))
+    layouts = LayoutArrays.from_configs(training, parallel)
+    refused = refusal(training, layouts)
+    if refused is not None:
+        raise ConfigError(refused.message, field=refused.field, hint=refused.hint)
+    arrays = stage_arrays(model, training, layouts, np.arange(parallel.pp, dtype=np.int64))
     if not arrays.in_range.all():
         raise ConfigError(f"stage {int(np.flatnonzero(~arrays.in_range)[0])} of this job would hold more than "
                           f"2^60 bytes (1 EiB), the most the estimator counts: a million times any GPU",

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -13,6 +15,7 @@ from frenzy_core._limits import MAX_BYTES, bytes_in_range, to_int_bytes
 from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.parallel import PipelineSchedule
+from frenzy_core.config.trainable import trains
 from frenzy_core.config.training import Framework, Recompute, RecomputeMethod, TrainingConfig
 from frenzy_core.memory.activations import (
     LayerActivations,
@@ -25,9 +28,9 @@ from frenzy_core.memory.overhead import workspace_bytes
 from frenzy_core.memory.recipe import state_bytes
 from frenzy_core.memory.result import MEMORY_CATEGORIES
 from frenzy_core.memory.shards import StageParams, StageShape, stage_params, stage_shape
-from frenzy_core.memory.states import comm_buffers, gradients, layer_params, model_states, plus, sharding, trains
+from frenzy_core.memory.states import comm_buffers, gradients, layer_params, model_states, plus, sharding
 
-__all__ = ["PHASES", "StageArrays", "stage_arrays"]
+__all__ = ["PHASES", "TORCH_SP_REFUSAL", "Refusal", "StageArrays", "refusal", "stage_arrays", "unmodelled_rows"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -463,6 +466,52 @@ def _either(grads_a: FloatArray, acts_a: FloatArray, grads_b: FloatArray, acts_b
     """Gradients and activations of whichever of two moments holds more."""
     pick_b = grads_b + acts_b > grads_a + acts_a
     return {"gradients": np.where(pick_b, grads_b, grads_a), "activations": np.where(pick_b, acts_b, acts_a)}
+
+
+TORCH_SP_REFUSAL = (
+    "sequence_parallel=True with framework 'torch' and tp > 1 is not in the memory model: torchtitan's sequence "
+    "parallelism shards the norms and the residual stream over the sequence and all-gathers each layer's input "
+    "before its q/k/v and MLP projections, which then save the gathered tensor (unlike Megatron's, which save "
+    "their shard and gather again in backward); the eager-PyTorch terms follow Hugging Face modules without it")
+"""Why the memory model refuses torch's sequence parallelism (the time model does time it: torchtitan's
+all-gather / reduce-scatter around each layer, docs/time-model.md)."""
+
+
+class Refusal(NamedTuple):
+    """A recipe and layout the memory model does not cover: the field to name, why, and what would work."""
+
+    field: str
+    message: str
+    hint: str
+
+
+_REFUSALS: tuple[tuple[Refusal, Callable[[TrainingConfig, LayoutArrays], npt.NDArray[np.bool_]]], ...] = (
+    (Refusal("training.sequence_parallel", TORCH_SP_REFUSAL,
+             "set sequence_parallel=False (plain tensor parallelism), or framework='megatron' for Megatron-LM's "
+             "sequence parallelism"),
+     lambda t, lay: np.asarray(lay.active_sequence_parallel, dtype=bool) & (t.framework is Framework.TORCH)),
+    (Refusal("training.moe_load_imbalance",
+             "moe_load_imbalance with framework 'torch' and ep > 1 is not in the memory model: its eager MoE terms "
+             "give every rank its fair share of the routed tokens (a rank holding every expert computes every "
+             "routed pair whatever the balance, so at ep = 1 the factor has no effect)",
+             "leave moe_load_imbalance unset for framework 'torch', or use framework='megatron', whose dispatcher "
+             "terms follow the busiest expert-parallel rank"),
+     lambda t, lay: (np.asarray(lay.ep) > 1) & (t.framework is Framework.TORCH and t.moe_load_imbalance is not None)),
+)
+
+
+def unmodelled_rows(training: TrainingConfig, lay: LayoutArrays) -> npt.NDArray[np.bool_]:
+    """Rows the memory model does not cover (:func:`refusal` says why): the batch estimator marks them invalid,
+    the scalar one raises a ConfigError."""
+    out = np.zeros(lay.shape, dtype=bool)
+    for _, rows in _REFUSALS:
+        out |= np.broadcast_to(rows(training, lay), lay.shape)
+    return out
+
+
+def refusal(training: TrainingConfig, lay: LayoutArrays) -> Refusal | None:
+    """Why the memory model does not cover the first row of ``lay`` (None: it does)."""
+    return next((r for r, rows in _REFUSALS if np.broadcast_to(rows(training, lay), lay.shape)[0]), None)
 
 
 def stage_arrays(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays, stage: IntArray) -> StageArrays:

@@ -11,8 +11,8 @@ import numpy.typing as npt
 from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.config.model import ArchKind, ModelConfig, PositionEmbedding
 from frenzy_core.config.params import layer_parameters, mlp_parameters, norm_parameters, qk_norm_parameters
+from frenzy_core.config.trainable import adapter_counts, first_trainable_layer, matmul_weights, nograd_layers
 from frenzy_core.config.training import TrainingConfig
-from frenzy_core.memory.trainable import adapter_counts, first_trainable_layer, matmul_weights, nograd_layers
 
 __all__ = ["LayerConstants", "StageParams", "StageShape", "layer_constants", "stage_params", "stage_shape"]
 

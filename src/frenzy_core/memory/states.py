@@ -14,14 +14,14 @@ import numpy.typing as npt
 
 from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.config.model import ModelConfig, PositionEmbedding
+from frenzy_core.config.trainable import adapter_counts, trains
 from frenzy_core.config.training import Framework, OffloadDevice, TrainingConfig
 from frenzy_core.memory.overhead import overhead_model
 from frenzy_core.memory.recipe import StateBytes
 from frenzy_core.memory.shards import StageParams, StageShape, layer_constants
-from frenzy_core.memory.trainable import adapter_counts
 
 __all__ = ["Gradients", "LayerParams", "Sharding", "States", "comm_buffers", "gradients", "layer_params",
-           "model_states", "plus", "sharding", "trains"]
+           "model_states", "plus", "sharding"]
 
 FloatArray = npt.NDArray[np.float64]
 FP32 = 4
@@ -235,13 +235,6 @@ class Gradients:
 def plus(a: FloatArray, b: FloatArray | None) -> FloatArray:
     """``a + b``, or ``a`` where ``b`` is None: a term that is 0 throughout (adding it would change no value)."""
     return a if b is None else np.asarray(a + b)
-
-
-def trains(model: ModelConfig, training: TrainingConfig) -> tuple[bool, bool]:
-    """Whether the embeddings and the output head train."""
-    embeddings = training.lora is None and not training.freeze_embeddings
-    head = training.lora is None and (embeddings or not model.tied_embeddings)
-    return embeddings, head and model.lm_head
 
 
 def gradients(model: ModelConfig, training: TrainingConfig, per_param: StateBytes, lay: LayoutArrays,

@@ -182,6 +182,10 @@ class TypeReport:
     """Of those, candidates that also meet price, deadline and objective requirements."""
     limit_reasons: tuple[str, ...]
     """Which limits removed the rest (when n_within_limits is 0)."""
+    host_blocked: int = 0
+    """Candidates that fit memory and the free GPU count and could be placed but for the nodes' host memory."""
+    min_host_bytes: int = 0
+    """Least host memory per rank among those (offload)."""
 
 
 @dataclass(frozen=True)
@@ -219,9 +223,21 @@ class CandidateTable:
     rank: np.ndarray
     order: np.ndarray
     reports: tuple[TypeReport, ...]
+    host_bytes: np.ndarray
+    """Per layout: host memory one rank keeps (offload), which the ranks on a node share."""
+    pools: tuple[NodePool, ...]
+    """The pools candidates are placed in: the request's first, then host-capped ones (:meth:`NodePool.host_capped`)."""
+    pool: np.ndarray
+    """Per candidate: index into ``pools`` (0: the request's pool, every free GPU usable)."""
 
     def __len__(self) -> int:
         return int(self.layout.shape[0])
+
+    def pool_of(self, row: int, pool: NodePool) -> NodePool:
+        """Where candidate ``row`` may be placed: ``pool`` (the request's), or the host-capped copy of it whose
+        nodes keep only the GPUs their host memory holds ranks for."""
+        k = int(self.pool[row])
+        return pool if k == 0 else self.pools[k]
 
 
 def dense_rank(keys: np.ndarray) -> np.ndarray:
@@ -344,21 +360,27 @@ def build_candidates(model: ModelConfig, training: TrainingConfig, pool: NodePoo
     recipes = {name: training.replace(precision=(precisions or {})[name]) if name in (precisions or {}) else training
                for name in types}
     devices: dict[Precision, np.ndarray] = {}
+    hosts: dict[Precision, np.ndarray] = {}
     for recipe in recipes.values():
         if recipe.precision not in devices:
             devices[recipe.precision] = (estimator.device_bytes(model, recipe, layouts) if len(layouts)
                                          else np.zeros(0, np.int64))
+            hosts[recipe.precision] = (estimator.host_bytes(model, recipe, layouts) if len(layouts)
+                                       else np.zeros(0, np.int64))
     device = devices[training.precision] if training.precision in devices else next(iter(devices.values()))
+    host = hosts[training.precision] if training.precision in hosts else next(iter(hosts.values()))
+    pools: list[NodePool] = [pool]
     tokens_all = layouts.global_batch_size.astype(np.float64) * training.seq_len
 
-    parts: dict[str, list[np.ndarray]] = {k: [] for k in ("layout", "gpu", "iteration_s", "pph", "level", "node")}
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in ("layout", "gpu", "iteration_s", "pph", "level", "node",
+                                                          "pool")}
     reports = []
     for g, name in enumerate(types):
         recipe = recipes[name]
         refusal = None if scope is None else scope.refusal(model, recipe, specs[name])
-        found, report = _type_candidates(model, recipe, pool, specs[name], name, allowed[name], layouts,
-                                         devices[recipe.precision], tokens_all, c, objective, estimator,
-                                         (links or {}).get(name), refusal)
+        found, report = _type_candidates(model, recipe, pools, specs[name], name, allowed[name], layouts,
+                                         (devices[recipe.precision], hosts[recipe.precision]), tokens_all, c,
+                                         objective, estimator, (links or {}).get(name), refusal)
         for key, part in found.items():
             parts[key].append(part)
         parts["gpu"].append(np.full(found["layout"].size, g, dtype=np.int64))
@@ -379,15 +401,43 @@ def build_candidates(model: ModelConfig, training: TrainingConfig, pool: NodePoo
                           tp=layouts.tp[layout_idx], iteration_s=cat["iteration_s"], tokens_per_s=tokens,
                           price_per_hour_usd=cat["pph"], value=np.asarray(value, dtype=np.float64),
                           level=cat["level"].astype(np.int64), per_node=cat["node"].astype(np.int64), rank=rank,
-                          order=order, reports=tuple(reports))
+                          order=order, reports=tuple(reports), host_bytes=host, pools=tuple(pools),
+                          pool=cat["pool"].astype(np.int64))
 
 
-def _type_candidates(model: ModelConfig, training: TrainingConfig, pool: NodePool, spec: GPUSpec, name: str,
-                     allowed: bool, layouts: LayoutArrays, device: np.ndarray, tokens: np.ndarray,
+def _host_placed(pools: list[NodePool], name: str, base: Links, tp: np.ndarray, world: np.ndarray,
+                 host: np.ndarray, mode: PlacementMode) -> tuple[np.ndarray, np.ndarray, Links, np.ndarray, np.ndarray]:
+    """:func:`placed_links` of each row in the pool its host memory allows (``pools[0]`` with each node's free
+    GPUs cut to the ranks its host memory holds at ``host`` bytes per rank; such pools are appended to
+    ``pools``), the pool index of each row, and which rows only host memory keeps from being placed."""
+    pool = pools[0]
+    level, per_node = np.full(tp.shape, -1, np.int64), np.zeros(tp.shape, np.int64)
+    cols, which = np.zeros((tp.size, 3)), np.zeros(tp.shape, np.int64)
+    groups: dict[tuple[tuple[int, int], ...], list[int]] = {}
+    for h in np.unique(host):
+        groups.setdefault(pool.host_limits(name, int(h)), []).extend(np.flatnonzero(host == h).tolist())
+    for limits, members in groups.items():
+        rows = np.asarray(members, dtype=np.int64)
+        capped = pool.host_capped(name, limits)
+        if limits:
+            pools.append(capped)
+            which[rows] = len(pools) - 1
+        level[rows], per_node[rows], got = placed_links(capped, name, base, tp[rows], world[rows], mode)
+        cols[rows] = np.stack([np.asarray(v, dtype=np.float64) for v in got], axis=1)
+    blocked = np.zeros(tp.shape, dtype=bool)
+    held = np.flatnonzero((which > 0) & (level < 0))
+    if held.size:
+        blocked[held] = _shapes(pool, name, tp[held], world[held], mode)[0] >= 0
+    return level, per_node, Links(cols[:, 0].astype(np.int64), cols[:, 1], cols[:, 2]), which, blocked  # type: ignore[arg-type]
+
+
+def _type_candidates(model: ModelConfig, training: TrainingConfig, pools: list[NodePool], spec: GPUSpec, name: str,
+                     allowed: bool, layouts: LayoutArrays, memory: tuple[np.ndarray, np.ndarray], tokens: np.ndarray,
                      c: PlanConstraints, objective: Objective, estimator: LayoutEstimator, links: Links | None,
                      refusal: str | None = None) -> tuple[dict[str, np.ndarray], TypeReport]:
-    """The candidates of one GPU type (layout index, seconds, price, placement shape) and what limited them
-    (``refusal``: why the launcher cannot run this type at all)."""
+    """The candidates of one GPU type (layout index, seconds, price, placement shape, pool) and what limited
+    them (``memory``: device and host bytes per layout; ``refusal``: why the launcher cannot run this type)."""
+    pool, (device, host) = pools[0], memory
     world = layouts.world_size
     cap = c.num_gpus or c.max_gpus
     total, free = pool.total_gpus(name), pool.free_gpus(name)
@@ -398,8 +448,8 @@ def _type_candidates(model: ModelConfig, training: TrainingConfig, pool: NodePoo
     limit = min(free, cap) if cap is not None else free
     idx = np.flatnonzero(fits & (world <= limit)) if allowed else np.zeros(0, np.int64)
     price = spec.price_per_gpu_hour_usd
-    level, per_node, timed_links = placed_links(pool, name, links or spec.links, layouts.tp[idx], world[idx],
-                                                c.placement)
+    level, per_node, timed_links, which, blocked = _host_placed(pools, name, links or spec.links, layouts.tp[idx],
+                                                                world[idx], host[idx], c.placement)
     unsupported = None
     try:
         iteration = (estimator.iteration_s(model, training, layouts.take(idx), spec, timed_links) if idx.size
@@ -417,9 +467,11 @@ def _type_candidates(model: ModelConfig, training: TrainingConfig, pool: NodePoo
         max_free_in_node=pool.max_free_in_node(name), usable_bytes=usable, price_per_gpu_hour_usd=price,
         min_device_bytes=int(device[within_total].min()) if within_total.any() else None,
         min_world_fit=int(world[fits].min()) if fits.any() else None,
-        n_fit_free=int(idx.size), n_within_limits=int(keep.sum()), limit_reasons=reasons)
+        n_fit_free=int(idx.size), n_within_limits=int(keep.sum()), limit_reasons=reasons,
+        host_blocked=int((blocked & keep).sum()),
+        min_host_bytes=int(host[idx][blocked & keep].min()) if (blocked & keep).any() else 0)
     found = {"layout": idx[keep], "iteration_s": iteration[keep], "pph": pph[keep], "level": level[keep],
-             "node": per_node[keep]}
+             "node": per_node[keep], "pool": which[keep]}
     return found, report
 
 

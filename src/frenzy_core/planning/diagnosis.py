@@ -9,7 +9,7 @@ from frenzy_core.planning.nodes import NodePool
 from frenzy_core.planning.plan import Rejection, RejectReason
 from frenzy_core.planning.request import Objective, PlacementMode, PlanConstraints
 
-__all__ = ["best_feasible_per_type", "extra_free_gpus", "type_rejections"]
+__all__ = ["best_feasible_per_type", "extra_free_gpus", "host_message", "type_rejections"]
 
 GIB = 2**30
 
@@ -44,6 +44,15 @@ def _placement_message(table: CandidateTable, pool: NodePool, g: int) -> str:
     return (f"free {name} GPUs are split across nodes: the smallest fitting layout with tp={small_tp} needs "
             f"{int(worlds.min())} GPUs in whole groups of {small_tp} per node, only {groups * small_tp} are free "
             "that way")
+
+
+def host_message(pool: NodePool, report: TypeReport) -> str:
+    """Why host memory keeps a type's fitting layouts off its nodes, and what would help."""
+    name, need = report.gpu_type, report.min_host_bytes
+    held = ", ".join(f"{mem / GIB:,.0f} GiB holds {ranks}" for mem, ranks in pool.host_limits(name, need))
+    return (f"the fitting layouts keep at least {need / GIB:,.1f} GiB per rank in host memory (offload), and the "
+            f"{name} nodes' host memory holds too few such ranks per node ({held}) for any placement; fewer ranks "
+            "per node (more free nodes), no offload, or nodes with more host memory (host_memory_bytes) would help")
 
 
 def _outranked_message(table: CandidateTable, chosen: int, row: int) -> str:
@@ -102,6 +111,9 @@ def type_rejections(table: CandidateTable, pool: NodePool, rows: np.ndarray, fea
         early = _report_reason(report, constraints)
         if early is not None:
             out.append(Rejection(gpu_type=report.gpu_type, reason=early[0], message=early[1]))
+        elif g not in best and report.host_blocked:
+            out.append(Rejection(gpu_type=report.gpu_type, reason=RejectReason.HOST_MEMORY,
+                                 message=host_message(pool, report)))
         elif g not in best:
             out.append(Rejection(gpu_type=report.gpu_type, reason=RejectReason.TP_SPLIT,
                                  message=_placement_message(table, pool, g)))

@@ -12,7 +12,7 @@ from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.parallel import ParallelConfig
 from frenzy_core.config.training import TrainingConfig
 from frenzy_core.hardware.gpu import GPUSpec, Links
-from frenzy_core.memory import MemoryEstimate, estimate_memory, estimate_memory_batch
+from frenzy_core.memory import BatchEstimate, MemoryEstimate, estimate_memory, estimate_memory_batch
 from frenzy_core.timing import (
     TimeEstimate,
     TimeModelParams,
@@ -30,6 +30,10 @@ class LayoutEstimator(Protocol):
 
     def device_bytes(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutArrays) -> np.ndarray:
         """Bytes the busiest rank of each layout needs on its GPU (int64); negative: an invalid layout."""
+
+    def host_bytes(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutArrays) -> np.ndarray:
+        """Host memory one rank of each layout keeps (offload; int64, 0 for none), which the ranks on a node
+        share: the planner checks it against the nodes' ``host_memory_bytes``."""
 
     def iteration_s(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutArrays, gpu: GPUSpec,
                     links: Links | None) -> np.ndarray:
@@ -52,6 +56,15 @@ class AnalyticEstimator:
 
     def __init__(self, time_model: str | Path | None = None) -> None:
         self._fitted = read_calibration_file(time_model) if time_model is not None else {}
+        self._last: tuple[ModelConfig, TrainingConfig, LayoutArrays, BatchEstimate] | None = None
+
+    def _batch(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutArrays) -> BatchEstimate:
+        """The batch memory estimate, kept for the next call on the same layouts (the planner asks for device and
+        host bytes of one table in turn)."""
+        last = self._last
+        if last is None or last[2] is not layouts or last[0] != model or last[1] != training:
+            last = self._last = (model, training, layouts, estimate_memory_batch(model, layouts, training))
+        return last[3]
 
     def params(self, gpu: GPUSpec) -> TimeModelParams | None:
         """The time model's parameters for ``gpu``: the calibrated ones where the file names it, else None
@@ -60,7 +73,12 @@ class AnalyticEstimator:
         return default_time_model_params(gpu).replace(**fitted) if fitted else None
 
     def device_bytes(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutArrays) -> np.ndarray:
-        return np.asarray(estimate_memory_batch(model, layouts, training).device_bytes, dtype=np.int64)
+        return np.asarray(self._batch(model, training, layouts).device_bytes, dtype=np.int64)
+
+    def host_bytes(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutArrays) -> np.ndarray:
+        if not training.offloads:  # nothing on the host: no second pass over the layouts
+            return np.zeros(len(layouts), dtype=np.int64)
+        return np.asarray(self._batch(model, training, layouts).host_bytes, dtype=np.int64)
 
     def iteration_s(self, model: ModelConfig, training: TrainingConfig, layouts: LayoutArrays, gpu: GPUSpec,
                     links: Links | None) -> np.ndarray:

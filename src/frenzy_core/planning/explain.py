@@ -10,7 +10,7 @@ from frenzy_core.config.finetune import describe_trainable
 if TYPE_CHECKING:
     from frenzy_core.planning.plan import Plan
 
-__all__ = ["batch_line", "explain_plan", "format_duration", "format_value", "group_lines"]
+__all__ = ["batch_line", "explain_plan", "format_duration", "format_value", "group_lines", "host_line"]
 
 GIB = 2**30
 
@@ -75,6 +75,26 @@ def group_lines(plan: Plan) -> list[str]:
     return lines
 
 
+def host_line(plan: Plan) -> str | None:
+    """Host memory of an offloading plan: per rank, and on its fullest node against that node's host memory
+    (or that the nodes' host memory is unknown, so it was not checked); None when nothing is offloaded."""
+    per_rank = plan.memory.host_bytes
+    if per_rank <= 0:
+        return None
+    line = f"Host memory: {per_rank / GIB:,.1f} GiB per rank (offload)"
+    unknown = sorted(name for name in plan.placement if plan.host_memory_bytes.get(name) is None)
+    known = [name for name in plan.placement if name not in unknown]
+    if known:
+        name = max(known, key=lambda n: len(plan.placement[n]) * per_rank / (plan.host_memory_bytes[n] or 1))
+        ranks, have = len(plan.placement[name]), plan.host_memory_bytes[name] or 0
+        line += (f"; {ranks} ranks on {name} keep {ranks * per_rank / GIB:,.1f} GiB of its {have / GIB:,.0f} GiB "
+                 f"({ranks * per_rank / have:.0%})")
+    if unknown:
+        line += (f"; the host memory of {', '.join(unknown[:3])}{' ...' if len(unknown) > 3 else ''} is unknown, "
+                 "so not checked (give host_memory_bytes in the cluster file)")
+    return line + "."
+
+
 def _pipeline_lines(plan: Plan) -> list[str]:
     """Each pipeline stage of a form (a) plan: its type, GPUs, layers, micro-batch time and memory on its type."""
     slowest = max(plan.stages, key=lambda s: s.microbatch_s or 0.0)
@@ -117,6 +137,8 @@ def explain_plan(plan: Plan) -> str:
     for name, nbytes in sorted({**mem.breakdown, **mem.overhead}.items(), key=lambda kv: -kv[1]):
         if nbytes > 0:
             lines.append(f"  {name:<22} {nbytes / GIB:8.2f} GiB")
+    host = host_line(plan)
+    lines += [host] if host else []
     tm = plan.time
     lines.append(f"Time per step: {tm.iteration_s:.3f} s, {tm.tokens_per_s:,.0f} tokens/s, MFU {tm.mfu:.1%} "
                  f"({tm.num_microbatches} micro-batches per step, {tm.overlapped_s:.3f} s overlapped).")

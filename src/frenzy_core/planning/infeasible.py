@@ -26,6 +26,8 @@ __all__ = ["SEQ_LEN_STEP", "infeasible_error", "mixing_reason"]
 SEQ_LEN_STEP = 256
 """Granularity of the suggested sequence-length limit (tokens)."""
 
+GIB = 2**30
+
 
 def _best_row(search: Search) -> tuple[CandidateTable, int] | None:
     table = search.table()
@@ -156,6 +158,29 @@ def _limit_suggestions(search: Search) -> list[str]:
     return out
 
 
+def _host_suggestions(search: Search) -> list[str]:
+    """Where host memory blocked a type (offload): training without offload, or the host memory per node that
+    would hold every rank the best candidate then puts on a node (its ranks times its host bytes per rank)."""
+    table = search.table()
+    if not any(r.host_blocked for r in table.reports):
+        return []
+    out = []
+    t = search.training
+    if replace(search, training=t.replace(offload_optimizer="none", offload_params="none",
+                                          activation_offload_layers=0)).feasible():
+        out.append("no offload (offload_optimizer='none', offload_params='none', activation_offload_layers=0)")
+    unknown = search.pool.with_nodes(tuple(n._replace(host_memory_bytes=None) for n in search.pool.nodes))
+    found = _best_row(replace(search, pool=unknown))
+    if found is not None:
+        table, row = found
+        name = table.gpu_types[int(table.gpu[row])]
+        ranks = min(int(table.world[row]), search.pool.max_free_in_node(name))
+        need = int(table.host_bytes[int(table.layout[row])]) * ranks
+        out.append(f"{name} nodes with host_memory_bytes >= {need:,} ({need / GIB:,.0f} GiB: {ranks} ranks of "
+                   f"{int(table.host_bytes[int(table.layout[row])]) / GIB:,.1f} GiB)")
+    return out
+
+
 def _seq_len_suggestion(search: Search) -> list[str]:
     """The longest sequence (a multiple of SEQ_LEN_STEP below the request's) that can be placed."""
     seq = search.training.seq_len
@@ -177,9 +202,6 @@ def _seq_len_suggestion(search: Search) -> list[str]:
         else:
             hi = mid - 1
     return [f"sequence length <= {lo * SEQ_LEN_STEP}"]
-
-
-GIB = 2**30
 
 
 def mixing_reason(search: Search, table: CandidateTable) -> str | None:
@@ -216,8 +238,8 @@ def infeasible_error(search: Search, table: CandidateTable, deadline: float | No
     reasons = [f"{r.gpu_type}: {r.message}" for r in type_rejections(table, search.pool, rows, ok, None, search.constraints)]
     if mixed is not None and not mixed.startswith("mix GPU types"):
         reasons.append(mixed)
-    finders: list[Callable[[Search], list[str]]] = [_free_gpu_suggestions, _pin_suggestions, _limit_suggestions,
-                                                    _seq_len_suggestion]
+    finders: list[Callable[[Search], list[str]]] = [_free_gpu_suggestions, _host_suggestions, _pin_suggestions,
+                                                    _limit_suggestions, _seq_len_suggestion]
     suggestions: list[str] = [mixed] if mixed is not None and mixed.startswith("mix GPU types") else []
     stopped = False
     for finder in finders:

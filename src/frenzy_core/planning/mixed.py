@@ -219,6 +219,10 @@ def mixed_search(search: Search, deadline: float, solver: str = "cp-sat", incumb
     none = LayoutArrays.from_configs(search.training, ParallelConfig()).take(np.zeros(0, dtype=np.int64))
     if not search.mixable:
         return none, None, notes
+    if search.training.offloads:
+        notes.append("the mixed-type search does not check host memory yet, so it is not run for a recipe that "
+                     "offloads")
+        return none, None, notes
     gbs = search.training.global_batch_size
     assert gbs is not None
     allowed = mixable_types(search)

@@ -41,6 +41,8 @@ class FreeNode(NamedTuple):
     """Label of the multi-node NVLink domain it belongs to (None: its own node is its domain)."""
     rack: str | None = None
     zone: str | None = None
+    host_memory_bytes: int | None = None
+    """Host memory the node's ranks share (None: unknown, not checked)."""
 
     @property
     def free(self) -> int:
@@ -112,6 +114,7 @@ class NodePool:
         object.__setattr__(self, "_by_type", {})
         object.__setattr__(self, "_labels", {})
         object.__setattr__(self, "_stats", {})
+        object.__setattr__(self, "_host", {})
 
     @classmethod
     def from_cluster(cls, cluster: Cluster) -> NodePool:
@@ -125,7 +128,7 @@ class NodePool:
             free = tuple(range(shape.gpus_per_node if shape.free_gpus is None else shape.free_gpus))
             first = len(nodes)
             nodes.extend(FreeNode(f"node:{i}", shape.gpu, shape.gpus_per_node, free, shape.nvlink_domain, shape.rack,
-                                  shape.zone) for i in range(first, first + shape.count))
+                                  shape.zone, shape.host_memory_bytes) for i in range(first, first + shape.count))
         return cls(nodes=tuple(nodes), inter_rack_bytes_per_s=cluster.inter_rack_bytes_per_s,
                    inter_zone_bytes_per_s=cluster.inter_zone_bytes_per_s)
 
@@ -133,6 +136,30 @@ class NodePool:
         """The same cluster-wide links with other nodes (the infeasibility diagnosis frees or adds nodes)."""
         return NodePool(nodes=nodes, inter_rack_bytes_per_s=self.inter_rack_bytes_per_s,
                         inter_zone_bytes_per_s=self.inter_zone_bytes_per_s)
+
+    def host_limits(self, gpu_type: str, rank_host_bytes: int) -> tuple[tuple[int, int], ...]:
+        """(host memory, ranks it holds) for each host memory size of ``gpu_type``'s nodes that cannot hold a
+        rank on every GPU when each rank keeps ``rank_host_bytes`` on the host; empty: nothing to limit (no
+        offload, or host memory unknown or large enough)."""
+        if rank_host_bytes <= 0:
+            return ()
+        cache: dict[str, list[tuple[int, int]]] = self._host  # type: ignore[attr-defined]
+        if gpu_type not in cache:  # once per type: a request asks for every distinct per-rank figure
+            cache[gpu_type] = sorted({(n.host_memory_bytes, n.gpus_per_node) for n in self.nodes
+                                      if n.gpu_type == gpu_type and n.host_memory_bytes is not None})
+        return tuple(sorted({(mem, mem // rank_host_bytes) for mem, gpus in cache[gpu_type]
+                             if mem // rank_host_bytes < gpus}))
+
+    def host_capped(self, gpu_type: str, limits: tuple[tuple[int, int], ...]) -> NodePool:
+        """This pool with each ``gpu_type`` node whose host memory ``limits`` names keeping only as many free
+        GPUs as its host memory holds ranks (:meth:`host_limits`): where the planner may place a job that
+        offloads."""
+        if not limits:
+            return self
+        most = dict(limits)
+        return self.with_nodes(tuple(
+            n._replace(free_indices=n.free_indices[:most[n.host_memory_bytes]])
+            if n.gpu_type == gpu_type and n.host_memory_bytes in most else n for n in self.nodes))
 
     @property
     def gpu_types(self) -> list[str]:

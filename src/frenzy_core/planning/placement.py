@@ -3,8 +3,11 @@
 Formulation (both solvers optimise exactly this; CP-SAT states it as a model, the reference enumerates it).
 
 Sets
-    K  placement options: (GPU type g, tensor-parallel size t, world size w) of the ranked candidates, each
-       represented by its best candidate (lowest rank, then canonical order); B_k = w / t groups to place.
+    K  placement options: (GPU type g, tensor-parallel size t, world size w, pool) of the ranked candidates,
+       each represented by its best candidate (lowest rank, then canonical order); B_k = w / t groups to place.
+       The pool is the request's, or for a candidate that offloads, a copy whose nodes keep only as many free
+       GPUs as their host memory holds ranks (``CandidateTable.pool_of``), so no node is given more ranks than
+       its host memory holds.
     J_k  node classes of type g at the option's locality level L_k (:mod:`frenzy_core.planning.shapes`): nodes
          with the same (locality group, free count f_j, size); m_j nodes per class. Classes keep the model small:
          a 16,384-GPU cluster of 8-GPU nodes without racks has at most 8 classes per type. At the domain level,
@@ -82,7 +85,8 @@ def option_shape(table: CandidateTable, pool: NodePool, row: int) -> OptionShape
     assert level >= 0, "only placeable candidates have a shape"
     mode = table.placement
     lo = 1 if mode is PlacementMode.ANY and level == Locality.DOMAIN else int(table.per_node[row]) // tp
-    return OptionShape(classes=pool.classes(table.gpu_types[int(table.gpu[row])], Locality(level)), tp=tp,
+    classes = table.pool_of(row, pool).classes(table.gpu_types[int(table.gpu[row])], Locality(level))
+    return OptionShape(classes=classes, tp=tp,
                        groups=int(table.world[row]) // tp, lo=lo, exact=mode is not PlacementMode.ANY,
                        whole=mode is PlacementMode.WHOLE_NODES)
 
@@ -106,7 +110,7 @@ def solve_exhaustive(table: CandidateTable, pool: NodePool) -> Solution | None:
     for row in range(len(table)):
         if table.level[row] < 0:
             continue
-        key = tuple(int(a[row]) for a in (table.gpu, table.tp, table.world, table.level, table.per_node))
+        key = tuple(int(a[row]) for a in (table.gpu, table.tp, table.world, table.level, table.per_node, table.pool))
         if key not in covers:
             covers[key] = cover(option_shape(table, pool, row))
         found = covers[key]
@@ -123,12 +127,12 @@ def solve_exhaustive(table: CandidateTable, pool: NodePool) -> Solution | None:
 
 
 def placement_options(table: CandidateTable, pool: NodePool) -> tuple[np.ndarray, np.ndarray]:
-    """Rows representing each (type, tp, world) option, sorted by (rank, order), and whether each can be placed
+    """Rows representing each (type, tp, world, pool) option, sorted by (rank, order), and whether each can be placed
     (its shape: :mod:`frenzy_core.planning.shapes`)."""
     if len(table) == 0:
         return np.zeros(0, np.int64), np.zeros(0, bool)
     by_score = np.lexsort((table.order, table.rank))
-    group = dense_rank(np.stack([table.gpu, table.tp, table.world]))[by_score]
+    group = dense_rank(np.stack([table.gpu, table.tp, table.world, table.pool]))[by_score]
     first = np.zeros(len(by_score), dtype=bool)
     _, where = np.unique(group, return_index=True)  # first occurrence in score order = best of its group
     first[where] = True

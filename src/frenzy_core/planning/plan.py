@@ -37,6 +37,8 @@ class RejectReason(str, enum.Enum):
     """No node has enough free GPUs for a tensor-parallel group of any fitting layout."""
     OUTRANKED = "outranked"
     """Feasible, but worse on the objective than the chosen plan."""
+    HOST_MEMORY = "host_memory"
+    """Layouts fit and could be placed, but their offloaded states need more host memory than the nodes have."""
 
 
 class Rejection(FrozenModel):
@@ -118,6 +120,9 @@ class Plan(FrozenModel):
     launcher: str | None = Field(default=None, description="The launcher the plan was made launchable by.")
     notes: list[str] = Field(default_factory=list, description="What the plan changed from the request, in words.")
     usable_bytes: int = Field(description="GPU memory the plan may use: usable memory less the headroom.")
+    host_memory_bytes: dict[str, int | None] = Field(default_factory=dict, description=(
+        "Node name -> its host memory (None: unknown), for the nodes of the placement: what the ranks on a node "
+        "share for offloaded states (memory.host_bytes each)."))
     price_per_hour_usd: float | None = Field(description="All GPUs of the plan together; None without prices.")
     objective: Objective
     token_budget: int | None = Field(default=None, description="The request's token budget (cost without one is "

@@ -74,8 +74,8 @@ def build_plan(search: Search, table: CandidateTable, solution: Solution, top_k:
     spec = search.specs[gpu_type]
     parallel = table.layouts.parallel(i)
     training = table.layouts.training(i, search.recipe(gpu_type))
-    placement = search.pool.assign(gpu_type, parallel.tp, list(solution.nodes_used), list(solution.groups),
-                                   Locality(solution.level))
+    placement = table.pool_of(row, search.pool).assign(gpu_type, parallel.tp, list(solution.nodes_used),
+                                                       list(solution.groups), Locality(solution.level))
     links = shape_links(search.pool, gpu_type, search.links[gpu_type], int(table.level[row]),
                         int(table.per_node[row]))
     if solution.level == Locality.DOMAIN:  # the domain it sits in (the candidate was timed with the largest)
@@ -91,6 +91,7 @@ def build_plan(search: Search, table: CandidateTable, solution: Solution, top_k:
         default_batch=search.default_batch, placement_mode=table.placement,
         launcher=None if search.scope is None else search.scope.name, notes=_notes(search, gpu_type, solution.level),
         usable_bytes=int(table.reports[int(table.gpu[row])].usable_bytes),
+        host_memory_bytes={n.name: n.host_memory_bytes for n in search.pool.nodes if n.name in placement},
         price_per_hour_usd=None if np.isnan(pph) else pph, objective=search.objective,
         token_budget=search.constraints.token_budget,
         objective_value=float(table.value[row]), stranded_gpus=solution.stranded_gpus, optimal=solution.optimal,

@@ -14,11 +14,12 @@ from frenzy_core.config.batch import DefaultBatch, default_batch
 from frenzy_core.config.layout import validate_layout
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.parallel import ParallelConfig
-from frenzy_core.config.training import Precision, TrainingConfig
+from frenzy_core.config.training import Framework, Precision, TrainingConfig
 from frenzy_core.errors import ConfigError, UnknownNameError
 from frenzy_core.hardware.cluster import Cluster
 from frenzy_core.hardware.gpu import GPUSpec, Links
 from frenzy_core.hardware.gpus import get_gpu_spec
+from frenzy_core.memory.kernel import TORCH_SP_REFUSAL
 from frenzy_core.planning.candidates import CandidateTable, build_candidates
 from frenzy_core.planning.estimators import AnalyticEstimator, LayoutEstimator
 from frenzy_core.planning.launchers import LaunchScope, get_launch_scope
@@ -111,6 +112,10 @@ def _check_pins(model: ModelConfig, training: TrainingConfig, cons: PlanConstrai
     """Pinned tp/pp/micro-batch sizes that no layout of this model and batch can use are bad input, not an
     infeasible plan: ConfigError naming the pin (a default batch moves to fit the micro-batch)."""
     free = training.replace(micro_batch_size=1, global_batch_size=None)
+    if cons.sequence_parallel and training.framework is Framework.TORCH:
+        raise ConfigError(TORCH_SP_REFUSAL, field="constraints.sequence_parallel", value=True,
+                          hint="leave sequence_parallel unset or False for framework 'torch' (the planner searches it "
+                          "for framework 'megatron')")
     if cons.tp is not None:
         validate_layout(model, free, ParallelConfig(tp=cons.tp))
     if cons.pp is not None:

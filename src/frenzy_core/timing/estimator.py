@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from frenzy_core.config.arrays import LayoutArrays
+from frenzy_core.config.finetune import nf4_bytes_per_param
 from frenzy_core.config.layout import BOUND_RULES, layout_rule, require_rows, validate_layout
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.parallel import ParallelConfig, PipelineSchedule
@@ -32,6 +33,7 @@ from frenzy_core.config.params import (
     head_parameters,
     norm_parameters,
 )
+from frenzy_core.config.trainable import adapter_params_per_layer, matmul_weights
 from frenzy_core.config.training import Framework, Precision, Recompute, RecomputeMethod, TrainingConfig
 from frenzy_core.errors import ConfigError, require_instance
 from frenzy_core.hardware.cluster import Cluster
@@ -112,6 +114,38 @@ def _stage_params(model: ModelConfig, counts: ParamCounts, pp: IntArray, layers_
     return dense, experts
 
 
+_Params = tuple[FloatArray, FloatArray, FloatArray]
+"""(dense, expert) parameters on one GPU of the stage, and the dense parameters of one of its layers."""
+
+
+def _trained_params(model: ModelConfig, training: TrainingConfig, layers_stage: IntArray, tp: FloatArray,
+                    held: _Params) -> _Params:
+    """The parameters of the stage that train (their gradients are reduced and the optimizer updates them): all
+    it ``held``, or with LoRA only the adapters. Partial freezing without LoRA (frozen embeddings, the last k
+    layers) is charged as full training here (docs/time-model.md)."""
+    if training.lora is None:
+        return held
+    per_layer = np.asarray(adapter_params_per_layer(model, training.lora, tp), dtype=np.float64)  # type: ignore[arg-type]
+    return layers_stage * per_layer, 0.0 * held[1], per_layer
+
+
+def _dequantize_s(model: ModelConfig, training: TrainingConfig, layers_stage: IntArray, tp: FloatArray,
+                  full_recompute: BoolArray, mem_bw: float) -> FloatArray:
+    """Per micro-batch: QLoRA's dequantisation of the stage's 4-bit layer weights, once per forward (and its
+    recomputation) and once per backward (bitsandbytes ``MatMul4Bit``: ``dequantize_4bit`` in both), each reading
+    the packed codes with their absmax and writing the compute-dtype copy the GEMM then reads."""
+    lora = training.lora
+    if lora is None or not lora.quantized:
+        return tp * 0.0
+    shared = model.moe.shared_expert_ffn_hidden_size if model.moe is not None else 0
+    n_moe = model.num_moe_layers if model.moe is not None else 0
+    per_layer = ((model.num_layers - n_moe) * matmul_weights(model, model.ffn_hidden_size)
+                 + n_moe * matmul_weights(model, shared)) / model.num_layers
+    passes = 2.0 + full_recompute.astype(np.float64)
+    moved = nf4_bytes_per_param(lora) + training.precision.activation_bytes
+    return np.asarray(layers_stage * per_layer / tp * moved * passes / mem_bw, dtype=np.float64)
+
+
 def _stage_candidates(model: ModelConfig, lay: LayoutArrays) -> tuple[IntArray, IntArray, IntArray]:
     """Layers of the last pipeline stage, the most layers any earlier stage holds, and which stage that is (the
     first one on a tie; 0 where pp = 1). Worked out once per distinct (pp, vpp, split), then gathered: a
@@ -188,17 +222,20 @@ def estimate_iteration_time_batch(
         pp=pp_, rc=rc, chunks=chunks_i, world=world)
     chunks = chunks_i.astype(np.float64)
     counts = count_parameters(model)
-    elementwise_mb = st.elementwise + _fp8_weight_cast_s(model, counts, training, layers_stage, tpf, mf, mem_bw)
+    elementwise_mb = (st.elementwise + _fp8_weight_cast_s(model, counts, training, layers_stage, tpf, mf, mem_bw)
+                      + _dequantize_s(model, training, layers_stage, tpf, rc == Recompute.FULL.code, mem_bw))
     bubble = (pp_ - 1) / chunks * (st.stage + elementwise_mb - st.elementwise)
 
     # ---- data parallel: gradient reduction and ZeRO gathers over dp x cp replicas (timing/overlap.py)
-    dense, experts = _stage_params(model, counts, pp_, layers_stage, tpf, ep_, holds_embedding, ~pick_mid)
-    dp_s, hidden_dp = _data_parallel(model, counts, training, p, links, link_id, dense, experts, layers_stage, tp_,
+    held = (*_stage_params(model, counts, pp_, layers_stage, tpf, ep_, holds_embedding, ~pick_mid),
+            (counts.layers - counts.experts) / model.num_layers / tpf)
+    trained = _trained_params(model, training, layers_stage, tpf, held)
+    dp_s, hidden_dp = _data_parallel(model, training, p, links, link_id, held, trained, layers_stage, tp_,
                                      cp_, dp_, ep_, pp_, zero, mf, st.fwd_window, st.bwd_window, bubble / 2.0,
                                      holds_embedding.astype(np.int64) + 2 * (~pick_mid).astype(np.int64))
     hidden_dp = (1.0 - share) * p.data_parallel_overlap * hidden_dp
 
-    optimizer_s = _optimizer_s(training, dense, experts, (dp_ * cp_).astype(np.float64), ep_, zero, mem_bw)
+    optimizer_s = _optimizer_s(training, trained[0], trained[1], (dp_ * cp_).astype(np.float64), ep_, zero, mem_bw)
 
     breakdown = {
         "compute": mf * st.compute, "recompute": mf * st.recompute, "elementwise": mf * elementwise_mb,
@@ -290,9 +327,9 @@ def _fp8_weight_cast_s(model: ModelConfig, counts: ParamCounts, training: Traini
     return np.asarray(np.where(per_step > 0, per_mb / m, per_mb), dtype=np.float64)
 
 
-def _data_parallel(model: ModelConfig, counts: ParamCounts, training: TrainingConfig, p: TimeModelParams,
-                   links: Links, link_id: IntArray,
-                   dense: FloatArray, experts: FloatArray, layers_stage: IntArray, tp: IntArray, cp: IntArray,
+def _data_parallel(model: ModelConfig, training: TrainingConfig, p: TimeModelParams,
+                   links: Links, link_id: IntArray, held: _Params, trained: _Params,
+                   layers_stage: IntArray, tp: IntArray, cp: IntArray,
                    dp: IntArray, ep: IntArray, pp: IntArray, zero: IntArray, m: FloatArray, fwd_window: FloatArray,
                    bwd_window: FloatArray, cooldown: FloatArray, ends: IntArray) -> tuple[FloatArray, FloatArray]:
     """Data-parallel seconds per step before overlap, and those compute can hide (before the overlap share).
@@ -304,14 +341,20 @@ def _data_parallel(model: ModelConfig, counts: ParamCounts, training: TrainingCo
     Gradients are reduced over the dp x cp replicas (routed experts over dp x cp / ep), layer by layer: ZeRO 0
     all-reduces once per step, ZeRO 1 reduce-scatters and all-gathers once, ZeRO 2 reduce-scatters every
     micro-batch and gathers once, ZeRO 3 (FSDP) gathers each layer before its forward and backward and
-    reduce-scatters after it, every micro-batch.
+    reduce-scatters after it, every micro-batch. Gathers move the parameters the stage ``held``, reductions the
+    gradients of those ``trained`` (a frozen base has none).
     """
     first, inverse = distinct(dp, cp, tp, pp, ep, link_id, layers_stage, ends)
-    costs = _dp_collectives(model, counts, training, p, take_links(links, first), dense[first], experts[first],
-                            layers_stage[first],
-                            tp[first].astype(np.float64), (dp * cp)[first].astype(np.float64),
-                            ep[first].astype(np.float64))
-    ag_l, rs_l, ar_l, ag_e, rs_e, ar_e = (c[inverse] for c in costs)
+
+    def costs(params: _Params) -> list[FloatArray]:
+        dense, experts, per_layer = (np.broadcast_to(a, dp.shape)[first] for a in params)
+        out = _dp_collectives(model, training, p, take_links(links, first), dense, experts, per_layer,
+                              layers_stage[first], tp[first].astype(np.float64), (dp * cp)[first].astype(np.float64),
+                              ep[first].astype(np.float64))
+        return [c[inverse] for c in out]
+
+    ag_l, _, _, ag_e, _, _ = held_costs = costs(held)
+    _, rs_l, ar_l, _, rs_e, ar_e = held_costs if trained is held else costs(trained)
     n_layers = layers_stage.astype(np.float64)
     ag, rs, ar = n_layers * ag_l + ag_e, n_layers * rs_l + rs_e, n_layers * ar_l + ar_e
     z3 = fsdp_exposure(ag_l, rs_l, ag_e, rs_e, n_layers, fwd_window, bwd_window, p.fsdp_prefetch_layers)
@@ -323,17 +366,15 @@ def _data_parallel(model: ModelConfig, counts: ParamCounts, training: TrainingCo
     return np.asarray(comm, dtype=np.float64), np.asarray(hidden, dtype=np.float64)
 
 
-def _dp_collectives(model: ModelConfig, counts: ParamCounts, training: TrainingConfig, p: TimeModelParams,
-                    links: Links,
-                    dense: FloatArray, experts: FloatArray, layers_stage: IntArray, tp: FloatArray,
-                    replicas: FloatArray, ep: FloatArray) -> tuple[FloatArray, ...]:
+def _dp_collectives(model: ModelConfig, training: TrainingConfig, p: TimeModelParams, links: Links,
+                    dense: FloatArray, experts: FloatArray, dense_layer: FloatArray, layers_stage: IntArray,
+                    tp: FloatArray, replicas: FloatArray, ep: FloatArray) -> tuple[FloatArray, ...]:
     """Seconds of one layer's gather, reduce-scatter and all-reduce over the replicas, and the same for the
     embedding and head on the stage: (ag_layer, rs_layer, ar_layer, ag_ends, rs_ends, ar_ends)."""
     gb, pb = float(grad_reduce_bytes(training.precision)), float(training.precision.param_bytes)
     span = tp * replicas
     bw = group_bandwidth(span, span / replicas, links, p.collective_efficiency)
     n_layers = layers_stage.astype(np.float64)
-    dense_layer = (counts.layers - counts.experts) / model.num_layers / tp
     expert_layer = experts / np.maximum(n_layers, 1.0)
     ends = dense - n_layers * dense_layer  # embedding and head on this stage
 

@@ -13,7 +13,9 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from frenzy_core.config.finetune import LoRAConfig
 from frenzy_core.config.model import ArchKind, ModelConfig, NormKind, PositionEmbedding
+from frenzy_core.config.trainable import adapter_counts, trains
 from frenzy_core.config.training import Attention, Fp8Recipe, Framework, Precision, TrainingConfig
 from frenzy_core.hardware.gpu import GPUSpec, Links
 from frenzy_core.timing.comm import group_bandwidth, ring_all_reduce_s, ring_latency_s, ring_one_way_s, send_s
@@ -164,6 +166,43 @@ def _gemm_times(gemms: list[_Gemm], tokens: FloatArray, tp: FloatArray, rates: R
     return _GemmTimes(fwd, dgrad, wgrad, fwd_c if chunk else fwd, dgrad_c if chunk else dgrad)
 
 
+def _adapter_kernels(model: ModelConfig, training: TrainingConfig) -> float:
+    """Kernels the LoRA adapters add to a layer's forward: ``result + lora_B(lora_A(dropout(x))) * scaling`` (PEFT
+    ``lora.Linear.forward``): two GEMMs, the scaling and the add, and the dropout where it is on."""
+    lora = training.lora
+    if lora is None:
+        return 0.0
+    per_adapter = 4.0 + (1.0 if lora.dropout > 0 else 0.0)
+    return per_adapter * len(adapter_counts(model, lora, model.ffn_hidden_size).projections)
+
+
+def _frozen(t: _GemmTimes) -> _GemmTimes:
+    """A frozen weight's GEMMs: no weight gradient (autograd computes only the input's, ``mm``'s backward)."""
+    return t._replace(wgrad=0.0 * t.wgrad)
+
+
+def _adapters(model: ModelConfig, lora: LoRAConfig, tokens: FloatArray, tp: FloatArray, rates: Rates,
+              in_bytes: float, hw: GemmHardware) -> _GemmTimes:
+    """The LoRA adapters' GEMMs of the average layer, x A then (x A) B per adapted projection, each with its input
+    and weight gradients; A and B split over tp as their projection (config/trainable.py, ``adapter_counts``)."""
+    zero = tokens * 0.0
+    fwd, dgrad, wgrad = zero, zero, zero
+    shared = model.moe.shared_expert_ffn_hidden_size if model.moe is not None else 0
+    moe_share = model.num_moe_layers / model.num_layers if model.moe is not None else 0.0
+    for share, ffn in ((1.0 - moe_share, model.ffn_hidden_size), (moe_share, shared)):
+        if share == 0.0:
+            continue
+        for target, n_in, n_out, r in adapter_counts(model, lora, ffn).projections:
+            a_in = n_in / tp if target.row_parallel else n_in + zero  # A: r x in, its columns split when row-parallel
+            b_out = n_out + zero if target.row_parallel else n_out / tp  # B: out x r, its rows split when column-par.
+            for m_n_k in ((tokens, r + zero, a_in), (tokens, b_out, r + zero)):
+                m, n, k = m_n_k
+                fwd = fwd + share * gemm_s(m, n, k, rates.matmul, rates.memory, in_bytes, hw, 1.0)
+                dgrad = dgrad + share * gemm_s(m, k, n, rates.matmul, rates.memory, in_bytes, hw, 1.0)
+                wgrad = wgrad + share * gemm_s(k, n, m, rates.matmul, rates.memory, in_bytes, hw, 1.0)
+    return _GemmTimes(fwd, dgrad, wgrad, fwd, dgrad)
+
+
 def _attention(model: ModelConfig, training: TrainingConfig, gpu: GPUSpec, p: TimeModelParams, rates: Rates,
                tokens: FloatArray, tp: FloatArray, cp: FloatArray, hw: GemmHardware) -> tuple[FloatArray, FloatArray]:
     """Forward and backward seconds of one layer's attention core."""
@@ -205,6 +244,9 @@ def layer_terms(model: ModelConfig, training: TrainingConfig, gpu: GPUSpec, p: T
     roles = {name: _gemm_times(g, tokens, tp, rates, act, hw, chunk)
              for name, g in _layer_gemms(model, fp8, 1.0).items()} if model.moe is None else \
         _moe_roles(model, fp8, tokens, tp, ep, rates, act, hw, chunk)
+    if training.lora is not None:  # a frozen base: input gradients only; the adapters train (docs/time-model.md)
+        roles = {name: _frozen(r) for name, r in roles.items()}
+        roles["lora"] = _adapters(model, training.lora, tokens, tp, rates, act, hw)
     gemm_fwd = sum((r.fwd for r in roles.values()), tokens * 0.0)
     gemm_bwd = sum((r.dgrad + r.wgrad for r in roles.values()), tokens * 0.0)
     attn_fwd, attn_bwd = _attention(model, training, gpu, p, rates, tokens, tp, cp, hw)
@@ -227,7 +269,7 @@ def layer_terms(model: ModelConfig, training: TrainingConfig, gpu: GPUSpec, p: T
     elem_bwd = elem_bwd + BACKWARD_TRAFFIC_TO_FORWARD * score_fwd
 
     # ---- kernel-launch floor: a layer takes at least its kernels' launch time
-    floor = kernels_per_layer(model, is_fused(training)) * p.kernel_launch_s
+    floor = (kernels_per_layer(model, is_fused(training)) + _adapter_kernels(model, training)) * p.kernel_launch_s
     launch_fwd = np.maximum(floor - (gemm_fwd + attn_fwd + elem_fwd), 0.0)
     launch_bwd = np.maximum(2.0 * floor - (gemm_bwd + attn_bwd + elem_bwd), 0.0)
 
@@ -243,10 +285,12 @@ def layer_terms(model: ModelConfig, training: TrainingConfig, gpu: GPUSpec, p: T
     # ---- output head (last stage) and the loss
     head_n = float(model.vocab_size)
     head = _gemm_times([_Gemm(head_n, h, True, 1.0, 1.0, 1.0, False)], tokens, tp, rates, act, hw, False)
-    head_fwd, head_bwd = head.fwd, head.dgrad + head.wgrad
+    head_trains = trains(model, training)[1]
+    head_fwd, head_bwd = head.fwd, head.dgrad + (head.wgrad if head_trains else 0.0)
     if model.arch is ArchKind.ENCODER:  # BERT's h x h transform before the MLM head
         transform = _gemm_times([_Gemm(h, h, True, 1.0, 1.0, 1.0, False)], tokens, tp, rates, act, hw, False)
-        head_fwd, head_bwd = head_fwd + transform.fwd, head_bwd + transform.dgrad + transform.wgrad
+        head_fwd = head_fwd + transform.fwd
+        head_bwd = head_bwd + transform.dgrad + (transform.wgrad if head_trains else 0.0)
     logits = tokens * LOGIT_BYTES * model.vocab_size / tp / rates.memory
     return LayerTerms(gemm_fwd, gemm_bwd, attn_fwd, attn_bwd, elem_fwd, elem_bwd, score_fwd, launch_fwd, launch_bwd,
                       tp_fwd, tp_bwd, tp_hidden_fwd, tp_hidden_bwd, cp_fwd, cp_bwd, cp_hidden_fwd, cp_hidden_bwd,

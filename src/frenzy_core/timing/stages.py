@@ -40,11 +40,13 @@ from frenzy_core.timing.comm import link_rows, take_links
 from frenzy_core.timing.efficiency import gemm_hardware
 from frenzy_core.timing.estimator import (
     _data_parallel,
+    _dequantize_s,
     _fp8_weight_cast_s,
     _optimizer_s,
     _peak_flops,
     _rates,
     _stage_params,
+    _trained_params,
 )
 from frenzy_core.timing.flops import training_flops
 from frenzy_core.timing.params import TimeModelParams, default_time_model_params
@@ -118,7 +120,8 @@ def stage_microbatch_batch(model: ModelConfig, training: TrainingConfig, gpu: GP
         pp=pp[first], p2p_span=world[first].astype(np.float64), head=head[first].astype(np.float64),
     ).take(inverse)
     m = (lay.global_batch_size // (mb * lay.dp)).astype(np.float64)
-    fp8 = _fp8_weight_cast_s(model, _counts(model), training, layers, tp.astype(np.float64), m, mem_bw)
+    fp8 = (_fp8_weight_cast_s(model, _counts(model), training, layers, tp.astype(np.float64), m, mem_bw)
+           + _dequantize_s(model, training, layers, tp.astype(np.float64), rc == Recompute.FULL.code, mem_bw))
     return StageMicrobatch(terms, np.asarray(fp8, dtype=np.float64), terms.stage + fp8, layers)
 
 
@@ -135,17 +138,19 @@ def stage_tail_batch(model: ModelConfig, training: TrainingConfig, gpu: GPUSpec,
     counts = _counts(model)
     tp, pp, cp, dp, ep = lay.tp, lay.pp, lay.cp, lay.dp, lay.ep
     first_stage, last_stage = st == 0, st == pp - 1
-    dense, experts = _stage_params(model, counts, pp, micro.layers, tp.astype(np.float64), ep, first_stage,
-                                   last_stage)
+    tpf = tp.astype(np.float64)
+    held = (*_stage_params(model, counts, pp, micro.layers, tpf, ep, first_stage, last_stage),
+            (counts.layers - counts.experts) / model.num_layers / tpf)
+    trained = _trained_params(model, training, micro.layers, tpf, held)
     m = (lay.global_batch_size // (lay.micro_batch_size * dp)).astype(np.float64)
     link_id = link_rows(links, dp.shape)
     ends = first_stage.astype(np.int64) + 2 * last_stage.astype(np.int64)
-    dp_s, hidden = _data_parallel(model, counts, training, p, links, link_id, dense, experts, micro.layers, tp, cp,
+    dp_s, hidden = _data_parallel(model, training, p, links, link_id, held, trained, micro.layers, tp, cp,
                                   dp, ep, pp, lay.effective_zero_stage, m, micro.terms.fwd_window,
                                   micro.terms.bwd_window, np.asarray(cooldown_s, dtype=np.float64), ends)
     share = min(p.comm_sms / gemm_hardware(gpu).sms, 1.0)
-    optimizer = _optimizer_s(training, dense, experts, (dp * cp).astype(np.float64), ep, lay.effective_zero_stage,
-                             mem_bw)
+    optimizer = _optimizer_s(training, trained[0], trained[1], (dp * cp).astype(np.float64), ep,
+                             lay.effective_zero_stage, mem_bw)
     return dp_s, (1.0 - share) * p.data_parallel_overlap * hidden, np.asarray(optimizer, dtype=np.float64)
 
 

@@ -19,11 +19,13 @@ from frenzy_core.errors import ConfigError
 __all__ = [
     "AdapterCounts",
     "adapter_counts",
+    "adapter_params_per_layer",
     "check_trainable",
     "first_trainable_layer",
     "matmul_weights",
     "nograd_layers",
     "projection_shapes",
+    "trains",
 ]
 
 
@@ -100,6 +102,24 @@ def matmul_weights(model: ModelConfig, ffn: int) -> int:
                                                                                       + mla.v_head_dim)
     mlp = sum(n_in * n_out for t, (n_in, n_out) in projection_shapes(model, ffn).items() if t.mlp)
     return query + kv + model.v_size * h + mlp
+
+
+def trains(model: ModelConfig, training: TrainingConfig) -> tuple[bool, bool]:
+    """Whether the embeddings and the output head train."""
+    embeddings = training.lora is None and not training.freeze_embeddings
+    head = training.lora is None and (embeddings or not model.tied_embeddings)
+    return embeddings, head and model.lm_head
+
+
+def adapter_params_per_layer(model: ModelConfig, lora: LoRAConfig, tp: float) -> float:
+    """LoRA parameters of the average layer on one tensor-parallel rank (dense MLPs and shared experts adapted,
+    routed experts frozen): what a LoRA step reduces over data parallelism and updates."""
+    shared = model.moe.shared_expert_ffn_hidden_size if model.moe is not None else 0
+    n_moe = model.num_moe_layers if model.moe is not None else 0
+    dense, moe = adapter_counts(model, lora, model.ffn_hidden_size), adapter_counts(model, lora, shared)
+    per_rank = ((model.num_layers - n_moe) * (dense.split / tp + dense.replicated)
+                + n_moe * (moe.split / tp + moe.replicated))
+    return per_rank / model.num_layers
 
 
 def first_trainable_layer(model: ModelConfig, training: TrainingConfig) -> int:

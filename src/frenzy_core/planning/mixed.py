@@ -53,9 +53,14 @@ _RECIPE = ("tp", "pp", "vpp", "cp", "ep", "micro_batch_size", "seq_len", "zero_s
 """The columns a replica layout fixes (all but dp and the global batch)."""
 
 
-def _capacity(search: Search, gpu_type: str, tp: int, per_replica_groups: int) -> int:
+def _capacities(search: Search, gpu_type: str, tp: np.ndarray, per_replica_groups: np.ndarray) -> np.ndarray:
+    """Replicas of each layout ``gpu_type``'s free GPUs hold: its whole tp groups (inside one node each) over the
+    groups one replica needs; 0 where tp exceeds its largest node. Worked out once per distinct tp."""
     classes = search.pool.classes(gpu_type)
-    return int(classes.free_blocks(tp)) // per_replica_groups
+    largest = search.pool.max_node_size(gpu_type)
+    values, index = np.unique(tp, return_inverse=True)
+    blocks = np.array([classes.free_blocks(int(v)) if v <= largest else 0 for v in values], dtype=np.int64)
+    return blocks[index.reshape(tp.shape)] // np.maximum(per_replica_groups, 1)
 
 
 def _replica_layouts(search: Search) -> LayoutArrays:
@@ -128,8 +133,7 @@ def _all_tables(search: Search, lay: LayoutArrays, allowed: tuple[str, ...]) -> 
     assert gbs is not None
     tp = lay.tp.astype(np.int64)
     groups = (lay.pp * lay.cp).astype(np.int64)
-    caps = {t: np.array([_capacity(search, t, int(tp[i]), int(groups[i])) if tp[i] <= search.pool.max_node_size(t)
-                         else 0 for i in range(len(lay))], dtype=np.int64) for t in allowed}
+    caps = {t: _capacities(search, t, tp, groups) for t in allowed}
     n = gbs // lay.micro_batch_size.astype(np.int64)
     n = np.where(gbs % lay.micro_batch_size == 0, n, 0)
     held = np.sum([np.where(caps[t] > 0, caps[t], 0) for t in allowed], axis=0)
@@ -141,10 +145,12 @@ def _all_tables(search: Search, lay: LayoutArrays, allowed: tuple[str, ...]) -> 
     held = np.sum([caps[t] for t in allowed], axis=0)
     usable_types = np.sum([caps[t] > 0 for t in allowed], axis=0)
     d_max = np.where(usable_types >= 2, np.minimum(held, n), 0)
-    # rows of a layout: sum over D of (N - D + 1), as Python ints (a batch of 10^18 must not overflow)
-    rows_of = [sum(max(int(n[i]) - d + 1, 0) for d in range(2, int(d_max[i]) + 1)) if n[i] <= MAX_MIXED_ROWS
-               else MAX_MIXED_ROWS + 1 for i in range(len(lay))]
-    per_layout = np.array([min(r, MAX_MIXED_ROWS + 1) for r in rows_of], dtype=np.int64)
+    # rows of a layout: sum over 2 <= D <= d_max (<= N) of (N - D + 1) = (d_max - 1)(N + 1) - (d_max(d_max + 1)/2 - 1),
+    # in int64 only for N within the row budget (at most 4e5^2 each); a larger N is over the budget anyway
+    small = n <= MAX_MIXED_ROWS
+    ns, ds = np.where(small, n, 0), np.where(small, d_max, 0)
+    rows_of = np.maximum((ds - 1) * (ns + 1) - (ds * (ds + 1) // 2 - 1), 0)
+    per_layout = np.where(small, np.minimum(rows_of, MAX_MIXED_ROWS + 1), MAX_MIXED_ROWS + 1)
     within = np.cumsum(per_layout) * len(allowed) <= MAX_MIXED_ROWS
     truncated = bool((~within & (per_layout > 0)).any())
     rl, rd, rm = [], [], []

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from frenzy_core import Cluster, ConfigError, InfeasiblePlanError, ModelConfig, TrainingConfig
+from frenzy_core import Cluster, ConfigError, InfeasiblePlanError, ModelConfig, ParallelConfig, TrainingConfig
 from frenzy_core.adapters import get_adapter
 from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.hardware.gpus import load_gpu_specs
@@ -147,3 +147,22 @@ def test_stage_memory_never_falls_with_more_layers_or_more_in_flight(tp: int, ze
     lay = LayoutArrays.from_columns({"dp": 2, "tp": tp, "pp": pp, "stage_layers": same}, training)
     by_position = stage_device_bytes(model, training, lay, np.arange(1, pp - 1))
     assert (np.diff(by_position) <= 0).all()
+
+
+def test_a_stage_of_a_row_the_memory_model_refuses_has_no_bytes() -> None:
+    """stage_device_bytes refuses what estimate_memory and the batch estimator refuse (torch's sequence
+    parallelism at tp > 1), not only what the layout rules refuse."""
+    training = TINY_REQUEST.replace(framework="torch", sequence_parallel=True)
+    lay = LayoutArrays.from_columns({"tp": [1, 2], "pp": 2}, training)
+    with pytest.raises(ConfigError, match="sequence_parallel"):
+        estimate_memory(TINY, training, ParallelConfig(tp=2, pp=2))
+    got = stage_device_bytes(TINY, training, lay, 0)
+    assert got[0] > 0 and got[1] == -1
+
+
+def test_an_offloading_recipe_gets_no_stage_plan() -> None:
+    """Neither mixed search checks host memory per node yet, so neither runs for a recipe that offloads (the same
+    request without offload pipelines across both types: test_tiny_pipeline_spans_both_types_and_keeps_every_law)."""
+    offload = TINY_REQUEST.replace(offload_optimizer="cpu")
+    plan = plan_job(TINY, Cluster.from_dict(TINY_CLUSTER, specs=SPECS), offload, mixed_stages=True, constraints=FAST)
+    assert len(plan.gpu_types) == 1 and all(s.pipeline_stage is None for s in plan.stages)

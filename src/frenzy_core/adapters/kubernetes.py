@@ -128,9 +128,11 @@ def build_jobset(plan: Plan, options: KubernetesOptions) -> dict[str, Any]:
     runs = [list(run) for _, run in groupby(node_slots(plan), key=lambda slot: (slot.group, len(slot.gpus)))]
     names = [f"group{run[0].group}-{i}" for i, run in enumerate(runs)]
     longest = max(f"{options.job_name}-{name}-0-{len(run) - 1}" for name, run in zip(names, runs))
-    if len(longest) > 63:
+    if len(longest) > 63:  # a pod hostname is one DNS label (RFC 1123): 63 characters at most
+        room = 63 - (len(longest) - len(options.job_name))
         raise ConfigError(f"job_name {options.job_name!r} makes pod hostnames such as {longest!r} longer than "
-                          "63 characters", field="job_name", value=options.job_name, hint="use a shorter job_name")
+                          "63 characters", field="job_name", value=options.job_name,
+                          hint=f"use a job_name of at most {max(room, 1)} characters")
     head = f"{options.job_name}-{names[0]}-0-0.{options.job_name}:{DEFAULT_RDZV_PORT}"
     jobs = []
     for name, run in zip(names, runs):

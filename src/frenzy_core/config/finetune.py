@@ -119,7 +119,7 @@ def describe_trainable(lora: LoRAConfig | None, freeze_embeddings: bool, trainab
     if lora is not None:
         ranks = ", ".join(f"{t.value}{'' if lora.rank_of(t) == lora.rank else f' (rank {lora.rank_of(t)})'}"
                           for t in lora.target_modules)
-        base = "a 4-bit NF4 base" if lora.quantized else "a frozen base"
+        base = f"a 4-bit {lora.base_quantization.value.upper()} base" if lora.quantized else "a frozen base"
         parts.append(f"LoRA adapters of rank {lora.rank} on {ranks}, on {base} (no gradients or optimizer states "
                      "for the base weights)")
     elif freeze_embeddings:

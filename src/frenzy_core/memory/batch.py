@@ -90,8 +90,7 @@ def estimate_memory_batch(model: ModelConfig, configs: LayoutArrays | Mapping[st
     shape, flat = layouts.shape, layouts.flat()
     n = len(flat)
     rows = _blocks(n, BLOCK_ELEMENTS // 2)
-    valid = np.concatenate([layout_mask(model, flat.take(sl)) & ~unmodelled_rows(training, flat.take(sl))
-                            for sl in rows])
+    valid = np.concatenate([_modelled(model, training, flat.take(sl)) for sl in rows])
     count = _stage_count(model, flat, valid, training)
     rows = _blocks(n, max(BLOCK_ELEMENTS // count, 1))
     out = {name: np.full(n, -1, dtype=np.int64) for name in ("peak", "device", "stage", "host")}
@@ -107,6 +106,11 @@ def estimate_memory_batch(model: ModelConfig, configs: LayoutArrays | Mapping[st
         peak_bytes=out["peak"].reshape(shape), device_bytes=out["device"].reshape(shape),
         busiest_stage=out["stage"].reshape(shape), valid=valid.reshape(shape),
         breakdown={k: v.reshape(shape) for k, v in breakdown.items()}, host_bytes=out["host"].reshape(shape))
+
+
+def _modelled(model: ModelConfig, training: TrainingConfig, layouts: LayoutArrays) -> npt.NDArray[np.bool_]:
+    """Rows the layout rules accept and the estimator models (the scalar path refuses the others)."""
+    return np.asarray(layout_mask(model, layouts) & ~unmodelled_rows(training, layouts), dtype=np.bool_)
 
 
 def _block(model: ModelConfig, training: TrainingConfig, arrays: LayoutArrays, count: int) -> dict[str, IntArray]:
@@ -138,8 +142,9 @@ def stage_device_bytes(model: ModelConfig, training: TrainingConfig, layouts: La
                        stage: npt.ArrayLike) -> IntArray:
     """Device bytes of pipeline stage ``stage`` of each layout (its own layers, tp, in-flight micro-batches and
     ends): ``estimate_memory(...).stages[stage].device_bytes`` per row; -1 where the layout rules refuse the
-    row or the estimate exceeds 2^60 bytes."""
-    valid = layout_mask(model, layouts)
+    row (or the estimator does not model it) or the estimate exceeds 2^60 bytes."""
+    check_trainable(model, training)
+    valid = _modelled(model, training, layouts)
     arrays = layouts.masked(valid)
     st = stage_arrays(model, training, arrays, np.asarray(stage, dtype=np.int64))
     over = overhead_bytes(st.peak_bytes, st.communicators)

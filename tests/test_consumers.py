@@ -112,6 +112,10 @@ for _ in range(engine.gradient_accumulation_steps()):
 out = {"world": engine.world_size, "dp": engine.dp_world_size, "train_batch_size": engine.train_batch_size(),
        "gas": engine.gradient_accumulation_steps(), "steps": engine.global_steps}
 open(sys.argv[2] + f".{engine.global_rank}", "w").write(json.dumps(out))
+# leave the process group before exit: torch's gloo threads torn down at interpreter exit abort the process
+# ("terminate called without an active exception", exit -6) about one run in three
+torch.distributed.barrier()
+torch.distributed.destroy_process_group()
 """
 
 

@@ -51,6 +51,7 @@ from frenzy_core.scheduling import (
     load_trace,
     simulate,
 )
+from frenzy_core.scheduling.policies import FrenzyCore
 
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 """The shared traces: Philly (msr-fiddle/philly-traces, CC BY 4.0, as processed by the Sia artifact) and the Sia
@@ -64,6 +65,9 @@ SIA_CLUSTER = Cluster.from_dict({"name": "sia-paper", "nodes": [
 """The Sia artifact's simulated cluster (sia-simulator/simulator_config.py: 6 x g4dn.12xlarge with 4 T4, 2 DGX
 A100 40 GB with 8, 3 nodes of 8 RTX 2080 Ti; 64 GPUs). The catalogue has no RTX 2080 Ti (11 GB): its nodes are
 RTX 3090 (24 GB) here, about 2x faster and with more memory."""
+
+VARIANTS = {"frenzy-core/no-mix": lambda: FrenzyCore(mixing=False)}
+"""Policies run beside the registry's (``--policies``): frenzy-core without placements spanning GPU types."""
 
 T_95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 """Two-sided 95% Student's t quantiles by degrees of freedom (any statistics table)."""
@@ -97,10 +101,16 @@ def run(jobs: list[TrainingJob], cluster: Cluster, policy: str, seed: int, throu
         failures: bool) -> tuple[SimulationResult, float]:
     """One simulation and its CPU seconds."""
     began = time.process_time()
-    result = simulate(jobs, cluster, policy, seed=seed, throughput=throughput, progress=False,
+    chosen = VARIANTS[policy]() if policy in VARIANTS else policy
+    result = simulate(jobs, cluster, chosen, seed=seed, throughput=throughput, progress=False,
                       failures=FailureModel(seed=seed) if failures else None)
     assert result.finished + len(result.unschedulable) == len(jobs), "every job is accounted for"
     return result, time.process_time() - began
+
+
+def mean_of(rs: list[tuple[SimulationResult, float]], attr: str) -> float:
+    """The mean of a result field over runs (a missing value counts as infinite)."""
+    return statistics.fmean(getattr(r, attr) or math.inf for r, _ in rs)
 
 
 def table(title: str, runs: dict[tuple[str, str], list[tuple[SimulationResult, float]]]) -> None:
@@ -111,7 +121,7 @@ def table(title: str, runs: dict[tuple[str, str], list[tuple[SimulationResult, f
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     labels = list(dict.fromkeys(label for label, _ in runs))
     for label in labels:
-        for policy in POLICIES:
+        for policy in [*POLICIES, *VARIANTS]:
             got = runs.get((label, policy))
             if not got:
                 continue
@@ -129,11 +139,14 @@ def table(title: str, runs: dict[tuple[str, str], list[tuple[SimulationResult, f
     for label in labels:
         core = runs.get((label, "frenzy-core"))
         others = {p: runs[(label, p)] for p in POLICIES if p != "frenzy-core" and (label, p) in runs}
+        if (label, "frenzy-core/no-mix") in runs:
+            plain = runs[(label, "frenzy-core/no-mix")]
+            print(f"- {label}: frenzy-core with mixing / without: average JCT "
+                  f"{mean_of(core or plain, 'avg_jct_s') / mean_of(plain, 'avg_jct_s'):.3f}x, p99 "
+                  f"{mean_of(core or plain, 'p99_jct_s') / mean_of(plain, 'p99_jct_s'):.3f}x, mixed starts "
+                  f"{sum(sum('+' in (j.gpu_type or '') for j in r.jobs) for r, _ in core or [])}")
         if not core or not others:
             continue
-
-        def mean_of(rs: list[tuple[SimulationResult, float]], attr: str) -> float:
-            return statistics.fmean(getattr(r, attr) or math.inf for r, _ in rs)
 
         best_avg = min(others, key=lambda p: mean_of(others[p], "avg_jct_s"))
         best_p99 = min(others, key=lambda p: mean_of(others[p], "p99_jct_s"))

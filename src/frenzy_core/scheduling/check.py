@@ -8,6 +8,13 @@ planner's headroom; and the placement claims exactly what the time model
 its groups land on them (the planner's placement rule, :func:`frenzy_core.planning.candidates.placed_links`: a
 data-parallel ring over nodes giving 3 + 1 GPUs crosses at one GPU per node's share of the NICs), not those of
 the largest node. With a plain throughput function the rate must be what the function gives that count.
+
+A placement spanning GPU types (replica groups, :mod:`frenzy_core.scheduling.mixed`) must have one group per type
+on nodes of that type, disjoint and together the placement's nodes, whole tensor-parallel groups per node, the
+groups' replicas adding up to the layout's dp and their micro-batches to its global batch; each group's memory
+(the layout at that dp with the group's micro-batches, ``estimate_memory``) must fit its own type; and the rate
+claimed must be the global batch over the slowest group's step (``estimate_iteration_time`` on its type with the
+links of where it lands, :func:`~frenzy_core.scheduling.mixed.group_links`).
 """
 
 from __future__ import annotations
@@ -16,13 +23,16 @@ import math
 
 import numpy as np
 
+from frenzy_core.config.parallel import ParallelConfig
+from frenzy_core.config.training import TrainingConfig
 from frenzy_core.hardware.gpu import Links
 from frenzy_core.hardware.gpus import get_gpu_spec
 from frenzy_core.memory import estimate_memory
 from frenzy_core.planning.candidates import placed_links
 from frenzy_core.planning.request import DEFAULT_HEADROOM, SEARCHED_TRAINING_FIELDS, PlacementMode
 from frenzy_core.scheduling.jobs import TrainingJob
-from frenzy_core.scheduling.plans import Placement, RunLayout
+from frenzy_core.scheduling.mixed import group_links
+from frenzy_core.scheduling.plans import Placement, PlacementGroup, RunLayout
 from frenzy_core.scheduling.rates import RateBook
 from frenzy_core.scheduling.throughput import GPUGroup
 from frenzy_core.timing import estimate_iteration_time
@@ -45,6 +55,10 @@ class PlacementCheck:
 
     def __call__(self, job: TrainingJob, plan: Placement) -> str | None:
         """Why ``plan`` does not fit ``job`` on its GPUs, or None when it does."""
+        if plan.groups:
+            if self.rates.planned is None:
+                return "spans GPU types, which a plain throughput function cannot rate"
+            return self._check_mixed(job, plan)
         group = self.rates.group_of(plan.nodes)
         key = (self.rates.key(job), plan.gpu_type, group, id(plan.layout), plan.tokens_per_s)
         known = self._verdicts.get(key)
@@ -79,10 +93,59 @@ class PlacementCheck:
                     "GPUs")
         return None
 
+    def _check_mixed(self, job: TrainingJob, plan: Placement) -> str | None:
+        layout = plan.layout
+        if layout is None:
+            return "names no layout"
+        par, training, state = layout.parallel, layout.training, self.rates.state
+        types = [g.gpu_type for g in plan.groups]
+        if len(types) < 2 or len(set(types)) != len(types) or plan.gpu_type != types[0]:
+            return f"groups on {types}: a placement spanning types has one group per type, two at least"
+        owner: dict[int, PlacementGroup] = {}
+        for g in plan.groups:
+            for node, count in g.nodes.items():
+                if node in owner or not 0 <= node < len(state.node_types) or state.node_types[node] != g.gpu_type:
+                    return f"the {g.gpu_type} group's node {node} is in another group or not a {g.gpu_type} node"
+                if count % par.tp:
+                    return f"a tensor-parallel group of {par.tp} would span nodes ({g.gpu_type}: {count} on node {node})"
+                owner[node] = g
+            if g.num_gpus != g.replicas * par.tp * par.pp * par.cp:
+                return f"the {g.gpu_type} group has {g.num_gpus} GPUs for {g.replicas} replicas of {par.describe()}"
+        if {n: c for g in plan.groups for n, c in g.nodes.items()} != plan.nodes:
+            return "the groups' GPUs are not the placement's"
+        if sum(g.replicas for g in plan.groups) != par.dp:
+            return f"the groups' replicas do not add up to dp {par.dp}"
+        gbs, mbs = training.global_batch_size, training.micro_batch_size
+        if gbs is None or sum(g.replicas * g.micro_batches for g in plan.groups) * mbs != gbs:
+            return f"the groups' micro-batches do not make the global batch {gbs}"
+        if training.model_dump(exclude=_SEARCHED) != job.training.model_dump(exclude=_SEARCHED):
+            return "layout changes the job's recipe beyond the searched fields"
+        step = 0.0
+        for g in plan.groups:
+            recipe = training.replace(global_batch_size=g.micro_batches * mbs * par.dp)
+            spec = get_gpu_spec(g.gpu_type)
+            device = self._memory_of(job, recipe, par)
+            usable = int(spec.memory_bytes * (1.0 - DEFAULT_HEADROOM))
+            if device > usable:
+                return (f"the {g.gpu_type} group of {layout.describe()} needs {device / 2**30:.2f} GiB per GPU; "
+                        f"{g.gpu_type} has {usable / 2**30:.2f}")
+            links = group_links(state, par.tp, g.nodes, list(plan.nodes))
+            key = (job.model, recipe, par, g.gpu_type, links)
+            if key not in self._time:
+                self._time[key] = estimate_iteration_time(job.model, recipe, par, spec, cluster=links).iteration_s
+            step = max(step, self._time[key])
+        rate = gbs * training.seq_len / step
+        if abs(plan.tokens_per_s - rate) > rate * RATE_TOLERANCE:
+            return f"claims {plan.tokens_per_s:.6g} tokens/s; its groups' slowest step gives {rate:.6g} there"
+        return None
+
     def _device_bytes(self, job: TrainingJob, layout: RunLayout) -> int:
-        key = (job.model, layout.training, layout.parallel)
+        return self._memory_of(job, layout.training, layout.parallel)
+
+    def _memory_of(self, job: TrainingJob, training: TrainingConfig, parallel: ParallelConfig) -> int:
+        key = (job.model, training, parallel)
         if key not in self._memory:
-            self._memory[key] = estimate_memory(job.model, layout.training, layout.parallel).device_bytes
+            self._memory[key] = estimate_memory(job.model, training, parallel).device_bytes
         return self._memory[key]
 
     def _tokens_per_s(self, job: TrainingJob, layout: RunLayout, gpu_type: str, group: GPUGroup) -> float:

@@ -265,15 +265,19 @@ class OnlineScheduler:
         name, job = self.policy.name, self.jobs[job_id]
         if plan.job_id != job_id:
             raise SchedulerError(f"policy {name!r}: action for {job_id!r} carries the plan of {plan.job_id!r}")
-        if job.request is not None and job.request.gpu_type not in (None, plan.gpu_type):
-            raise SchedulerError(f"policy {name!r} placed {job_id!r} on {plan.gpu_type}; it asked for "
-                                 f"{job.request.gpu_type}")
+        asked = None if job.request is None else job.request.gpu_type
+        if asked is not None and plan.gpu_types != (asked,):
+            raise SchedulerError(f"policy {name!r} placed {job_id!r} on {' + '.join(plan.gpu_types)}; it asked for "
+                                 f"{asked}")
+        wanted = ({n: g.gpu_type for g in plan.groups for n in g.nodes} if plan.groups
+                  else dict.fromkeys(plan.nodes, plan.gpu_type))
         for node, count in plan.nodes.items():
             ok = 0 <= node < len(self.state.node_types)
-            if not ok or self.state.node_types[node] != plan.gpu_type or not 0 < count <= self.state.free[node]:
+            gpu_type = wanted.get(node)
+            if not ok or self.state.node_types[node] != gpu_type or not 0 < count <= self.state.free[node]:
                 have = (f"{self.state.node_types[node]}, {self.state.free[node]} free" if ok else "no such node")
                 raise SchedulerError(f"policy {name!r} placed {job_id!r} on node {node} ({have}) asking {count} "
-                                     f"{plan.gpu_type}")
+                                     f"{gpu_type or 'GPUs of no group'}")
 
     def _apply(self, action: Action) -> None:
         job_id = action.job_id
@@ -323,7 +327,7 @@ class OnlineScheduler:
         p = b.last
         return JobRecord.model_construct(  # every value comes from validated objects: no need to check again
             id=job_id, status=status, submit_time_s=job.submit_time_s, start_time_s=b.first_start_s,
-            finish_time_s=b.finish_s, gpu_type=None if p is None else p.gpu_type,
+            finish_time_s=b.finish_s, gpu_type=None if p is None else "+".join(p.gpu_types),
             num_gpus=None if p is None else p.num_gpus, tokens_per_s=None if p is None else p.tokens_per_s,
             layout=None if p is None else p.describe(), reason=reason, work_tokens=job.total_tokens,
             gpu_seconds=b.gpu_s, preemptions=b.preemptions, interruptions=b.interruptions, resizes=b.resizes,

@@ -1,5 +1,6 @@
 """What a scheduler hands a launcher: the GPUs a job gets (``Placement``) and the layout it runs there
-(``RunLayout``), both plain data that round-trips through JSON."""
+(``RunLayout``), both plain data that round-trips through JSON. A placement spanning GPU types (issue 12,
+form b: data-parallel replica groups of different types) lists its groups (``PlacementGroup``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from frenzy_core._base import FrozenModel
 from frenzy_core.config.parallel import ParallelConfig
 from frenzy_core.config.training import TrainingConfig
 
-__all__ = ["Placement", "RunLayout"]
+__all__ = ["Placement", "PlacementGroup", "RunLayout"]
 
 
 class RunLayout(FrozenModel):
@@ -32,22 +33,47 @@ class RunLayout(FrozenModel):
         return self.description
 
 
+class PlacementGroup(FrozenModel):
+    """One GPU type's replica group of a placement that spans types: ``replicas`` copies of the layout (its tp,
+    pp, cp) on ``nodes``, each running ``micro_batches`` micro-batches per step."""
+
+    gpu_type: str
+    nodes: dict[int, int] = Field(description="Node index -> GPUs the group takes there (all of gpu_type).")
+    replicas: int = Field(gt=0)
+    micro_batches: int = Field(gt=0, description="Micro-batches each replica of the group runs per step.")
+    device_bytes: int = Field(ge=0, description="Memory the group's busiest rank needs (memory model).")
+    iteration_s: float = Field(gt=0, description="Seconds the group takes per step (time model, where it lands).")
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(self.nodes.values())
+
+
 class Placement(FrozenModel):
-    """Run ``job_id`` on ``nodes`` (node index -> GPUs taken there, all of ``gpu_type``) at ``tokens_per_s``.
+    """Run ``job_id`` on ``nodes`` (node index -> GPUs taken there) at ``tokens_per_s``.
 
     ``layout`` is the planner's layout for exactly these GPUs (None when the throughput function is a plain
-    callable that names no layout, as test stubs are)."""
+    callable that names no layout, as test stubs are). A single-type placement has no ``groups`` and every GPU
+    is of ``gpu_type``; one spanning types lists a group per type (``gpu_type`` is then the first group's type,
+    ``layout.parallel.dp`` the replicas of all groups and ``layout.training`` the job's whole global batch)."""
 
     job_id: str
     gpu_type: str
     nodes: dict[int, int] = Field(description="Node index (cluster order, shapes expanded) -> GPUs on it.")
     tokens_per_s: float = Field(gt=0)
     layout: RunLayout | None = None
+    groups: tuple[PlacementGroup, ...] = Field(default=(), description="Replica groups, one per GPU type, when "
+                                               "the placement spans types (empty otherwise).")
 
     @property
     def num_gpus(self) -> int:
         """GPUs the placement takes."""
         return sum(self.nodes.values())
+
+    @property
+    def gpu_types(self) -> tuple[str, ...]:
+        """The GPU types the placement uses (one for a single-type placement)."""
+        return tuple(g.gpu_type for g in self.groups) or (self.gpu_type,)
 
     def describe(self) -> str | None:
         """The layout in words, when there is one."""

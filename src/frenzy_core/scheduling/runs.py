@@ -70,6 +70,8 @@ class RunTable(MutableMapping[str, RunningJob]):
         self._count = np.zeros(64, dtype=np.int64)
         self._rank = np.zeros(64, dtype=np.int64)
         self._started = 0
+        self._spans: dict[str, list[tuple[int, int]]] = {}
+        """Job id -> (type index, GPUs) of each group after the first of a run spanning types."""
 
     # -- the mapping -------------------------------------------------------------------------------------------
     def __getitem__(self, job_id: str) -> RunningJob:
@@ -101,12 +103,18 @@ class RunTable(MutableMapping[str, RunningJob]):
             self._rank[row] = self._started
             self._started += 1
         self._runs[job_id] = run
+        groups = run.plan.groups
         self._gpu[row] = self._type_index[run.plan.gpu_type]
         self._end[row] = run.end
-        self._count[row] = run.plan.num_gpus
+        self._count[row] = groups[0].num_gpus if groups else run.plan.num_gpus
+        if groups:
+            self._spans[job_id] = [(self._type_index[g.gpu_type], g.num_gpus) for g in groups[1:]]
+        else:
+            self._spans.pop(job_id, None)
 
     def __delitem__(self, job_id: str) -> None:
         del self._runs[job_id]
+        self._spans.pop(job_id, None)
         row = self._row.pop(job_id)
         last = len(self._ids) - 1
         moved = self._ids.pop()
@@ -124,6 +132,13 @@ class RunTable(MutableMapping[str, RunningJob]):
         for column in out:
             column.flags.writeable = False
         return out
+
+    def spans(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(GPU type index, expected end, GPU count) of the groups beyond the first of runs that span GPU types
+        (their first group is their row of :meth:`columns`), one row per group."""
+        rows = [(g, self._runs[j].end, n) for j, more in self._spans.items() for g, n in more]
+        return (np.array([r[0] for r in rows], dtype=np.int64), np.array([r[1] for r in rows], dtype=np.float64),
+                np.array([r[2] for r in rows], dtype=np.int64))
 
     def run_at(self, row: int) -> RunningJob:
         """The run of a row of :meth:`columns`."""

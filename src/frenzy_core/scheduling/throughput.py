@@ -8,6 +8,9 @@ The one module of ``scheduling`` that reads planner internals (candidate tables)
   with the links of its placement on the group (the planner's rule, :func:`placed_links`).
 * :meth:`PlannedThroughput.curve` (and ``__call__``): the best rate per GPU count on the smallest cluster of the
   type's typical nodes, for converting trace durations to work (:func:`jobs_from_trace`).
+
+And :meth:`PlannedThroughput.mixed_plan`: :func:`plan_job`'s replica groups of several types (issue 12, form b) on
+offers of GPUs per type, kept only where mixing beats every single-type plan of those GPUs.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from frenzy_core.hardware.gpus import get_gpu_spec
 from frenzy_core.planning.candidates import log_key, placed_links, row_links
 from frenzy_core.planning.estimators import LayoutEstimator
 from frenzy_core.planning.nodes import NodePool
+from frenzy_core.planning.plan import Plan
 from frenzy_core.planning.request import PlacementMode
 from frenzy_core.scheduling.plans import RunLayout
 
@@ -35,6 +39,13 @@ __all__ = ["GPUGroup", "PlannedThroughput", "homogeneous_cluster", "planned_toke
 
 _MIN_CURVE_GPUS = 64
 """Smallest table computed (counts are rounded up to a power of two at least this): one table serves most jobs."""
+
+MIXED_TIME_LIMIT_S = 30.0
+"""plan_job's limit for a scheduler's mixed question (our choice: far above what these small instances take, 0.03
+to 0.7 s measured, so that it never binds and answers repeat exactly; a plan it cut short is not used)."""
+
+Offer = tuple[str, int, Links]
+"""GPUs of one type a job may have: (type, count, node size and slowest links of the nodes they are on)."""
 
 
 def homogeneous_cluster(gpu_type: str, num_gpus: int) -> Cluster:
@@ -151,6 +162,7 @@ class PlannedThroughput:
         self._best: dict[tuple[object, ...], RunLayout | None] = {}
         self._curves: dict[tuple[object, ...], tuple[np.ndarray, np.ndarray, _Table]] = {}
         self._curves_on: dict[tuple[object, ...], tuple[np.ndarray, list[np.ndarray]]] = {}
+        self._mixed: dict[tuple[object, ...], Plan | None] = {}
 
     # -- on given GPUs -----------------------------------------------------------------------------------------
     def best_on(self, model: ModelConfig, training: TrainingConfig, gpu_type: str, group: GPUGroup,
@@ -217,6 +229,17 @@ class PlannedThroughput:
             known = self._tables[key] = (size, _build(model, training, gpu_type, group, size))
         return known[1]
 
+    # -- across GPU types ------------------------------------------------------------------------------------------
+    def mixed_plan(self, model: ModelConfig, training: TrainingConfig, offers: tuple[Offer, ...], max_gpus: int
+                   ) -> Plan | None:
+        """:func:`plan_job` (throughput, at most ``max_gpus`` GPUs) on the offers, each a type's GPUs on nodes of
+        its size (the last holding the rest) with its links, when its answer spans types (None: a single type
+        does as well, nothing fits, or the search was cut short). Computed once per question."""
+        key = (model, training, offers, max_gpus)
+        if key not in self._mixed:
+            self._mixed[key] = _mixed_plan(model, training, offers, max_gpus)
+        return self._mixed[key]
+
     # -- on typical nodes (trace conversion) ---------------------------------------------------------------------
     def __call__(self, model: ModelConfig, training: TrainingConfig, gpu_type: str, num_gpus: int) -> float:
         rate = float(self.curve(model, training, gpu_type, num_gpus)[num_gpus])
@@ -253,6 +276,27 @@ class PlannedThroughput:
                 rates[worlds], best[worlds] = tokens[ranked[first]], rows[ranked[first]]
             known = self._curves[key] = (rates, best, table)
         return known
+
+
+def _mixed_plan(model: ModelConfig, training: TrainingConfig, offers: tuple[Offer, ...], max_gpus: int
+                ) -> Plan | None:
+    from frenzy_core.planning import plan_job
+
+    nodes = []
+    for gpu_type, count, links in offers:
+        full, rest = divmod(count, links.gpus_per_node)
+        shape = {"gpu": gpu_type, "intra_node_bytes_per_s": links.intra_node_bytes_per_s,
+                 "inter_node_bytes_per_s": links.inter_node_bytes_per_s}
+        nodes += ([{**shape, "gpus_per_node": links.gpus_per_node, "count": full}] if full else []) + (
+            [{**shape, "gpus_per_node": rest}] if rest else [])
+    cluster = Cluster.from_dict({"name": "offers", "nodes": nodes})
+    try:
+        plan = plan_job(model, cluster, training, objective="throughput", constraints={"max_gpus": max_gpus},
+                        top_k=0, time_limit_s=MIXED_TIME_LIMIT_S, mixed_types=True)
+    except InfeasiblePlanError:
+        return None
+    cut_short = not plan.optimal or any("time limit" in note for note in plan.notes)
+    return plan if len(plan.gpu_types) > 1 and not cut_short else None
 
 
 def _build(model: ModelConfig, training: TrainingConfig, gpu_type: str, group: GPUGroup, total: int) -> _Table:

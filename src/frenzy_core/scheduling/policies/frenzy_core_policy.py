@@ -13,9 +13,13 @@ Per scheduling round (every arrival or completion):
    counts. An option whose run time exceeds the job's fastest by more than ``stretch - 1`` of it and more than
    the time to drain the queue at full speed is worth 0 (the job waits for a better one).
 
+3. With ``mixing``: jobs the round left waiting because their fastest option's type has too few free GPUs may
+   start on the GPUs left free on two or more types, with the planner's replica groups of several types (issue
+   12, form b), when that ends the job sooner than waiting for its best single-type option (``_mix``).
+
 Options are every type the job may use with counts from :func:`._queue.elastic_counts` (half to twice the
 request), kept where the planner's candidate table finds a layout that fits in memory; the job runs at that
-layout's throughput. No preemption: a started job keeps its allocation.
+layout's throughput. With ``preemption``, long runs make room for starving jobs and grow onto idle GPUs.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import numpy as np
 
 from frenzy_core.scheduling.jobs import TrainingJob
 from frenzy_core.scheduling.messages import Action, Start
+from frenzy_core.scheduling.mixed import place_mixed
 from frenzy_core.scheduling.policies._choice import choose
 from frenzy_core.scheduling.policies._elastic import grow, make_room
 from frenzy_core.scheduling.policies._queue import QueuePolicy, QueueTable, elastic_counts
@@ -46,6 +51,12 @@ earliest-completing option would finish (waiting for a faster type or more GPUs 
 DEFAULT_MIN_GAIN = 0.2
 """A running job grows onto idle GPUs only if it then ends at least this share of its remaining time sooner,
 restart included (our choice: a move must pay clearly, since GPUs it takes may be wanted by the next arrival)."""
+DEFAULT_MIXING = True
+"""Whether jobs may start on replica groups of several GPU types (see ``_mix``; the default is set from the
+measurements in docs/benchmarks.md, "Mixed-type placements")."""
+MIX_CANDIDATES = 4
+"""Queued jobs offered a mixed placement per round, oldest first (our bound on a round's cost: each question the
+planner has not answered yet costs 0.03 to 0.7 s, measured, then is cached)."""
 VALUE_SCALE = 10**9
 """The fastest-finishing option of a round is worth this much; others in proportion (integer data)."""
 
@@ -57,19 +68,21 @@ class FrenzyCore(QueuePolicy):
 
     def __init__(self, starvation_factor: float = DEFAULT_STARVATION_FACTOR,
                  round_budget: float = DEFAULT_ROUND_BUDGET, stretch: float = DEFAULT_STRETCH,
-                 preemption: bool = True, min_gain: float = DEFAULT_MIN_GAIN) -> None:
+                 preemption: bool = True, min_gain: float = DEFAULT_MIN_GAIN, mixing: bool = DEFAULT_MIXING) -> None:
         super().__init__()
         self.starvation_factor = starvation_factor
         self.round_budget = round_budget
         self.stretch = stretch
         self.preemption = preemption
         self.min_gain = min_gain
+        self.mixing = mixing
         self._idle_seen: list[int] = []
         """Per type, the idle GPUs (free, wanted by no queued job) after the last growth attempt."""
 
     def params(self) -> dict[str, float | bool]:
         return {"starvation_factor": self.starvation_factor, "round_budget": self.round_budget,
-                "stretch": self.stretch, "preemption": self.preemption, "min_gain": self.min_gain}
+                "stretch": self.stretch, "preemption": self.preemption, "min_gain": self.min_gain,
+                "mixing": self.mixing}
 
     def job_options(self, job: TrainingJob, allowed: list[str]) -> JobOptions:
         return self.counted_options(job, allowed, lambda t: elastic_counts(job, self.state.usable_gpus(t)))
@@ -78,6 +91,9 @@ class FrenzyCore(QueuePolicy):
         """Per type: now and the expected end times of the running jobs (sorted; ties: fewer GPUs first), and
         the GPUs free by each of those times."""
         gpu, end, count, _ = self.running.columns()
+        more = self.running.spans()
+        if more[0].size:  # the other groups of runs spanning types free their GPUs at the same end
+            gpu, end, count = (np.concatenate([a, b]) for a, b in zip((gpu, end, count), more))
         order = np.lexsort((count, end, gpu))
         bounds = np.searchsorted(gpu[order], np.arange(len(self.state.gpu_types) + 1))
         free = self.free_per_type(self.state)
@@ -163,7 +179,9 @@ class FrenzyCore(QueuePolicy):
             return self._grow(free, now) if self.preemption else []
         left = self.free_per_type(free)
         table = self.table()
-        fits = bool((table.count <= left[table.gpu]).any())
+        # a mix may start a job whose options all fit no single type's free GPUs
+        fits = bool((table.count <= left[table.gpu]).any()) or (
+            self.mixing and self.rates.planned is not None and int((left > 0).sum()) >= 2)
         if not fits and not (self.preemption and self.running):
             return []  # nothing can start, and a reservation would change nothing this round
         fast = table.per_job_min(table.run_s)
@@ -196,10 +214,46 @@ class FrenzyCore(QueuePolicy):
                             deterministic_time=self.round_budget, seed=self.seed)
             placements += [a for a in (self.place_row(table, int(r), free) for r in choice.picks if r >= 0)
                            if a is not None]
+        if self.mixing:
+            placements += self._mix(table, free, reserved, expected, {a.job_id for a in placements}, now)
         self.dequeue({a.job_id for a in placements if isinstance(a, Start)})
         if self.preemption:
             placements += self._grow(free, now)
         return placements
+
+    def _mix(self, table: QueueTable, free: ClusterState, reserved: set[int], expected: np.ndarray,
+             started: set[str], now: float) -> list[Action]:
+        """Placements spanning GPU types on the GPUs the round left free (never on a reserved type): for the
+        oldest :data:`MIX_CANDIDATES` queued jobs not started whose fastest option cannot start now (its type has
+        too few free GPUs), the planner's mixed plan of at most their largest option's count, started when it
+        ends sooner than the job's earliest expected completion by waiting (a mix holds two types' GPUs, so it
+        must beat waiting outright, not within the stretch)."""
+        planned = self.rates.planned
+        left = self.free_per_type(free)
+        left[list(reserved)] = 0
+        if planned is None or int((left > 0).sum()) < 2:
+            return []
+        fastest = np.lexsort((table.run_s, table.owner))[table.first]  # each job's fastest option
+        out: list[Action] = []
+        tried = 0
+        for j in np.flatnonzero(table.count[fastest] > left[table.gpu[fastest]]).tolist():
+            job = self.queue[j]
+            if job.id in started or (job.request is not None and job.request.gpu_type is not None):
+                continue
+            lo, hi = int(table.first[j]), int(table.first[j] + table.sizes[j])
+            types = [t for g, t in enumerate(self.state.gpu_types) if left[g] > 0]
+            plan = place_mixed(planned, job, types, int(table.count[lo:hi].max()), free)
+            tried += 1
+            if plan is not None and now + job.total_tokens / plan.tokens_per_s < float(expected[lo:hi].min()):
+                free.take(plan.nodes)
+                out.append(Start(job_id=job.id, plan=plan))
+                left = self.free_per_type(free)
+                left[list(reserved)] = 0
+                if int((left > 0).sum()) < 2:
+                    break
+            if tried == MIX_CANDIDATES:
+                break
+        return out
 
     def _counts(self, job: TrainingJob, gpu_type: str) -> list[int]:
         return elastic_counts(job, self.state.usable_gpus(gpu_type))
@@ -229,8 +283,8 @@ class FrenzyCore(QueuePolicy):
     def _protected(self, run: RunningJob, now: float) -> bool:
         """A run that is itself past the starvation bound (its wait and run so far against its fastest run) is
         never preempted: the bound holds for preempted jobs too, and two long jobs cannot take turns."""
-        fastest = float(self.rates.rates(run.job, run.plan.gpu_type, [run.plan.num_gpus])[0])
-        fastest_s = run.job.total_tokens / max(fastest, run.plan.tokens_per_s)
+        fastest = float(np.nan_to_num(self.rates.rates(run.job, run.plan.gpu_type, [run.plan.num_gpus])[0]))
+        fastest_s = run.job.total_tokens / max(fastest, run.plan.tokens_per_s)  # NaN: a mix no single type holds
         return now - run.job.submit_time_s >= self.starvation_factor * fastest_s
 
     def _make_room(self, table: QueueTable, waiting: int, starving: np.ndarray, free: ClusterState,

@@ -1,0 +1,101 @@
+"""Placements that span GPU types (issue 12, form b): data-parallel replica groups of different types, each on
+free GPUs of its type, as :func:`~frenzy_core.planning.plan_job` plans them.
+
+The planner answers for *offers* (GPUs per type, in nodes of the type's size, with the slowest links of the
+nodes they are on), so that one answer serves every free-GPU pattern with the same offers
+(:meth:`PlannedThroughput.mixed_plan` caches it). Each group then takes whole tensor-parallel groups of free
+GPUs of its type (``ClusterState.find``, best fit) and is re-timed where those links differ from the plan's:
+the step is the slowest group's (each timed on its own type with the planner's mixed-plan links: one
+tensor-parallel group per node, its nodes' slowest NVLink, the slowest inter-node link of the whole job).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from frenzy_core.config.arrays import LayoutArrays
+from frenzy_core.hardware.gpu import Links
+from frenzy_core.hardware.gpus import get_gpu_spec
+from frenzy_core.planning.plan import Plan
+from frenzy_core.scheduling.jobs import TrainingJob
+from frenzy_core.scheduling.plans import Placement, PlacementGroup, RunLayout
+from frenzy_core.scheduling.state import Allocation, ClusterState
+from frenzy_core.scheduling.throughput import Offer, PlannedThroughput
+from frenzy_core.timing import estimate_iteration_time
+
+__all__ = ["group_links", "mixed_placement", "offers", "place_mixed"]
+
+
+def _power_floor(n: int) -> int:
+    """The largest power of two at most ``n`` (n >= 1)."""
+    return 1 << (n.bit_length() - 1)
+
+
+def offers(free: ClusterState, gpu_types: Sequence[str], max_gpus: int) -> tuple[Offer, ...]:
+    """What a job may have of each type for a mixed plan: the free GPUs, at most ``max_gpus``, rounded down to a
+    power of two (few distinct questions, so that the planner's answers are reused), with the node size and the
+    slowest links of the nodes holding them."""
+    out: list[Offer] = []
+    for t in gpu_types:
+        nodes = free.nodes_of(t)
+        on = nodes[free.free[nodes] > 0]
+        count = int(free.free[on].sum())
+        if count:
+            out.append((t, _power_floor(min(count, max_gpus)),
+                        Links(int(free.capacity[nodes].max()), float(free.intra_node_bytes_per_s[on].min()),
+                              float(free.inter_node_bytes_per_s[on].min()))))
+    return tuple(out)
+
+
+def group_links(state: ClusterState, tp: int, group: Allocation, job_nodes: Sequence[int]) -> Links:
+    """The links a replica group of a mixed plan is timed with where it lands: one tensor-parallel group per
+    node (what every placement of whole groups gives at least, as the planner times mixed plans), its nodes'
+    slowest NVLink, and the slowest inter-node link among all of the job's nodes (types share no fast fabric)."""
+    return Links(tp, float(min(state.intra_node_bytes_per_s[n] for n in group)),
+                 float(min(state.inter_node_bytes_per_s[n] for n in job_nodes)))
+
+
+def mixed_placement(job: TrainingJob, plan: Plan, free: ClusterState) -> Placement | None:
+    """``plan``'s replica groups on GPUs free in ``free`` (not taken), each in whole tensor-parallel groups of
+    its type; None when a group's type is too fragmented for it."""
+    scratch = free.copy()
+    taken: list[Allocation] = []
+    for stage in plan.stages:
+        allocation = scratch.find(stage.gpu_type, stage.num_gpus, stage.tp)
+        if allocation is None:
+            return None
+        scratch.take(allocation)
+        taken.append(allocation)
+    every = [n for a in taken for n in a]
+    par, training = plan.parallel, plan.training
+    gbs = training.global_batch_size
+    assert gbs is not None, "a mixed plan sets its global batch"
+    groups = []
+    for stage, allocation in zip(plan.stages, taken):
+        links = group_links(free, par.tp, allocation, every)
+        seconds = stage.iteration_s
+        if links != stage.links:  # other links than the offers': re-timed as the planner times the group
+            recipe = training.replace(global_batch_size=stage.micro_batches * training.micro_batch_size * par.dp)
+            seconds = estimate_iteration_time(job.model, recipe, par, get_gpu_spec(stage.gpu_type),
+                                              cluster=links).iteration_s
+        groups.append(PlacementGroup(gpu_type=stage.gpu_type, nodes=allocation, replicas=stage.dp,
+                                     micro_batches=stage.micro_batches, device_bytes=stage.device_bytes,
+                                     iteration_s=seconds))
+    rate = gbs * training.seq_len / max(g.iteration_s for g in groups)
+    words = " + ".join(f"{g.replicas} x {g.gpu_type} m{g.micro_batches}" for g in groups)
+    layout = RunLayout(parallel=par, training=training, tokens_per_s=rate,
+                       device_bytes=max(g.device_bytes for g in groups),
+                       description=f"{LayoutArrays.from_configs(training, par).describe(0, compact=True)} ({words})")
+    return Placement(job_id=job.id, gpu_type=groups[0].gpu_type, nodes={n: c for a in taken for n, c in a.items()},
+                     tokens_per_s=rate, layout=layout, groups=tuple(groups))
+
+
+def place_mixed(planned: PlannedThroughput, job: TrainingJob, gpu_types: Sequence[str], max_gpus: int,
+                free: ClusterState) -> Placement | None:
+    """The planner's mixed plan of at most ``max_gpus`` GPUs of ``gpu_types`` on the GPUs ``free`` now (not
+    taken), or None when no mix beats a single type there or its groups cannot be placed."""
+    offered = offers(free, gpu_types, max_gpus)
+    if len(offered) < 2:
+        return None
+    plan = planned.mixed_plan(job.model, job.training, offered, max_gpus)
+    return None if plan is None else mixed_placement(job, plan, free)

@@ -90,11 +90,10 @@ def mixed_placement(job: TrainingJob, plan: Plan, free: ClusterState) -> Placeme
                      tokens_per_s=rate, layout=layout, groups=tuple(groups))
 
 
-def place_mixed(planned: PlannedThroughput, job: TrainingJob, gpu_types: Sequence[str], max_gpus: int,
+def place_mixed(planned: PlannedThroughput, job: TrainingJob, offered: tuple[Offer, ...], max_gpus: int,
                 free: ClusterState) -> Placement | None:
-    """The planner's mixed plan of at most ``max_gpus`` GPUs of ``gpu_types`` on the GPUs ``free`` now (not
-    taken), or None when no mix beats a single type there or its groups cannot be placed."""
-    offered = offers(free, gpu_types, max_gpus)
+    """The planner's mixed plan of at most ``max_gpus`` GPUs of the ``offered`` ones (:func:`offers`) on the GPUs
+    ``free`` now (not taken), or None when no mix beats a single type there or its groups cannot be placed."""
     if len(offered) < 2:
         return None
     plan = planned.mixed_plan(job.model, job.training, offered, max_gpus)

@@ -30,11 +30,11 @@ import numpy as np
 
 from frenzy_core.scheduling.jobs import TrainingJob
 from frenzy_core.scheduling.messages import Action, Start
-from frenzy_core.scheduling.mixed import place_mixed
+from frenzy_core.scheduling.mixed import offers, place_mixed
 from frenzy_core.scheduling.policies._choice import choose
 from frenzy_core.scheduling.policies._elastic import grow, make_room
 from frenzy_core.scheduling.policies._queue import QueuePolicy, QueueTable, elastic_counts
-from frenzy_core.scheduling.rates import JobOptions
+from frenzy_core.scheduling.rates import JobOptions, power_of_two_counts
 from frenzy_core.scheduling.runs import RunningJob
 from frenzy_core.scheduling.state import ClusterState
 
@@ -223,17 +223,24 @@ class FrenzyCore(QueuePolicy):
 
     def _mix(self, table: QueueTable, free: ClusterState, reserved: set[int], expected: np.ndarray,
              started: set[str], now: float) -> list[Action]:
-        """Placements spanning GPU types on the GPUs the round left free (never on a reserved type): for the
-        oldest :data:`MIX_CANDIDATES` queued jobs not started whose fastest option cannot start now (its type has
-        too few free GPUs), the planner's mixed plan of at most their largest option's count, started when it
-        ends sooner than the job's earliest expected completion by waiting (a mix holds two types' GPUs, so it
-        must beat waiting outright, not within the stretch)."""
+        """Placements spanning GPU types on the GPUs the round left free (never on a reserved type), for the
+        oldest :data:`MIX_CANDIDATES` queued jobs not started whose fastest option cannot start now (its type
+        has too few free GPUs) and for which a mix can pay: the sum of the best single-type rates on what each
+        type offers (an optimistic bound on a mix's rate) would end the job before its earliest expected
+        completion by waiting. Such a job gets the planner's mixed plan of at most its largest option's count
+        (taken only where it beats every single-type plan of the same GPUs), started when it ends sooner than
+        waiting (outright, not within the stretch: a mix holds two types' GPUs) and, where another queued job
+        may use one of its types, its GPU-seconds are within the stretch of the job's least-area option (it must
+        not cost the jobs that want those GPUs more GPU time; GPUs nobody else may use are idle otherwise)."""
         planned = self.rates.planned
         left = self.free_per_type(free)
         left[list(reserved)] = 0
         if planned is None or int((left > 0).sum()) < 2:
             return []
         fastest = np.lexsort((table.run_s, table.owner))[table.first]  # each job's fastest option
+        waiting = ~np.isin(np.arange(len(self.queue)), [i for i, q in enumerate(self.queue) if q.id in started])
+        pairs = np.unique(np.stack([table.owner, table.gpu])[:, waiting[table.owner]], axis=1)
+        wanted = np.bincount(pairs[1], minlength=left.size)  # queued jobs not started with an option per type
         out: list[Action] = []
         tried = 0
         for j in np.flatnonzero(table.count[fastest] > left[table.gpu[fastest]]).tolist():
@@ -241,10 +248,20 @@ class FrenzyCore(QueuePolicy):
             if job.id in started or (job.request is not None and job.request.gpu_type is not None):
                 continue
             lo, hi = int(table.first[j]), int(table.first[j] + table.sizes[j])
-            types = [t for g, t in enumerate(self.state.gpu_types) if left[g] > 0]
-            plan = place_mixed(planned, job, types, int(table.count[lo:hi].max()), free)
+            most, wait_end = int(table.count[lo:hi].max()), float(expected[lo:hi].min())
+            offered = offers(free, [t for g, t in enumerate(self.state.gpu_types) if left[g] > 0], most)
+            bound = sum(float(np.nanmax(self.rates.rates(job, t, power_of_two_counts(n)), initial=0.0))
+                        for t, n, _ in offered)
+            if len(offered) < 2 or not now + job.total_tokens / max(bound, 1e-300) < wait_end:
+                continue
             tried += 1
-            if plan is not None and now + job.total_tokens / plan.tokens_per_s < float(expected[lo:hi].min()):
+            plan = place_mixed(planned, job, offered, most, free)
+            least_area = float((table.count[lo:hi] * table.run_s[lo:hi]).min())
+            mine = np.bincount(table.gpu[lo:hi], minlength=left.size) > 0
+            used = [self.state.gpu_types.index(t) for t in (plan.gpu_types if plan is not None else ())]
+            contested = bool((wanted[used] - mine[used] > 0).any())
+            if plan is not None and now + job.total_tokens / plan.tokens_per_s < wait_end and (
+                    not contested or plan.num_gpus * job.total_tokens / plan.tokens_per_s <= self.stretch * least_area):
                 free.take(plan.nodes)
                 out.append(Start(job_id=job.id, plan=plan))
                 left = self.free_per_type(free)

@@ -1,0 +1,177 @@
+"""frenzy-core's placements spanning GPU types (issue 12 item 7): a job that needs two types to start now starts
+on replica groups of both and finishes; the check refuses corrupted mixed placements; a mixed run survives a
+JSON round trip mid-run; decisions repeat and ``simulate`` equals the online scheduler."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from frenzy_core import Cluster, ModelConfig
+from frenzy_core.hardware.gpus import get_gpu_spec
+from frenzy_core.scheduling import GPURequest, OnlineScheduler, PlannedThroughput, TrainingJob, simulate
+from frenzy_core.scheduling.check import PlacementCheck
+from frenzy_core.scheduling.messages import Action, Event, Start
+from frenzy_core.scheduling.mixed import offers, place_mixed
+from frenzy_core.scheduling.online import replay
+from frenzy_core.scheduling.plans import Placement
+from frenzy_core.scheduling.policies import FrenzyCore
+from frenzy_core.scheduling.rates import RateBook
+from frenzy_core.scheduling.recipe import default_training
+from frenzy_core.scheduling.state import ClusterState
+
+THROUGHPUT = PlannedThroughput()
+"""Shared by this module's tests (it only caches the planner's answers)."""
+V100 = get_gpu_spec("v100-32gb")
+SMALL = ModelConfig.preset("gpt2")
+BIG = ModelConfig.preset("qwen2.5-0.5b")
+BIG_RECIPE = default_training(BIG, V100).replace(global_batch_size=128)
+"""A batch of 128 sequences keeps the planner's mixed search small (its rows grow with micro-batches x replicas)."""
+CLUSTER = Cluster.from_dict({"nodes": [{"gpu": "a100-80gb", "gpus_per_node": 8, "count": 2},
+                                       {"gpu": "v100-32gb", "gpus_per_node": 8, "count": 2}]})
+"""Two nodes of each type: with one node of each held, 8 + 8 GPUs are free."""
+MIXED_EXAMPLES = int(os.environ.get("FRENZY_MIXED_EXAMPLES", "3"))
+"""Random free-GPU patterns in the property test (CI: a few; each new pattern is a planner call)."""
+
+
+def _jobs() -> list[TrainingJob]:
+    """Two long jobs hold one node of each type (each pinned to its type, 4 GPUs asked: at most 8 given); then a
+    job asking for 32 GPUs (16 at least) arrives: no single type has 16 free until a holder ends."""
+    small = default_training(SMALL, V100)
+    return [TrainingJob(id="hold-a100", submit_time_s=0.0, model=SMALL, training=small, work_tokens=10**11,
+                        request=GPURequest(num_gpus=4, gpu_type="a100-80gb")),
+            TrainingJob(id="hold-v100", submit_time_s=0.0, model=SMALL, training=small, work_tokens=10**11,
+                        request=GPURequest(num_gpus=4, gpu_type="v100-32gb")),
+            TrainingJob(id="big", submit_time_s=10.0, model=BIG, training=BIG_RECIPE, work_tokens=10**9,
+                        request=GPURequest(num_gpus=32))]
+
+
+def test_a_job_that_needs_two_types_to_start_now_starts_mixed_and_finishes() -> None:
+    mixed = simulate(_jobs(), CLUSTER, FrenzyCore(mixing=True), throughput=THROUGHPUT, progress=False)
+    plain = simulate(_jobs(), CLUSTER, FrenzyCore(mixing=False), throughput=THROUGHPUT, progress=False)
+    big = {r.id: r for r in mixed.jobs}["big"]
+    waited = {r.id: r for r in plain.jobs}["big"]
+    assert mixed.violations == 0 and mixed.finished == 3
+    assert big.start_time_s == 10.0 and big.gpu_type == "a100-80gb+v100-32gb" and big.finish_time_s is not None
+    assert waited.gpu_type is not None and "+" not in waited.gpu_type
+    assert waited.start_time_s is not None and waited.start_time_s > 10.0  # it waited for a holder to end
+    assert big.finish_time_s < waited.finish_time_s  # the rule: a mix starts only when it ends sooner
+
+
+def _held_state() -> tuple[ClusterState, RateBook]:
+    state = ClusterState(CLUSTER)
+    state.take({0: 8, 2: 8})  # one node of each type busy
+    return state, RateBook(THROUGHPUT, state)
+
+
+def _big_placement(state: ClusterState) -> Placement:
+    plan = place_mixed(THROUGHPUT, _jobs()[2], offers(state, state.gpu_types, 64), 64, state)
+    assert plan is not None and plan.layout is not None and len(plan.groups) == 2
+    return plan
+
+
+def test_the_check_refuses_corrupted_mixed_placements() -> None:
+    state, rates = _held_state()
+    job = _jobs()[2]
+    plan = _big_placement(state)
+    assert plan.nodes.keys() <= {1, 3} and plan.num_gpus <= 16  # only free GPUs: nodes 1 and 3
+    check = PlacementCheck(rates)
+    assert check(job, plan) is None
+    a, v = plan.groups
+    assert "claims" in str(check(job, plan.model_copy(update={"tokens_per_s": plan.tokens_per_s * (1 + 1e-6)})))
+    assert "claims" in str(check(job, plan.model_copy(update={"tokens_per_s": plan.tokens_per_s * (1 - 1e-6)})))
+    # a group's GPUs on a node of the other type
+    swapped = (a.model_copy(update={"nodes": v.nodes}), v.model_copy(update={"nodes": a.nodes}))
+    assert "not a" in str(check(job, plan.model_copy(update={"groups": swapped})))
+    # a micro-batch moved from the slower group to the faster: the batch is whole but the rate claimed is stale
+    slow, fast = (0, 1) if a.iteration_s > v.iteration_s else (1, 0)
+    moved = list(plan.groups)
+    moved[slow] = moved[slow].model_copy(update={"micro_batches": moved[slow].micro_batches - 1})
+    moved[fast] = moved[fast].model_copy(update={"micro_batches": moved[fast].micro_batches + 1})
+    if a.replicas == v.replicas:
+        assert "claims" in str(check(job, plan.model_copy(update={"groups": tuple(moved)})))
+    # micro-batches that no longer make the global batch
+    short = (a.model_copy(update={"micro_batches": a.micro_batches + 1}), v)
+    assert "global batch" in str(check(job, plan.model_copy(update={"groups": short})))
+    # one type only, or a group missing from the placement's GPUs
+    assert "one group per type" in str(check(job, plan.model_copy(update={"groups": (a,)})))
+    assert "groups' GPUs" in str(check(job, plan.model_copy(update={"nodes": a.nodes})))
+
+
+class _Inflating(FrenzyCore):
+    """frenzy-core that claims 10 % more than its mixed placements get (a policy bug the check must catch)."""
+
+    def schedule(self, now: float) -> list[Action]:
+        out = super().schedule(now)
+        return [a.model_copy(update={"plan": a.plan.model_copy(update={"tokens_per_s": a.plan.tokens_per_s * 1.1})})
+                if isinstance(a, Start) and a.plan.groups else a for a in out]
+
+
+def test_the_simulator_counts_a_corrupted_mixed_placement_that_the_scheduler_would_run() -> None:
+    # the scheduler's own bookkeeping accepts it (free GPUs of the right types): only the check refuses it
+    result = simulate(_jobs(), CLUSTER, _Inflating(), throughput=THROUGHPUT, progress=False, allow_violations=True)
+    big = {r.id: r for r in result.jobs}["big"]
+    assert result.violations == 1 and "claims" in str(big.violation) and big.finish_time_s is not None
+
+
+def _drive(sched: OnlineScheduler, times: list[float]) -> list[list[Action]]:
+    return [sched.advance(t) for t in times]
+
+
+def test_a_mixed_run_survives_a_json_round_trip_mid_run() -> None:
+    sched = OnlineScheduler(CLUSTER, FrenzyCore(), throughput=THROUGHPUT)
+    holders, big = _jobs()[:2], _jobs()[2]
+    for job in holders:
+        sched.submit(job)
+    assert len(sched.advance(0.0)) == 2
+    sched.submit(big)
+    (start,) = [a for a in sched.advance(10.0) if isinstance(a, Start)]
+    assert start.job_id == "big" and len(start.plan.gpu_types) == 2
+    text = sched.to_json()
+    restored = OnlineScheduler.from_json(text, throughput=THROUGHPUT)
+    assert restored.to_json() == text
+    assert restored.running["big"].plan == start.plan
+    end = sched.expected_end_s("big")
+    assert restored.expected_end_s("big") == end
+    for s in (sched, restored):
+        s.job_finished("big")
+    assert _drive(sched, [end, end + 1]) == _drive(restored, [end, end + 1])
+    assert sched.records() == restored.records()
+    assert restored.state.free.tolist() == sched.state.free.tolist() == [0, 8, 0, 8]
+
+
+def test_mixed_decisions_repeat_and_simulate_equals_the_online_scheduler() -> None:
+    events: list[Event] = []
+    first = simulate(_jobs(), CLUSTER, FrenzyCore(), throughput=PlannedThroughput(), progress=False, events=events)
+    again = simulate(_jobs(), CLUSTER, FrenzyCore(), throughput=PlannedThroughput(), progress=False)
+    assert first.jobs == again.jobs
+    assert any("+" in str(r.gpu_type) for r in first.jobs)
+    recorded = [e.actions for e in events if e.kind == "advance"]
+    assert replay(OnlineScheduler(CLUSTER, FrenzyCore(), throughput=THROUGHPUT), events) == recorded
+
+
+@settings(max_examples=MIXED_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(busy=st.lists(st.integers(0, 8), min_size=4, max_size=4))
+def test_every_mixed_placement_uses_free_gpus_and_passes_the_check(busy: list[int]) -> None:
+    # the law: whatever is free, a mixed placement takes only free GPUs of each group's type, in whole
+    # tensor-parallel groups, and fits and claims what the memory and time models give it there
+    state = ClusterState(CLUSTER)
+    state.take({n: b for n, b in enumerate(busy) if b})
+    rates = RateBook(THROUGHPUT, state)
+    job = _jobs()[2]
+    plan = place_mixed(THROUGHPUT, job, offers(state, state.gpu_types, 64), 64, state)
+    if plan is None:
+        return
+    assert all(0 < c <= state.free[n] for n, c in plan.nodes.items())
+    assert all(state.node_types[n] == g.gpu_type for g in plan.groups for n in g.nodes)
+    assert PlacementCheck(rates)(job, plan) is None
+
+
+@pytest.mark.parametrize("mixing", [True, False])
+def test_mixing_is_a_saved_policy_option(mixing: bool) -> None:
+    sched = OnlineScheduler(CLUSTER, FrenzyCore(mixing=mixing), throughput=THROUGHPUT)
+    restored = OnlineScheduler.from_json(sched.to_json(), throughput=THROUGHPUT)
+    assert isinstance(restored.policy, FrenzyCore) and restored.policy.mixing is mixing

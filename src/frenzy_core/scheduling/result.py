@@ -32,7 +32,8 @@ class JobRecord(FrozenModel):
     submit_time_s: float = Field(ge=0)
     start_time_s: float | None = Field(default=None, description="When it was placed.")
     finish_time_s: float | None = Field(default=None, description="When it ended (finished or failed).")
-    gpu_type: str | None = None
+    gpu_type: str | None = Field(default=None, description="The GPU type of its last run; the types joined by '+' "
+                                 "where it spanned several (a100-80gb+v100-32gb).")
     num_gpus: int | None = None
     tokens_per_s: float | None = Field(default=None, description="Throughput of the layout it ran with.")
     layout: str | None = Field(default=None, description="That layout in words, where the policy named it.")

@@ -25,7 +25,7 @@ import numpy as np
 
 from frenzy_core.config.parallel import ParallelConfig
 from frenzy_core.config.training import TrainingConfig
-from frenzy_core.hardware.gpu import Links
+from frenzy_core.hardware.gpu import Links, usable_bytes
 from frenzy_core.hardware.gpus import get_gpu_spec
 from frenzy_core.memory import estimate_memory
 from frenzy_core.planning.candidates import placed_links
@@ -84,7 +84,7 @@ class PlacementCheck:
             return "layout changes the job's recipe beyond the searched fields"
         spec = get_gpu_spec(plan.gpu_type)
         device = self._device_bytes(job, layout)
-        usable = int(spec.memory_bytes * (1.0 - DEFAULT_HEADROOM))
+        usable = usable_bytes(spec.memory_bytes, DEFAULT_HEADROOM)
         if device > usable:
             return f"layout {layout.describe()} needs {device / 2**30:.2f} GiB per GPU; {plan.gpu_type} has {usable / 2**30:.2f}"
         rate = self._tokens_per_s(job, layout, plan.gpu_type, group)
@@ -125,7 +125,7 @@ class PlacementCheck:
             recipe = training.replace(global_batch_size=g.micro_batches * mbs * par.dp)
             spec = get_gpu_spec(g.gpu_type)
             device = self._memory_of(job, recipe, par)
-            usable = int(spec.memory_bytes * (1.0 - DEFAULT_HEADROOM))
+            usable = usable_bytes(spec.memory_bytes, DEFAULT_HEADROOM)
             if device > usable:
                 return (f"the {g.gpu_type} group of {layout.describe()} needs {device / 2**30:.2f} GiB per GPU; "
                         f"{g.gpu_type} has {usable / 2**30:.2f}")

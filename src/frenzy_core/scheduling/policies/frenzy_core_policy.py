@@ -55,8 +55,8 @@ DEFAULT_MIXING = True
 """Whether jobs may start on replica groups of several GPU types (see ``_mix``; the default is set from the
 measurements in docs/benchmarks.md, "Mixed-type placements")."""
 MIX_CANDIDATES = 4
-"""Queued jobs offered a mixed placement per round, oldest first (our bound on a round's cost: each question the
-planner has not answered yet costs 0.03 to 0.7 s, measured, then is cached)."""
+"""Queued jobs weighed for a mixed placement per round, oldest first (our bound on a round's cost: each question
+the planner has not answered yet costs 0.03 to 0.7 s on a quiet machine, measured, then is cached)."""
 VALUE_SCALE = 10**9
 """The fastest-finishing option of a round is worth this much; others in proportion (integer data)."""
 
@@ -238,15 +238,15 @@ class FrenzyCore(QueuePolicy):
         if planned is None or int((left > 0).sum()) < 2:
             return []
         fastest = np.lexsort((table.run_s, table.owner))[table.first]  # each job's fastest option
-        waiting = ~np.isin(np.arange(len(self.queue)), [i for i, q in enumerate(self.queue) if q.id in started])
-        pairs = np.unique(np.stack([table.owner, table.gpu])[:, waiting[table.owner]], axis=1)
-        wanted = np.bincount(pairs[1], minlength=left.size)  # queued jobs not started with an option per type
         out: list[Action] = []
-        tried = 0
+        weighed = 0
         for j in np.flatnonzero(table.count[fastest] > left[table.gpu[fastest]]).tolist():
             job = self.queue[j]
             if job.id in started or (job.request is not None and job.request.gpu_type is not None):
                 continue
+            if weighed == MIX_CANDIDATES:
+                break
+            weighed += 1
             lo, hi = int(table.first[j]), int(table.first[j] + table.sizes[j])
             most, wait_end = int(table.count[lo:hi].max()), float(expected[lo:hi].min())
             offered = offers(free, [t for g, t in enumerate(self.state.gpu_types) if left[g] > 0], most)
@@ -254,23 +254,25 @@ class FrenzyCore(QueuePolicy):
                         for t, n, _ in offered)
             if len(offered) < 2 or not now + job.total_tokens / max(bound, 1e-300) < wait_end:
                 continue
-            tried += 1
             plan = place_mixed(planned, job, offered, most, free)
+            if plan is None or not now + job.total_tokens / plan.tokens_per_s < wait_end:
+                continue
             least_area = float((table.count[lo:hi] * table.run_s[lo:hi]).min())
-            mine = np.bincount(table.gpu[lo:hi], minlength=left.size) > 0
-            used = [self.state.gpu_types.index(t) for t in (plan.gpu_types if plan is not None else ())]
-            contested = bool((wanted[used] - mine[used] > 0).any())
-            if plan is not None and now + job.total_tokens / plan.tokens_per_s < wait_end and (
-                    not contested or plan.num_gpus * job.total_tokens / plan.tokens_per_s <= self.stretch * least_area):
-                free.take(plan.nodes)
-                out.append(Start(job_id=job.id, plan=plan))
-                left = self.free_per_type(free)
-                left[list(reserved)] = 0
-                if int((left > 0).sum()) < 2:
-                    break
-            if tried == MIX_CANDIDATES:
+            if (plan.num_gpus * job.total_tokens / plan.tokens_per_s > self.stretch * least_area
+                    and self._contested(table, plan.gpu_types, started | {job.id})):
+                continue
+            free.take(plan.nodes)
+            out.append(Start(job_id=job.id, plan=plan))
+            left = self.free_per_type(free)
+            left[list(reserved)] = 0
+            if int((left > 0).sum()) < 2:
                 break
         return out
+
+    def _contested(self, table: QueueTable, gpu_types: tuple[str, ...], besides: set[str]) -> bool:
+        """Whether a queued job other than those in ``besides`` has an option on one of ``gpu_types``."""
+        on = np.isin(table.gpu, [self.state.gpu_types.index(t) for t in gpu_types])
+        return any(self.queue[int(j)].id not in besides for j in np.unique(table.owner[on])[:len(besides) + 1])
 
     def _counts(self, job: TrainingJob, gpu_type: str) -> list[int]:
         return elastic_counts(job, self.state.usable_gpus(gpu_type))

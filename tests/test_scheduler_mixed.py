@@ -103,7 +103,7 @@ def test_the_check_refuses_corrupted_mixed_placements() -> None:
 
 
 class _Inflating(FrenzyCore):
-    """frenzy-core that claims 10 % more than its mixed placements get (a policy bug the check must catch)."""
+    """frenzy-core (mixing) that claims 10 % more than its mixed placements get (a policy bug the check must catch)."""
 
     def schedule(self, now: float) -> list[Action]:
         out = super().schedule(now)
@@ -113,7 +113,7 @@ class _Inflating(FrenzyCore):
 
 def test_the_simulator_counts_a_corrupted_mixed_placement_that_the_scheduler_would_run() -> None:
     # the scheduler's own bookkeeping accepts it (free GPUs of the right types): only the check refuses it
-    result = simulate(_jobs(), CLUSTER, _Inflating(), throughput=THROUGHPUT, progress=False, allow_violations=True)
+    result = simulate(_jobs(), CLUSTER, _Inflating(mixing=True), throughput=THROUGHPUT, progress=False, allow_violations=True)
     big = {r.id: r for r in result.jobs}["big"]
     assert result.violations == 1 and "claims" in str(big.violation) and big.finish_time_s is not None
 
@@ -135,7 +135,7 @@ class _ResizingMixed(FrenzyCore):
 
 
 def test_a_resize_carries_a_mixed_plan() -> None:
-    sched = OnlineScheduler(CLUSTER, _ResizingMixed(), throughput=THROUGHPUT)
+    sched = OnlineScheduler(CLUSTER, _ResizingMixed(mixing=True), throughput=THROUGHPUT)
     for job in _jobs()[:2]:
         sched.submit(job)
     sched.advance(0.0)
@@ -154,7 +154,7 @@ def _drive(sched: OnlineScheduler, times: list[float]) -> list[list[Action]]:
 
 
 def test_a_mixed_run_survives_a_json_round_trip_mid_run() -> None:
-    sched = OnlineScheduler(CLUSTER, FrenzyCore(), throughput=THROUGHPUT)
+    sched = OnlineScheduler(CLUSTER, FrenzyCore(mixing=True), throughput=THROUGHPUT)
     holders, big = _jobs()[:2], _jobs()[2]
     for job in holders:
         sched.submit(job)
@@ -177,18 +177,18 @@ def test_a_mixed_run_survives_a_json_round_trip_mid_run() -> None:
 
 def test_mixed_decisions_repeat_and_simulate_equals_the_online_scheduler() -> None:
     events: list[Event] = []
-    first = simulate(_jobs(), CLUSTER, FrenzyCore(), throughput=THROUGHPUT, progress=False, events=events)
-    again = simulate(_jobs(), CLUSTER, FrenzyCore(), throughput=THROUGHPUT, progress=False)
+    first = simulate(_jobs(), CLUSTER, FrenzyCore(mixing=True), throughput=THROUGHPUT, progress=False, events=events)
+    again = simulate(_jobs(), CLUSTER, FrenzyCore(mixing=True), throughput=THROUGHPUT, progress=False)
     assert first.jobs == again.jobs
     assert any("+" in str(r.gpu_type) for r in first.jobs)
     recorded = [e.actions for e in events if e.kind == "advance"]
-    assert replay(OnlineScheduler(CLUSTER, FrenzyCore(), throughput=THROUGHPUT), events) == recorded
+    assert replay(OnlineScheduler(CLUSTER, FrenzyCore(mixing=True), throughput=THROUGHPUT), events) == recorded
 
 
 @pytest.mark.slow
 def test_mixed_decisions_do_not_depend_on_what_the_planner_has_cached() -> None:
-    shared = simulate(_jobs(), CLUSTER, FrenzyCore(), throughput=THROUGHPUT, progress=False)
-    fresh = simulate(_jobs(), CLUSTER, FrenzyCore(), throughput=PlannedThroughput(), progress=False)
+    shared = simulate(_jobs(), CLUSTER, FrenzyCore(mixing=True), throughput=THROUGHPUT, progress=False)
+    fresh = simulate(_jobs(), CLUSTER, FrenzyCore(mixing=True), throughput=PlannedThroughput(), progress=False)
     assert shared.jobs == fresh.jobs
 
 

@@ -55,7 +55,7 @@ DEFAULT_MIXING = False
 """Whether jobs may start on replica groups of several GPU types (``_mix``). Off by default, from the measurement
 (docs/benchmarks.md, "Placements spanning GPU types"): on Philly jobs on frenzy-paper and aws-mixed and on the Sia
 workload no mix ever ended a job sooner than waiting (cross-type gradient sync runs on the slowest inter-node
-link), so results were identical while the planner's mixed questions cost 4-6x the simulation's CPU time."""
+link), so results were identical while the planner's mixed questions cost 4.5-7x the simulation's CPU time."""
 MIX_CANDIDATES = 4
 """Queued jobs weighed for a mixed placement per round, oldest first (our bound on a round's cost: each question
 the planner has not answered yet costs 0.03 to 0.7 s on a quiet machine, measured, then is cached)."""

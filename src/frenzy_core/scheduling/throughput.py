@@ -42,7 +42,8 @@ _MIN_CURVE_GPUS = 64
 
 MIXED_TIME_LIMIT_S = 30.0
 """plan_job's limit for a scheduler's mixed question (our choice: far above what these small instances take, 0.03
-to 0.7 s measured, so that it never binds and answers repeat exactly; a plan it cut short is not used)."""
+to 6 s measured on the shared 2-core machine, so that it never binds and answers repeat exactly; a plan it cut
+short is not used)."""
 
 Offer = tuple[str, int, Links]
 """GPUs of one type a job may have: (type, count, node size and slowest links of the nodes they are on)."""

@@ -58,7 +58,7 @@ workload no mix ever ended a job sooner than waiting (cross-type gradient sync r
 link), so results were identical while the planner's mixed questions cost 4.5-7x the simulation's CPU time."""
 MIX_CANDIDATES = 4
 """Queued jobs weighed for a mixed placement per round, oldest first (our bound on a round's cost: each question
-the planner has not answered yet costs 0.03 to 0.7 s on a quiet machine, measured, then is cached)."""
+the planner has not answered yet costs 0.03 to 6 s, measured on the shared 2-core machine, then is cached)."""
 VALUE_SCALE = 10**9
 """The fastest-finishing option of a round is worth this much; others in proportion (integer data)."""
 
@@ -254,7 +254,7 @@ class FrenzyCore(QueuePolicy):
             offered = offers(free, [t for g, t in enumerate(self.state.gpu_types) if left[g] > 0], most)
             bound = sum(float(np.nanmax(self.rates.rates(job, t, power_of_two_counts(n)), initial=0.0))
                         for t, n, _ in offered)
-            if len(offered) < 2 or not now + job.total_tokens / max(bound, 1e-300) < wait_end:
+            if len(offered) < 2 or bound <= 0 or not now + job.total_tokens / bound < wait_end:
                 continue
             plan = place_mixed(planned, job, offered, most, free)
             if plan is None or not now + job.total_tokens / plan.tokens_per_s < wait_end:

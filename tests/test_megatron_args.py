@@ -289,8 +289,6 @@ def test_moe_swiglu_case_by_hand() -> None:
 # Reference cases that use what the configs cannot express (read off their flags by hand).
 UNSUPPORTED_CASES = {
     "bert/bert_release": "tp 8 x pp 8 needs 64 GPUs, not 8",
-    "gpt/gpt3_mcore_te_tp2_pp2_cross_entropy_loss_fusion": "--cross-entropy-loss-fusion",
-    "gpt/gpt3_weekly_mcore_tp2_pp2_current_scaling_native_fp8_tp_pp_sp_tp_overlap": "--tp-comm-overlap",
     "moe/gpt3_moe_mcore_te_tp2_pp2_ep4_etp1_fine_grained_offloading": "MTP",
     "moe/gpt3_moe_mcore_te_tp4_ep2_etp2_pp2_scoped_cudagraph": "MTP, CUDA graphs",
 }

@@ -194,3 +194,44 @@ def test_layout_excludes_the_other_ways_to_split() -> None:
                        "--pipeline-model-parallel-layout": "Ett|ttL", "--decoder-first-pipeline-num-layers": 2}
     with pytest.raises(ConfigError, match="cannot be combined"):
         parse_megatron_args(args, world_size=4)
+
+
+# ---- fused cross entropy and tensor-parallel communication overlap ---------------------------------------------
+
+DENSE_ARGS: dict[str, Any] = {
+    "--num-layers": 2, "--hidden-size": 64, "--num-attention-heads": 4, "--max-position-embeddings": 128,
+    "--seq-length": 128, "--micro-batch-size": 2, "--bf16": True, "--tensor-model-parallel-size": 2,
+}
+
+
+def test_fused_cross_entropy_adds_one_fp32_logits_buffer_to_the_loss_gradient() -> None:
+    model, training, parallel = from_megatron_args(DENSE_ARGS, world_size=2)
+    fused = from_megatron_args(DENSE_ARGS | {"--cross-entropy-loss-fusion": True}, world_size=2)[1]
+    assert fused.cross_entropy_fusion and not training.cross_entropy_fusion
+    from frenzy_core.memory.activations import logit_bytes
+
+    kw: dict[str, Any] = {"tp": 2, "cp": 1, "seq_len": 128, "micro_batch_size": 2}
+    plain, comp = logit_bytes(model, training, **kw), logit_bytes(model, fused, **kw)
+    rows = model.vocab_size / 2 * 128 * 2  # vocabulary shard x tokens
+    assert float(comp.backward_peak - plain.backward_peak) == 4 * rows
+    assert float(comp.forward_peak) == float(plain.forward_peak) and float(comp.saved) == float(plain.saved)
+    assert from_megatron_args(to_megatron_args(model, fused, parallel), world_size=2)[1] == fused
+    with pytest.raises(ConfigError) as err:
+        parse_megatron_args(DENSE_ARGS | {"--cross-entropy-loss-fusion": True, "--cross-entropy-fusion-impl": "te"},
+                            world_size=2)
+    assert err.value.field == "--cross-entropy-fusion-impl"
+    with pytest.raises(ConfigError, match="cross_entropy_fusion"):
+        TrainingConfig(cross_entropy_fusion=True)  # framework torch
+
+
+def test_tp_comm_overlap_keeps_three_more_cublas_workspaces() -> None:
+    args = DENSE_ARGS | {"--sequence-parallel": True}
+    model, training, parallel = from_megatron_args(args, world_size=2)
+    overlap = from_megatron_args(args | {"--tp-comm-overlap": True}, world_size=2)[1]
+    a = estimate_memory(model, training, parallel).stages[-1].breakdown["workspaces"]
+    b = estimate_memory(model, overlap, parallel).stages[-1].breakdown["workspaces"]
+    assert b - a == 3 * (32 * 2**20 + 1024)
+    assert from_megatron_args(to_megatron_args(model, overlap, parallel), world_size=2)[1] == overlap
+    with pytest.raises(ConfigError) as err:
+        parse_megatron_args(DENSE_ARGS | {"--tp-comm-overlap": True}, world_size=2)
+    assert err.value.field == "--tp-comm-overlap"

@@ -198,6 +198,12 @@ class TrainingConfig(FrozenModel):
         default=None, gt=0, description="Layers per chunk/block; None: 1/all.")
     recompute_modules: tuple[RecomputeModule, ...] = Field(default=(RecomputeModule.CORE_ATTN,), description=(
         "What selective recomputation rebuilds (Megatron --recompute-modules); framework torch: core_attn only."))
+    cross_entropy_fusion: bool = Field(default=False, description=(
+        "Megatron --cross-entropy-loss-fusion (native, compiled): one more fp32 logits-sized buffer while the loss "
+        "gradient is computed; bf16 activations only."))
+    tp_comm_overlap: bool = Field(default=False, description=(
+        "Megatron --tp-comm-overlap (needs sequence_parallel): Transformer Engine's userbuffer GEMMs keep three "
+        "more cuBLAS workspaces."))
     attention: Attention = Field(default=Attention.FLASH, description="Attention kernel.")
     sequence_parallel: bool = Field(default=False, description="Megatron sequence parallelism (needs tp > 1).")
     framework: Framework = Field(default=Framework.TORCH, description="Runtime whose buffers are modelled.")
@@ -271,6 +277,14 @@ class TrainingConfig(FrozenModel):
         _check_sharding_variants(self)
         _check_offload(self)
         _check_recompute_modules(self)
+        if self.tp_comm_overlap and (self.framework is not Framework.MEGATRON or not self.sequence_parallel):
+            raise ValueError("tp_comm_overlap needs framework 'megatron' and sequence_parallel (validate_args: the "
+                             "overlap happens only with sequence parallelism); set both or tp_comm_overlap false")
+        if self.cross_entropy_fusion and (self.framework is not Framework.MEGATRON
+                                          or self.precision not in (Precision.BF16_MIXED, Precision.FP8_MIXED)):
+            raise ValueError(f"cross_entropy_fusion with framework {self.framework.value!r} and precision "
+                             f"{self.precision.value!r}: Megatron's fused cross entropy casts its gradient to bf16; "
+                             "it is modelled for framework 'megatron' with bf16-mixed or fp8-mixed only")
         return self
 
     @property

@@ -326,8 +326,12 @@ def logit_bytes(model: ModelConfig, training: TrainingConfig, *, tp: npt.ArrayLi
         # vocab_parallel_cross_entropy: logits.float() then exp/normalise in place; the fp32 softmax is saved and
         # turned into the gradient in place; the head's input gradient is cast back to the activation dtype.
         up = FP32 if bm != FP32 else 0
-        return LogitBytes(saved=FP32 * v, forward_peak=(bm + up) * v, backward_peak=(FP32 + (bm if up else 0)) * v,
-                          returned=0.0 * v)
+        # --cross-entropy-loss-fusion (fused_cross_entropy.py, native): the same steps under torch.compile
+        # (jit_fuser); the compiled gradient (calculate_gradients) functionalises the in-place index_put on the
+        # saved softmax into one more fp32 buffer of its size before the bf16 cast (inductor's generated code).
+        fused = FP32 if training.cross_entropy_fusion else 0
+        return LogitBytes(saved=FP32 * v, forward_peak=(bm + up) * v,
+                          backward_peak=(FP32 + fused + (bm if up else 0)) * v, returned=0.0 * v)
     # The output holds the head's logits in the matmul dtype (no family returns an upcast copy in Transformers 5).
     returned = bm * v if model.lm_head else bs * model.hidden_size * tokens + 0 * tp_a
     # Gemma 2's final soft-capping: logits / cap -> tanh (its output saved) -> * cap, before the loss.

@@ -221,11 +221,34 @@ def _training(r: FlagReader, parallel: ParallelConfig, problems: list[tuple[str,
         recompute_method=recompute_method,
         recompute_num_layers=recompute_layers,
         recompute_modules=recompute_modules,
+        cross_entropy_fusion=_cross_entropy_fusion(r),
         attention=_attention(r),
         # validate_args switches sequence parallelism off when tp == 1.
         sequence_parallel=r.switch("--sequence-parallel") and parallel.tp > 1,
+        tp_comm_overlap=_tp_comm_overlap(r, parallel),
         framework=Framework.MEGATRON,
     )
+
+
+def _tp_comm_overlap(r: FlagReader, parallel: ParallelConfig) -> bool:
+    """--tp-comm-overlap; validate_args asserts sequence parallelism (switched off at tp = 1)."""
+    overlap = r.switch("--tp-comm-overlap")
+    if overlap and not (r.switch("--sequence-parallel") and parallel.tp > 1):
+        raise ConfigError("--tp-comm-overlap needs --sequence-parallel with --tensor-model-parallel-size > 1 "
+                          "(Megatron-LM's validate_args asserts it)", field="--tp-comm-overlap", value=True,
+                          hint="add --sequence-parallel, or drop --tp-comm-overlap")
+    return overlap
+
+
+def _cross_entropy_fusion(r: FlagReader) -> bool:
+    """--cross-entropy-loss-fusion with --cross-entropy-fusion-impl native (the default; validate_args refuses
+    'te')."""
+    fused = r.switch("--cross-entropy-loss-fusion")
+    impl = r.choice("--cross-entropy-fusion-impl", "native", ("native", "te"))
+    if fused and impl == "te":
+        raise ConfigError("--cross-entropy-fusion-impl te is refused by Megatron-LM's validate_args (stability)",
+                          field="--cross-entropy-fusion-impl", value=impl, hint="use native")
+    return fused
 
 
 def _precision(r: FlagReader) -> Precision:

@@ -187,9 +187,11 @@ def _training_flags(training: TrainingConfig) -> list[str]:
     elif training.recompute is Recompute.FULL:
         out += ["--recompute-granularity", "full", "--recompute-method", training.recompute_method.value,
                 "--recompute-num-layers", str(training.recompute_num_layers or 1)]
+    out += ["--cross-entropy-loss-fusion"] if training.cross_entropy_fusion else []
     # auto: Transformer Engine picks flash or cuDNN fused attention (neither keeps the score matrix)
     out += ["--attention-backend", "unfused" if training.attention is Attention.EAGER else "auto"]
     out += ["--sequence-parallel"] if training.sequence_parallel else []
+    out += ["--tp-comm-overlap"] if training.tp_comm_overlap else []
     return out
 
 

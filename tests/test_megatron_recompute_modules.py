@@ -235,3 +235,13 @@ def test_tp_comm_overlap_keeps_three_more_cublas_workspaces() -> None:
     with pytest.raises(ConfigError) as err:
         parse_megatron_args(DENSE_ARGS | {"--tp-comm-overlap": True}, world_size=2)
     assert err.value.field == "--tp-comm-overlap"
+
+
+def test_latent_down_projections_are_whole_on_every_tensor_parallel_rank() -> None:
+    from frenzy_core.memory.shards import layer_constants
+
+    plain = layer_constants(MLA.model_copy(update={"mla": None, "head_dim": 24}))
+    c = layer_constants(MLA)
+    # q down (64 x 32), kv down (64 x (16 + 8)) and the two latent RMSNorm weights (32 + 16), beside the norms
+    whole = 64 * 32 + 64 * 24 + 32 + 16
+    assert c.attn_replicated == plain.attn_replicated + whole

@@ -59,11 +59,17 @@ def test_mlp_recompute_keeps_the_attention_side_and_the_mlp_input() -> None:
 def test_latent_up_projection_recompute_keeps_the_latents_and_the_rotary_key() -> None:
     # Per token, MLA with q rank 32, kv rank 16, nope 16, rope 8, v 16, a = 4, bf16, RMSNorm (rsigma 4 bytes):
     # dropped: the up projections' rsigma (2 x 4) and normalised latents (2 x (32 + 16)), q and k (2 x 4 x 24 x 2)
-    # and v (4 x 16 x 2) = 8 + 96 + 512; kept beside them: the gathered rotary key (8 x 2) = 600 net.
+    # and v (4 x 16 x 2) = 8 + 96 + 512 = 616; the rotary key the checkpoint keeps is a view of the kv down
+    # projection's output, which the kv latent pins anyway.
     base_dense, base_moe = _saved(MLA, ())
     dense, moe = _saved(MLA, (M.MLA_UP_PROJ,))
-    assert base_dense - dense == 600 * TOKENS
-    assert base_moe - moe == 600 * TOKENS
+    assert base_dense - dense == 616 * TOKENS
+    assert base_moe - moe == 616 * TOKENS
+    # tp 2 with sp: the latents' terms halve (8 + 96 -> 52), q, k, v split over tp (512 -> 256), and the rotary key
+    # is a gathered copy of the whole sequence the checkpoint keeps (8 x 2): 52 + 256 - 16 = 292
+    la = layer_activations(MLA, _training(()), tp=2, sp=True, cp=1, seq_len=S, micro_batch_size=MBS)
+    lu = layer_activations(MLA, _training((M.MLA_UP_PROJ,)), tp=2, sp=True, cp=1, seq_len=S, micro_batch_size=MBS)
+    assert float((la.dense - la.core_dense) - (lu.dense - lu.core_dense)) == 292 * TOKENS
 
 
 def test_layernorm_recompute_acts_on_norms_that_are_modules_of_their_own() -> None:

@@ -141,7 +141,7 @@ def _mla_attention(model: ModelConfig, training: TrainingConfig, tp: FloatArray,
     key/value latent is a view that pins the down projection's whole output (latent + rotary key). The cores'
     query and key are concatenated copies, the value a contiguous copy. Under ``mla_up_proj`` the up projections
     run without grad (``CheckpointWithoutOutput``) and q, k, v are freed after the core: the latents and the
-    rotary key (gathered over the sequence under sp) stay as the checkpoint's inputs."""
+    rotary key (a gathered copy under sp) stay as the checkpoint's inputs."""
     mla = model.mla
     assert mla is not None
     h, a = model.hidden_size, model.num_attention_heads
@@ -151,7 +151,10 @@ def _mla_attention(model: ModelConfig, training: TrainingConfig, tp: FloatArray,
     up = (b * latents + norms * stats + lin * ((mla.q_lora_rank or 0) + mla.kv_lora_rank)) * rep
     qkv = b * a * (2 * mla.qk_head_dim + mla.v_head_dim) / tp
     saved = (b * h + stats + lin * h) * rep + up + qkv + lin * a * mla.v_head_dim / tp
-    up_drop = (norms * stats + lin * ((mla.q_lora_rank or 0) + mla.kv_lora_rank)) * rep + qkv - b * mla.qk_rope_head_dim
+    # the rotary key the checkpoint keeps is a new tensor only when gathered over the sequence (sp, tp > 1); else
+    # it is a view of the down projection's output, pinned anyway
+    gathered_key = np.where(rep < 1, b * mla.qk_rope_head_dim, 0.0)
+    up_drop = (norms * stats + lin * ((mla.q_lora_rank or 0) + mla.kv_lora_rank)) * rep + qkv - gathered_key
     return saved, up_drop, (stats + lin * h) * rep
 
 

@@ -82,7 +82,7 @@ def grow(policy: Policy, free: ClusterState, now: float, types: Sequence[str],
                     min_gain * remaining):
                 continue
             scratch.take(plan.nodes)
-            free.free[:] = scratch.free
+            free.assign(scratch)
             spare[g] = free.free_gpus(g)
             out.append(Resize(job_id=run.job.id, plan=plan))
             break
@@ -107,7 +107,7 @@ def make_room(policy: Policy, job: TrainingJob, options: Sequence[tuple[str, int
             plan = policy.rates.place(job, gpu_type, count, scratch)
             if plan is not None:
                 scratch.take(plan.nodes)
-                free.free[:] = scratch.free
+                free.assign(scratch)
                 reason = f"making room for {job.id!r}, waiting since {job.submit_time_s:.0f} s"
                 return [*(Preempt(job_id=r.job.id, reason=reason) for r in chosen), Start(job_id=job.id, plan=plan)]
     return []

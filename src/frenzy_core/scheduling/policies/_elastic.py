@@ -66,8 +66,11 @@ def grow(policy: Policy, free: ClusterState, now: float, types: Sequence[str],
         g, n = run.plan.gpu_type, run.plan.num_gpus
         if not spare.get(g) or not _settled(run, now):
             continue
-        larger = sorted((c for c in counts(run.job, g) if n < c <= n + spare[g]), reverse=True)
-        if not larger:  # most candidates: already at their largest count, or too few spare GPUs
+        allowed = counts(run.job, g)
+        if max(allowed, default=0) <= n:  # most candidates: already at their largest count
+            continue
+        larger = sorted((c for c in allowed if n < c <= n + spare[g]), reverse=True)
+        if not larger:  # too few spare GPUs
             continue
         left_tokens = run.job.total_tokens - run.tokens_at(now)
         remaining = run.remaining_s(now)

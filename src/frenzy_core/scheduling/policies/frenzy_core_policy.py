@@ -90,11 +90,16 @@ class FrenzyCore(QueuePolicy):
         return out
 
     def _earliest_start(self, table: QueueTable, rows: np.ndarray, now: float) -> np.ndarray:
-        """When each option's GPUs would be free if the running jobs end as expected (queued jobs aside)."""
-        start = np.full(rows.size, np.inf)
+        """When each option's GPUs would be free if the running jobs end as expected (queued jobs aside): now
+        where they are free now (most rounds: no release time is needed then), else at a running job's end."""
+        gpu, count = table.gpu[rows], table.count[rows]
+        start = np.where(count <= self.free_per_type(self.state)[gpu], now, np.inf)
+        later = start > now
+        if not later.any():
+            return start
         for g, (times, freed) in enumerate(self._release_times(now)):
-            on_g = table.gpu[rows] == g
-            k = np.searchsorted(freed, table.count[rows][on_g], side="left")
+            on_g = later & (gpu == g)
+            k = np.searchsorted(freed, count[on_g], side="left")
             start[on_g] = np.where(k < times.size, times[np.minimum(k, times.size - 1)], np.inf)
         return start
 

@@ -29,6 +29,7 @@ from frenzy_core.planning.search import ClusterLike, Search, make_search
 from frenzy_core.planning.shapes import shape_links
 from frenzy_core.planning.stages import stage_search
 from frenzy_core.planning.stages_plan import build_stage_plan
+from frenzy_core.planning.uneven import uneven_groups, uneven_note
 
 __all__ = ["SOLVERS", "build_plan", "plan_job", "solve"]
 
@@ -82,6 +83,14 @@ def build_plan(search: Search, table: CandidateTable, solution: Solution, top_k:
         links = links._replace(gpus_per_node=search.pool.domain_gpus(list(placement)))
     memory = search.estimator.memory(search.model, training, parallel)
     time_estimate = search.estimator.time(search.model, training, parallel, spec, links)
+    usable = int(table.reports[int(table.gpu[row])].usable_bytes)
+    notes = _notes(search, gpu_type, solution.level)
+    samples, groups = int(table.samples[i]), ()
+    if samples != training.global_batch_size:  # ranks that differ by one micro-batch: two groups of the type
+        groups, time_estimate = uneven_groups(search.model, training, parallel, samples, search.estimator, spec,
+                                              links, placement, usable, gpu_type)
+        training = training.replace(global_batch_size=samples)
+        notes.append(uneven_note(groups, training.micro_batch_size))
     rows, feasible = placement_options(table, search.pool)
     pph = float(table.price_per_hour_usd[row])
     return Plan(
@@ -89,15 +98,14 @@ def build_plan(search: Search, table: CandidateTable, solution: Solution, top_k:
         placement=placement,
         parallel=parallel, training=training, memory=memory, time=time_estimate, links=links,
         default_batch=search.default_batch, placement_mode=table.placement,
-        launcher=None if search.scope is None else search.scope.name, notes=_notes(search, gpu_type, solution.level),
-        usable_bytes=int(table.reports[int(table.gpu[row])].usable_bytes),
+        launcher=None if search.scope is None else search.scope.name, notes=notes, usable_bytes=usable,
         host_memory_bytes={n.name: n.host_memory_bytes for n in search.pool.nodes if n.name in placement},
         price_per_hour_usd=None if np.isnan(pph) else pph, objective=search.objective,
         token_budget=search.constraints.token_budget,
         objective_value=float(table.value[row]), stranded_gpus=solution.stranded_gpus, optimal=solution.optimal,
         solver=solution.solver, solve_time_s=solution.solve_time_s,
         alternatives=runners_up(table, rows, feasible, row, top_k),
-        rejected=type_rejections(table, search.pool, rows, feasible, row, search.constraints),
+        rejected=type_rejections(table, search.pool, rows, feasible, row, search.constraints), stages=groups,
     )
 
 

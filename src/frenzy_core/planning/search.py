@@ -65,6 +65,14 @@ class Search:
         launches them."""
         return (self.scope is None or self.scope.mixed) and self.mixed_placement is PlacementMode.ANY
 
+    @property
+    def uneven(self) -> bool:
+        """Whether data-parallel ranks may run micro-batch counts that differ by one (a batch that does not split
+        evenly): the torch runtime only (Megatron-Core's ``ConstantNumMicroBatchesCalculator`` asserts
+        ``global_batch_size % (micro_batch_size x data_parallel_size) == 0``, megatron/core/
+        num_microbatches_calculator.py), and no launcher or one that passes each rank its own count."""
+        return self.training.framework is Framework.TORCH and (self.scope is None or self.scope.mixed)
+
     def recipe(self, gpu_type: str) -> TrainingConfig:
         """The recipe ``gpu_type`` runs: the request's, in its fallback precision where it has one."""
         fallback = self.precisions.get(gpu_type)
@@ -73,7 +81,7 @@ class Search:
     def table(self) -> CandidateTable:
         return build_candidates(self.model, self.training, self.pool, self.specs, self.constraints, self.objective,
                                 self.estimator, links=self.links, adjustable_batch=self.default_batch is not None,
-                                scope=self.scope, precisions=self.precisions)
+                                uneven=self.uneven, scope=self.scope, precisions=self.precisions)
 
     def feasible(self) -> bool:
         """Whether any candidate can be placed (no solver needed: the count check is exact)."""

@@ -253,6 +253,8 @@ class CandidateTable:
     """The pools candidates are placed in: the request's first, then host-capped ones (:meth:`NodePool.host_capped`)."""
     pool: np.ndarray
     """Per candidate: index into ``pools`` (0: the request's pool, every free GPU usable)."""
+    uneven: bool
+    """Whether data-parallel ranks that differ by one micro-batch were searched."""
     samples: np.ndarray
     """Per layout: sequences it trains per step, its global batch unless its data-parallel ranks differ by one
     micro-batch (then the request's batch, the layout's global batch being the slowest rank's view)."""
@@ -431,7 +433,8 @@ def build_candidates(model: ModelConfig, training: TrainingConfig, pool: NodePoo
                           price_per_hour_usd=cat["pph"], value=np.asarray(value, dtype=np.float64),
                           level=cat["level"].astype(np.int64), per_node=cat["node"].astype(np.int64), rank=rank,
                           order=order, reports=tuple(reports), host_bytes=host, pools=tuple(pools),
-                          pool=cat["pool"].astype(np.int64), samples=samples)
+                          pool=cat["pool"].astype(np.int64), uneven=uneven,
+                          samples=samples)
 
 
 def _host_placed(pools: list[NodePool], name: str, base: Links, tp: np.ndarray, world: np.ndarray,

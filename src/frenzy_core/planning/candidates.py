@@ -106,7 +106,10 @@ def enumerate_rows(model: ModelConfig, training: TrainingConfig, constraints: Pl
     With ``uneven`` (torch runtimes and launchers that pass each rank its own count) also any dp up to the
     M = batch / micro-batch micro-batches, M mod dp ranks running one micro-batch more than the others: such a
     row's global batch is the slowest rank's view (ceil(M / dp) micro-batches on every rank, what memory and
-    time are estimated with) while its samples are the batch itself. Canonical order (the last tie-break
+    time are estimated with) while its samples are the batch itself; unless ``num_gpus`` fixes the count, only
+    the fewest ranks that run a given ceil(M / dp) (more ranks run the same micro-batches per step on more GPUs,
+    their gradient ring a little slower; they shard ZeRO states over more ranks, which this policy forgoes).
+    Canonical order (the last tie-break
     everywhere): fewer GPUs, smaller tp, pp, vpp, cp, ep, lighter recompute, lower ZeRO stage, no distributed
     optimizer, no sequence parallelism, larger micro-batch.
     """
@@ -150,13 +153,16 @@ def enumerate_rows(model: ModelConfig, training: TrainingConfig, constraints: Pl
     grid = grid[(sp == 0) | (tp > 1)]  # search policy: sequence parallelism only where it has an effect
     dp, mbs = grid[:, 5], grid[:, 6]
     even = adjusted_batch(gbs, mbs * dp) if adjustable_batch else np.full_like(dp, gbs)
-    kept = np.abs(even - gbs) <= BATCH_ADJUST_TOLERANCE * gbs if adjustable_batch else np.ones(dp.shape, bool)
+    kept = np.abs(even - gbs) <= BATCH_ADJUST_TOLERANCE * gbs if adjustable_batch else gbs % (mbs * dp) == 0
     grids, batches, samples = [grid[kept]], [even[kept]], [even[kept]]
     if uneven:
         m = gbs // mbs
         padded = -(-m // np.maximum(dp, 1)) * mbs * dp
         odd = (gbs % mbs == 0) & (dp <= m) & (m % np.maximum(dp, 1) != 0)
         odd &= ~(kept & (even == padded))  # a moved batch as slow per step and larger trains more per second
+        if c.num_gpus is None:  # search policy: the fewest ranks that run ceil(M / dp) micro-batches each
+            per_rank = padded // np.maximum(mbs * dp, 1)
+            odd &= dp == -(-m // np.maximum(per_rank, 1))
         grids.append(grid[odd])
         batches.append(padded[odd])
         samples.append(np.full(int(odd.sum()), gbs, dtype=np.int64))

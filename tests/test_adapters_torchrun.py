@@ -13,8 +13,7 @@ from typing import Any
 
 import pytest
 
-from adapter_plans import (GPT2, cpu_dp2, make_plan, mixed_small, mixed_uneven, multi_node_dp, single_gpu, tp_pp_nodes,
-                           uneven_dp3)
+from adapter_plans import GPT2, cpu_dp2, make_plan, mixed_small, mixed_uneven, multi_node_dp, single_gpu, tp_pp_nodes, uneven_dp3
 from frenzy_core.adapters import ADAPTERS
 from frenzy_core.config import ParallelConfig, TrainingConfig
 from frenzy_core.errors import ConfigError

@@ -125,9 +125,13 @@ def enumerate_rows(model: ModelConfig, training: TrainingConfig, constraints: Pl
     eps = _divisors(model.moe.num_experts) if model.moe is not None else [1]
     gbs = training.global_batch_size
     assert gbs is not None, "the search sets a global batch (the request's or the default)"
-    any_dp = adjustable_batch or uneven
-    dps = list(range(1, min(gbs, max_world) + 1)) if any_dp else divisors_up_to(gbs, max_world)
     mbss = sorted(set(c.micro_batch_sizes or DEFAULT_MICRO_BATCH_SIZES))
+    if adjustable_batch:
+        dps = list(range(1, min(gbs, max_world) + 1))
+    elif uneven:
+        dps = _uneven_degrees(gbs, mbss, max_world, every=c.num_gpus is not None)
+    else:
+        dps = divisors_up_to(gbs, max_world)
     recomputes = [r.code for r in (c.recompute or list(Recompute))]
     zeros = sorted(set(c.zero_stages if c.zero_stages is not None else ([0] if megatron else [0, 1, 2, 3])))
     dist_opts = [int(c.distributed_optimizer)] if c.distributed_optimizer is not None else ([0, 1] if megatron
@@ -174,6 +178,22 @@ def enumerate_rows(model: ModelConfig, training: TrainingConfig, constraints: Pl
                         layouts.distributed_optimizer, layouts.zero_stage, layouts.recompute, layouts.ep,
                         layouts.cp, layouts.vpp, layouts.pp, layouts.tp, layouts.world_size))
     return layouts.take(order), trained[order]
+
+
+def _uneven_degrees(batch: int, micro_batch_sizes: list[int], max_world: int, *, every: bool) -> list[int]:
+    """Data-parallel degrees up to ``max_world`` that split a pinned ``batch`` into whole micro-batches of one of
+    ``micro_batch_sizes`` per rank, evenly or not: with ``every``, any degree up to the micro-batches; else the
+    even ones and the fewest ranks that run a given ceil(M / dp) (O(sqrt(M)) of them, the search policy of
+    :func:`enumerate_rows`)."""
+    dp = np.arange(1, min(batch, max_world) + 1, dtype=np.int64)
+    keep = np.zeros(dp.shape, dtype=bool)
+    for mbs in micro_batch_sizes:
+        if batch % mbs:
+            continue
+        m = batch // mbs
+        fewest = dp == -(-m // -(-m // dp))
+        keep |= (dp <= m) & ((m % dp == 0) | every | fewest)
+    return [int(d) for d in dp[keep]]
 
 
 def _layouts(grid: np.ndarray, training: TrainingConfig, gbs: np.ndarray) -> LayoutArrays:

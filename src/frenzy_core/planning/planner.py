@@ -22,7 +22,7 @@ from frenzy_core.planning.mixed_plan import build_mixed_plan, single_type_score
 from frenzy_core.planning.mixed_solve import MixedChoice, score
 from frenzy_core.planning.nodes import Locality
 from frenzy_core.planning.placement import Solution, placement_options, solve_cp_sat, solve_exhaustive
-from frenzy_core.planning.plan import Plan
+from frenzy_core.planning.plan import Plan, StagePlan
 from frenzy_core.planning.request import Objective, PlanConstraints
 from frenzy_core.planning.runners_up import runners_up
 from frenzy_core.planning.search import ClusterLike, Search, make_search
@@ -85,7 +85,8 @@ def build_plan(search: Search, table: CandidateTable, solution: Solution, top_k:
     time_estimate = search.estimator.time(search.model, training, parallel, spec, links)
     usable = int(table.reports[int(table.gpu[row])].usable_bytes)
     notes = _notes(search, gpu_type, solution.level)
-    samples, groups = int(table.samples[i]), ()
+    samples = int(table.samples[i])
+    groups: tuple[StagePlan, ...] = ()
     if samples != training.global_batch_size:  # ranks that differ by one micro-batch: two groups of the type
         groups, time_estimate = uneven_groups(search.model, training, parallel, samples, search.estimator, spec,
                                               links, placement, usable, gpu_type)

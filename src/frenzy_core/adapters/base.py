@@ -149,7 +149,7 @@ def _check_groups(plan: Plan, scope: LaunchScope) -> None:
             f"{plan.training.global_batch_size} does not split evenly), which it has no way to express",
             field="plan.stages", value=[s.micro_batches for s in plan.stages],
             hint=f"launch it with {', '.join(can)}, or plan with plan_job(..., launcher={scope.name!r}) (frenzy "
-                 f"plan --emit {scope.name}) or a global batch that micro-batch x dp divides")
+                 f"plan --emit {scope.name}), uneven_dp=False, or a global batch that micro-batch x dp divides")
     if not scope.mixed:
         raise ConfigError(
             f"{scope.name} cannot launch a plan spanning GPU types ({', '.join(plan.gpu_types)}): its replica "

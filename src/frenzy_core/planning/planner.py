@@ -141,7 +141,7 @@ def plan_job(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig 
              constraints: PlanConstraints | Mapping[str, Any] | None = None, time_limit_s: float = 10,
              top_k: int = 5, solver: str = "cp-sat", estimator: LayoutEstimator | None = None,
              launcher: str | LaunchScope | None = None, time_model: str | Path | None = None,
-             mixed_types: bool = True, mixed_stages: bool = False) -> Plan:
+             mixed_types: bool = True, mixed_stages: bool = False, uneven_dp: bool = True) -> Plan:
     """The best plan for training ``model`` on the free GPUs of ``cluster``.
 
     Fixed: what ``training`` sets (sequence length, global batch, precision, optimizer, framework, ...); without
@@ -158,7 +158,9 @@ def plan_job(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig 
     their objective beats the best single-type plan's (no launcher, placement ``any``). ``mixed_stages`` (with
     ``mixed_types``) also searches pipelines whose stages run on different GPU types with uneven layer counts
     (:mod:`frenzy_core.planning.stages`), taken only where it beats both; off by default until its search
-    meets the planner's latency targets.
+    meets the planner's latency targets. ``uneven_dp`` also plans data-parallel ranks that differ by one
+    micro-batch where the batch does not split evenly (framework ``torch``, no launcher or one that passes each
+    rank its count: :mod:`frenzy_core.planning.uneven`).
     """
     _check_options(solver, time_limit_s, top_k)
     if time_model is not None:
@@ -167,7 +169,7 @@ def plan_job(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig 
                               hint="pass AnalyticEstimator(time_model=...) as the estimator")
         estimator = AnalyticEstimator(time_model=time_model)
     deadline = time.perf_counter() + time_limit_s
-    search = make_search(model, cluster, training, objective, constraints, estimator, launcher)
+    search = make_search(model, cluster, training, objective, constraints, estimator, launcher, uneven=uneven_dp)
     table = search.table()
     solution = solve(search, table, solver, max(deadline - time.perf_counter(), MIN_SOLVER_S))
     if mixed_types or solution is None:

@@ -155,29 +155,39 @@ def enumerate_rows(model: ModelConfig, training: TrainingConfig, constraints: Pl
     grid = np.concatenate([np.repeat(grid, len(choices), axis=0), np.tile(choices, (len(grid), 1))], axis=1)
     sp, tp = grid[:, 10], grid[:, 0]
     grid = grid[(sp == 0) | (tp > 1)]  # search policy: sequence parallelism only where it has an effect
-    dp, mbs = grid[:, 5], grid[:, 6]
-    even = adjusted_batch(gbs, mbs * dp) if adjustable_batch else np.full_like(dp, gbs)
-    kept = np.abs(even - gbs) <= BATCH_ADJUST_TOLERANCE * gbs if adjustable_batch else gbs % (mbs * dp) == 0
-    grids, batches, samples = [grid[kept]], [even[kept]], [even[kept]]
-    if uneven:
-        m = gbs // mbs
-        padded = -(-m // np.maximum(dp, 1)) * mbs * dp
-        odd = (gbs % mbs == 0) & (dp <= m) & (m % np.maximum(dp, 1) != 0)
-        odd &= ~(kept & (even == padded))  # a moved batch as slow per step and larger trains more per second
-        if c.num_gpus is None:  # search policy: the fewest ranks that run ceil(M / dp) micro-batches each
-            per_rank = padded // np.maximum(mbs * dp, 1)
-            odd &= dp == -(-m // np.maximum(per_rank, 1))
-        grids.append(grid[odd])
-        batches.append(padded[odd])
-        samples.append(np.full(int(odd.sum()), gbs, dtype=np.int64))
-    layouts = _layouts(np.concatenate(grids), training, np.concatenate(batches))
-    trained = np.concatenate(samples).astype(np.int64)
+    grid, batch, trained = _batch_rows(grid, gbs, adjustable_batch, uneven, every=c.num_gpus is not None)
+    layouts = _layouts(grid, training, batch)
     ok = layout_mask(model, layouts)
     layouts, trained = layouts.take(ok), trained[ok]
     order = np.lexsort((trained != gbs, -layouts.micro_batch_size, layouts.sequence_parallel,
                         layouts.distributed_optimizer, layouts.zero_stage, layouts.recompute, layouts.ep,
                         layouts.cp, layouts.vpp, layouts.pp, layouts.tp, layouts.world_size))
     return layouts.take(order), trained[order]
+
+
+def _batch_rows(grid: np.ndarray, gbs: int, adjustable: bool, uneven: bool, *, every: bool
+                ) -> tuple[np.ndarray, npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The rows of ``grid`` (dp column 5, micro-batch column 6) that split the batch ``gbs`` into whole
+    micro-batches per rank, with each row's global batch (moved where ``adjustable``; the slowest rank's view
+    for an uneven split) and the samples it trains; ``every``: every uneven degree, else the fewest ranks per
+    count (:func:`enumerate_rows`)."""
+    dp, mbs = grid[:, 5], grid[:, 6]
+    even = adjusted_batch(gbs, mbs * dp) if adjustable else np.full_like(dp, gbs)
+    kept = np.abs(even - gbs) <= BATCH_ADJUST_TOLERANCE * gbs if adjustable else gbs % (mbs * dp) == 0
+    grids, batches, samples = [grid[kept]], [even[kept]], [even[kept]]
+    if uneven:
+        m = gbs // mbs
+        padded = -(-m // np.maximum(dp, 1)) * mbs * dp
+        odd = (gbs % mbs == 0) & (dp <= m) & (m % np.maximum(dp, 1) != 0)
+        odd &= ~(kept & (even == padded))  # a moved batch as slow per step and larger trains more per second
+        if not every:  # search policy: the fewest ranks that run ceil(M / dp) micro-batches each
+            per_rank = padded // np.maximum(mbs * dp, 1)
+            odd &= dp == -(-m // np.maximum(per_rank, 1))
+        grids.append(grid[odd])
+        batches.append(padded[odd])
+        samples.append(np.full(int(odd.sum()), gbs, dtype=np.int64))
+    return (np.concatenate(grids), np.concatenate(batches).astype(np.int64),
+            np.concatenate(samples).astype(np.int64))
 
 
 def _uneven_degrees(batch: int, micro_batch_sizes: list[int], max_world: int, *, every: bool) -> list[int]:

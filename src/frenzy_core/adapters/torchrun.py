@@ -84,9 +84,9 @@ def _visible_devices_var(plan: Plan) -> str:
 
 def build_torchrun(plan: Plan, options: TorchrunOptions) -> dict[str, Any]:
     """Per node: node rank, host, GPUs, replica group, environment, argv and the shell command line."""
-    if plan.mixed and options.rdzv_backend != "static":
+    if plan.grouped and options.rdzv_backend != "static":
         raise ConfigError(
-            f"a plan spanning GPU types needs torchrun's static rendezvous, not {options.rdzv_backend}: each replica "
+            f"a plan of replica groups needs torchrun's static rendezvous, not {options.rdzv_backend}: each replica "
             "group's ranks must be the consecutive ones its nodes' lines announce (FRENZY_GROUP_FIRST_RANK), and only "
             "static node ranks fix the order", field="rdzv_backend", value=options.rdzv_backend,
             hint="use rdzv_backend='static' (the default)")
@@ -113,7 +113,7 @@ def build_torchrun(plan: Plan, options: TorchrunOptions) -> dict[str, Any]:
                       "nproc_per_node": len(slot.gpus), "gpus": list(slot.gpus), "group": slot.group,
                       "gpu_type": stage.gpu_type, "micro_batches": stage.micro_batches, "first_rank": slot.first_rank,
                       "env": env, "argv": argv, "command": command})
-    return {"nnodes": len(slots), "world_size": plan.num_gpus, "mixed": plan.mixed, "rdzv_endpoint": endpoint,
+    return {"nnodes": len(slots), "world_size": plan.num_gpus, "mixed": plan.grouped, "rdzv_endpoint": endpoint,
             "rdzv_backend": options.rdzv_backend, "rdzv_id": options.rdzv_id, "nodes": nodes}
 
 
@@ -123,7 +123,7 @@ def render_torchrun(data: dict[str, Any]) -> str:
     if data["rdzv_backend"] != "static" and data["nnodes"] > 1:
         lines.append(f"# {data['rdzv_backend']} rendezvous: torchrun ranks the nodes in the order they join")
     if data["mixed"]:
-        lines.append("# replica groups of different GPU types: each node's ranks follow the earlier nodes' (static "
+        lines.append("# replica groups (GPU types or micro-batch counts): each node's ranks follow the earlier nodes' (static "
                      "rendezvous); FRENZY_GROUP* and FRENZY_GRAD_ACCUM_STEPS are its group's")
     for node in data["nodes"]:
         rank = "" if node["node_rank"] is None else f"node_rank {node['node_rank']}: "

@@ -1,4 +1,11 @@
-"""``megatron``: the Megatron-LM command line of a plan and the environment it needs on the plan's GPUs."""
+"""``megatron``: the Megatron-LM command line of a plan and the environment it needs on the plan's GPUs.
+
+A pipeline whose stages run on different GPU types (issue 12, form a) is one Megatron-LM command where it can
+say it: one tensor-parallel degree on every stage (one binary, one ``--tensor-model-parallel-size``) and a
+layer split that ``--decoder-first/last-pipeline-num-layers`` or ``--account-for-embedding/loss-in-pipeline-
+split`` produce (Megatron-Core's ``get_num_layers_to_build`` fixes the first and last stages and splits the
+rest evenly); anything else is refused, naming the launchers that run it.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +16,10 @@ from pydantic import Field
 
 from frenzy_core.adapters.base import Adapter, AdapterOptions, OutputFormat
 from frenzy_core.config.megatron import megatron_launch
+from frenzy_core.config.megatron.writer import split_flags
 from frenzy_core.config.model import ModelConfig
+from frenzy_core.errors import ConfigError
+from frenzy_core.planning.launchers import LAUNCH_SCOPES
 from frenzy_core.planning.plan import Plan
 
 __all__ = ["MEGATRON", "MegatronOptions"]
@@ -23,12 +33,40 @@ class MegatronOptions(AdapterOptions):
     script: str = Field(default="pretrain_gpt.py", description="Megatron-LM entry point the shell line starts.")
 
 
+def _check_stages(plan: Plan, num_layers: int) -> None:
+    """ConfigError when Megatron-LM's flags cannot say a form (a) plan's per-stage tp or layer split."""
+    others = ", ".join(name for name, s in LAUNCH_SCOPES.items() if s.stages and name != "megatron")
+    tps = [s.tp for s in plan.stages]
+    if len(set(tps)) > 1:
+        raise ConfigError(
+            f"Megatron-LM runs one --tensor-model-parallel-size on every pipeline stage, but the plan's stages have "
+            f"tp {', '.join(map(str, tps))}", field="plan.stages", value=tps,
+            hint=f"launch it with {others} (a torch.distributed.pipelining script that builds each stage from "
+                 f"FRENZY_STAGE*, docs/adapters.md), or plan with constraints={{'tp': {max(tps)}}}")
+    if split_flags(num_layers, plan.parallel) is None:
+        split = list(plan.parallel.stage_layers or ())
+        raise ConfigError(
+            f"Megatron-LM cannot split the layers as the plan's stages do ({split}): --decoder-first/last-pipeline-"
+            "num-layers fix only the first and last stage and the other stages share the rest evenly "
+            "(--account-for-embedding/loss-in-pipeline-split likewise)", field="plan.parallel.stage_layers",
+            value=split, hint=f"launch it with {others}, which give each stage its own layers (FRENZY_STAGE_*)")
+
+
 def build_megatron(plan: Plan, options: MegatronOptions) -> dict[str, Any]:
-    """``args``: the flag tokens; ``env``: what every rank needs; ``shell``: the flags on one line."""
-    launch = megatron_launch(options.model or plan.model, plan.training, plan.parallel, plan.gpu_type)
+    """``args``: the flag tokens; ``env``: what every rank needs; ``shell``: the flags on one line. A pipeline
+    over GPU types is checked on every stage's type (the environment is the union of theirs)."""
+    model = options.model or plan.model
+    if plan.stages[0].pipeline_stage is not None:
+        _check_stages(plan, model.num_layers)
+    training = plan.stage_training(plan.stages[0])
+    launches = [megatron_launch(model, training, plan.parallel, gpu_type) for gpu_type in plan.gpu_types]
+    launch = launches[0]
+    assert all(other.args == launch.args for other in launches), "Megatron's flags differ between GPU types"
+    env = {k: v for other in launches for k, v in other.env.items()}
+    notes = list(dict.fromkeys(n for other in launches for n in other.notes))
     args = list(launch.args)
-    return {"world_size": plan.num_gpus, "gpu_type": plan.gpu_type, "script": options.script, "args": args,
-            "env": dict(launch.env), "padded_vocab_size": launch.padded_vocab_size, "notes": list(launch.notes),
+    return {"world_size": plan.num_gpus, "gpu_type": ", ".join(plan.gpu_types), "script": options.script,
+            "args": args, "env": env, "padded_vocab_size": launch.padded_vocab_size, "notes": notes,
             "shell": shlex.join(args)}
 
 

@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from adapter_plans import STAGE_PLANS, megatron_stages, megatron_stages_uneven, stage_tps, stage_uneven
 from frenzy_core.adapters import ADAPTERS, STAGE_ENV, emit
@@ -208,3 +210,47 @@ def test_the_lines_of_a_pipeline_over_two_types_train_one_step_equal_to_the_full
                 for s in plan.stages for d in range(s.dp)]
     assert [(r["stage"], r["replica"], r["layers"], r["gpu_type"]) for r in records] == expected
     assert all(r["matches_full_batch"] for r in records)
+
+
+@st.composite
+def _pipelines(draw: st.DrawFn) -> Plan:
+    """A form (a) plan reshaped by hand: 2 to 4 stages, each of its own tp and GPU type, dp 1, 2 or 4 (dividing
+    the global batch of 8), every stage's replicas spread over nodes that each hold whole tp groups."""
+    base = stage_uneven()
+    dp = draw(st.sampled_from([1, 2, 4]))
+    count = draw(st.integers(2, 4))
+    tps = draw(st.lists(st.sampled_from([1, 2, 4]), min_size=count, max_size=count))
+    split = draw(st.lists(st.integers(1, 3), min_size=count, max_size=count))
+    stages, node, first = [], 0, 0
+    for i, (tp, layers) in enumerate(zip(tps, split)):
+        groups_per_node = draw(st.sampled_from([g for g in (1, 2, 4) if dp % g == 0]))
+        placement = {}
+        for _ in range(dp // groups_per_node):
+            placement[f"node:{node}"] = list(range(groups_per_node * tp))
+            node += 1
+        stages.append(base.stages[i % 2].model_copy(update={
+            "tp": tp, "dp": dp, "num_gpus": dp * tp, "pipeline_stage": i, "first_layer": first,
+            "num_layers": layers, "placement": placement}))
+        first += layers
+    model = base.model.replace(num_layers=first)
+    parallel = base.parallel.replace(dp=dp, pp=count, tp=min(tps), stage_layers=tuple(split))
+    return base.model_copy(update={"model": model, "parallel": parallel, "stages": tuple(stages),
+                                   "num_gpus": sum(s.num_gpus for s in stages)})
+
+
+@settings(max_examples=15, deadline=None)
+@given(_pipelines())
+def test_every_rank_of_any_pipeline_finds_its_stage_replica_and_tp_group_from_its_variables(plan: Plan) -> None:
+    """The law the contract rests on, for any stage tps, dp and node spread: stage i's ranks are consecutive from
+    dp x (tp_0 + ... + tp_{i-1}) in torchrun's static order, and each node's ranks are whole tp groups of its stage."""
+    nodes = torchrun.build(plan, torchrun.options())["nodes"]
+    assert sum(n["nproc_per_node"] for n in nodes) == plan.num_gpus
+    for node in nodes:
+        stage = plan.stages[node["group"]]
+        seen = [_stage_of_rank(node["env"], r) for r in range(node["first_rank"],
+                                                              node["first_rank"] + node["nproc_per_node"])]
+        assert {s for s, _, _ in seen} == {stage.pipeline_stage}
+        assert sorted(t for _, _, t in seen) == sorted(list(range(stage.tp)) * (len(seen) // stage.tp))
+        assert seen[0][2] == 0 and len(seen) % stage.tp == 0
+        assert node["env"]["FRENZY_STAGE_FIRST_RANK"] == str(plan.parallel.dp * sum(s.tp for s in
+                                                                                     plan.stages[:node["group"]]))

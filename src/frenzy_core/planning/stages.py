@@ -313,8 +313,7 @@ class _Tables:
         n_layers = self.search.model.num_layers
         lo = np.zeros(len(rows), dtype=np.int64)
         hi = np.array([n_layers - (row[3] - 1) for row in rows], dtype=np.int64)
-        usable = np.array([int(self.search.specs[g].memory_bytes * (1.0 - self.search.constraints.headroom))
-                           for g in types])
+        usable = np.array([self.search.usable_bytes(g) for g in types])
         stage = np.array([row[4] for row in rows])
         while (lo < hi).any():
             mid = (lo + hi + 1) // 2

@@ -19,9 +19,10 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adapter_plans import STAGE_PLANS, megatron_stages, megatron_stages_uneven, stage_tps, stage_uneven
+from adapter_plans import LLAMA, STAGE_PLANS, make_plan, megatron_stages, megatron_stages_uneven, stage_tps, stage_uneven
 from frenzy_core.adapters import ADAPTERS, STAGE_ENV, emit
 from frenzy_core.adapters.torchtitan import module_fqns_per_model_part, torchtitan_args
+from frenzy_core.config import ParallelConfig, TrainingConfig
 from frenzy_core.config.megatron.reader import megatron_split
 from frenzy_core.errors import ConfigError
 from frenzy_core.planning import LAUNCH_SCOPES, Plan
@@ -254,3 +255,17 @@ def test_every_rank_of_any_pipeline_finds_its_stage_replica_and_tp_group_from_it
         assert seen[0][2] == 0 and len(seen) % stage.tp == 0
         assert node["env"]["FRENZY_STAGE_FIRST_RANK"] == str(plan.parallel.dp * sum(s.tp for s in
                                                                                      plan.stages[:node["group"]]))
+
+
+def test_the_torchtitan_split_of_a_single_type_pipeline_is_its_even_split() -> None:
+    """Without stage_layers the memory model's even split (the first stages one layer longer) is what torchtitan
+    is told, so the run builds the stages the plan was estimated with."""
+    model = LLAMA.replace(num_layers=30)
+    plan = make_plan(model, "h100-sxm", {"node:0": list(range(8))}, ParallelConfig(tp=2, pp=4),
+                     TrainingConfig(seq_len=1024, micro_batch_size=1, global_batch_size=8))
+    parts = module_fqns_per_model_part(plan)
+    assert [sum(n.startswith("layers.") for n in part) for part in parts] == [30 // 4 + (i < 30 % 4) for i in range(4)]
+    assert torchtitan_args(plan)[2] == "--parallelism.tensor_parallel_degree=2"
+    with pytest.raises(ConfigError, match="one stage per pp rank"):
+        module_fqns_per_model_part(make_plan(model, "h100-sxm", {"node:0": list(range(8))},
+                                             ParallelConfig(tp=2, pp=2, vpp=3, dp=2), plan.training))

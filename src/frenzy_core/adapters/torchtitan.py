@@ -39,7 +39,7 @@ def stage_layer_counts(plan: Plan) -> tuple[int, ...]:
     if plan.stages[0].pipeline_stage is not None:
         return tuple(s.num_layers for s in plan.stages)
     lay = LayoutArrays.from_configs(plan.training, plan.parallel)
-    return tuple(int(n) for n in lay.stage_layer_count(plan.model.num_layers, np.arange(plan.parallel.pp))[0])
+    return tuple(int(n) for n in lay.stage_layer_count(plan.model.num_layers, np.arange(plan.parallel.pp)))
 
 
 def _check(plan: Plan) -> None:

@@ -115,7 +115,7 @@ def test_torchtitan_refuses_stages_of_different_tp_naming_what_runs_them() -> No
     plan = stage_tps()
     with pytest.raises(ConfigError, match="one tensor_parallel_degree on every pipeline stage") as err:
         torchrun(plan, torchtitan=True)
-    assert err.value.field == "plan.stages" and "torchrun, slurm or kubernetes" in (err.value.hint or "")
+    assert err.value.field == "plan.stages" and "torchrun, slurm, kubernetes" in (err.value.hint or "")
     assert "constraints={'tp': 2}" in (err.value.hint or "")
 
 

@@ -39,6 +39,7 @@ __all__ = [
     "gpu_vendor",
     "launcher_gpu_name",
     "node_slots",
+    "per_stage_tp_launchers",
     "recipe_env",
     "site_name",
     "stage_spec",
@@ -157,6 +158,12 @@ def _check_mixed(plan: Plan, scope: LaunchScope) -> None:
             + "): one process group cannot join NVIDIA and AMD GPUs (NCCL and RCCL do not interoperate)",
             field="plan.gpu_types", value=list(plan.gpu_types),
             hint="plan with constraints={'gpu_types': [...]} naming one vendor's types")
+
+
+def per_stage_tp_launchers() -> list[str]:
+    """The launchers that run pipeline stages of different tp (each stage's ranks with its own environment):
+    those of ``LaunchScope.stages`` but megatron, whose one command has one --tensor-model-parallel-size."""
+    return [name for name, s in LAUNCH_SCOPES.items() if s.stages and name != "megatron"]
 
 
 class _BlockDumper(yaml.SafeDumper):

@@ -14,12 +14,11 @@ from typing import Any
 
 from pydantic import Field
 
-from frenzy_core.adapters.base import Adapter, AdapterOptions, OutputFormat
+from frenzy_core.adapters.base import Adapter, AdapterOptions, OutputFormat, per_stage_tp_launchers
 from frenzy_core.config.megatron import megatron_launch
 from frenzy_core.config.megatron.writer import split_flags
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.errors import ConfigError
-from frenzy_core.planning.launchers import LAUNCH_SCOPES
 from frenzy_core.planning.plan import Plan
 
 __all__ = ["MEGATRON", "MegatronOptions"]
@@ -35,7 +34,7 @@ class MegatronOptions(AdapterOptions):
 
 def _check_stages(plan: Plan, num_layers: int) -> None:
     """ConfigError when Megatron-LM's flags cannot say a form (a) plan's per-stage tp or layer split."""
-    others = ", ".join(name for name, s in LAUNCH_SCOPES.items() if s.stages and name != "megatron")
+    others = ", ".join(per_stage_tp_launchers())
     tps = [s.tp for s in plan.stages]
     if len(set(tps)) > 1:
         raise ConfigError(

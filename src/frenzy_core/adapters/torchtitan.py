@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from frenzy_core.adapters.base import per_stage_tp_launchers
 from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.config.parallel import PipelineSchedule
 from frenzy_core.errors import ConfigError
@@ -43,6 +44,7 @@ def stage_layer_counts(plan: Plan) -> tuple[int, ...]:
 
 
 def _check(plan: Plan) -> None:
+    """ConfigError where torchtitan cannot run the plan as written: stages of different tp, virtual stages."""
     p = plan.parallel
     tps = sorted({s.tp for s in plan.stages})
     if len(tps) > 1:
@@ -50,19 +52,20 @@ def _check(plan: Plan) -> None:
             "torchtitan runs one tensor_parallel_degree on every pipeline stage (its device mesh is pp x dp x tp), "
             f"but the plan's stages have tp {', '.join(str(s.tp) for s in plan.stages)}",
             field="plan.stages", value=[s.tp for s in plan.stages],
-            hint="launch it with torchrun, slurm or kubernetes and a script that builds each stage from FRENZY_STAGE* "
-                 f"(docs/adapters.md), or plan with constraints={{'tp': {tps[-1]}}} so every stage shares one tp")
-    if p.vpp > 1 or p.cp > 1 or p.ep > 1 or p.schedule not in SCHEDULES:
+            hint=f"launch it with {', '.join(per_stage_tp_launchers())} and a script that builds each stage from "
+                 f"FRENZY_STAGE* (docs/adapters.md), or plan with constraints={{'tp': {tps[-1]}}} so every stage "
+                 "shares one tp")
+    if p.vpp > 1 or p.schedule not in SCHEDULES:
         raise ConfigError(
-            f"torchtitan's split is written here for one stage per pp rank without context or expert parallelism, "
-            f"not {p.describe()}", field="plan.parallel", value=p.describe(),
-            hint="use the megatron adapter for interleaved, context- or expert-parallel plans")
+            f"torchtitan's split is written here for one stage per pp rank (1F1B or GPipe), not {p.describe()} "
+            f"with the {p.schedule.value} schedule", field="plan.parallel", value=p.describe(),
+            hint="use the megatron adapter for interleaved plans")
 
 
 def module_fqns_per_model_part(plan: Plan) -> list[list[str]]:
     """torchtitan's ``module_fqns_per_model_part`` for the plan: stage i's module names in model order.
 
-    ConfigError where torchtitan cannot run the plan: stages of different tp, virtual stages, cp or ep.
+    ConfigError where torchtitan cannot run the plan as written: stages of different tp, virtual stages.
     """
     _check(plan)
     counts = stage_layer_counts(plan)
@@ -76,7 +79,8 @@ def module_fqns_per_model_part(plan: Plan) -> list[list[str]]:
 def torchtitan_args(plan: Plan) -> list[str]:
     """The ``--parallelism.*`` command-line tokens that give torchtitan the plan's pipeline: degree, schedule,
     tensor-parallel degree and each stage's modules (one comma-separated list per stage, torchtitan's
-    ``A,B,C,...`` form for a list of names). The data-parallel sharding, batch and recipe stay the config's."""
+    ``A,B,C,...`` form for a list of names). The data-parallel sharding, cp, ep, batch and recipe stay the
+    config's."""
     parts = module_fqns_per_model_part(plan)
     return [f"--parallelism.pipeline_parallel_degree={plan.parallel.pp}",
             f"--parallelism.pipeline_parallel_schedule={SCHEDULES[plan.parallel.schedule]}",

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from adapter_plans import FIVE_PLANS, STAGE_PLANS, cpu_dp2, mixed_small, mixed_uneven, single_gpu, stage_uneven
+from adapter_plans import FIVE_PLANS, STAGE_PLANS, cpu_dp2, mixed_small, mixed_uneven, single_gpu
 from frenzy_core.adapters import ADAPTERS, emit
 from frenzy_core.errors import ConfigError
 from frenzy_core.planning import Plan
@@ -295,7 +295,8 @@ def test_a_mixed_plans_jobset_matches_the_jobset_models_and_its_jobs_validate(ma
                                       "spec": job["template"]["spec"]}, "1.30", strict=True)
 
 
-def test_torchtitans_own_command_line_rules_read_the_pipeline_split() -> None:
+@pytest.mark.parametrize("name", ["stage_uneven", "stage_shared_node"])
+def test_torchtitans_own_command_line_rules_read_the_pipeline_split(name: str) -> None:
     """torchtitan 0.3.0's ConfigManager rules (its comma-separated list[str] rule) and tyro parse the emitted
     --parallelism.* tokens into its ParallelismConfig: the split, degree, schedule and tp arrive as planned.
     torchtitan is installed without its dependencies (.ci/run): its config classes need only tyro."""
@@ -306,7 +307,7 @@ def test_torchtitans_own_command_line_rules_read_the_pipeline_split() -> None:
     from frenzy_core.adapters.torchtitan import module_fqns_per_model_part, torchtitan_args
 
     manager.ConfigManager()  # registers torchtitan's tyro rules on its registry
-    plan = stage_uneven()
+    plan = STAGE_PLANS[name]()
     config = tyro.cli(ParallelismConfig, args=[a.replace("--parallelism.", "--") for a in torchtitan_args(plan)],
                       registry=manager.custom_registry)
     assert config.module_fqns_per_model_part == module_fqns_per_model_part(plan)

@@ -200,8 +200,24 @@ def test_a_mixed_plan_runs_as_a_heterogeneous_job_with_each_group_on_its_type(sl
             assert seen["SLURMD_NODENAME"] == nodes[FEATURES.index(names[stage.gpu_type])]
 
 
-@pytest.mark.slow  # about a minute (4 ranks start torch on 2 cores); CI runs the form (b) hetjob above and
-# tests/test_adapters_stages.py checks this script's components and stage variables
+def test_sbatch_test_only_accepts_a_pipeline_over_two_types(slurm_cluster: dict[str, str], tmp_path: Path) -> None:
+    """sbatch --test-only (Slurm validates the script and finds where each component would start, runs nothing):
+    the fast CI check of the form (a) hetjob whose real run follows (slow)."""
+    plan = stage_uneven()
+    names = dict(zip(plan.gpu_types, FEATURES))
+    script = emit(plan, "slurm", gpu_request="constraint", gpu_type_name=names, cpus_per_gpu=1, partition="test",
+                  time="00:05:00")
+    path = tmp_path / "job.sbatch"
+    path.write_text(script)
+    proc = subprocess.run(["sbatch", "--test-only", str(path)], env=slurm_cluster, capture_output=True, text=True,
+                          timeout=60, cwd=tmp_path)
+    assert proc.returncode == 0 and "to start at" in proc.stderr, proc.stderr
+    # each stage's component can only go to the node with its type's feature: the job spans both
+    assert all(node in proc.stderr for node in _loopback_names(2)), proc.stderr
+
+
+@pytest.mark.slow  # about a minute (4 ranks start torch on 2 cores); CI runs the form (b) hetjob above, the
+# --test-only check above, and tests/test_adapters_stages.py checks this script's components and stage variables
 def test_a_pipeline_over_two_types_runs_as_a_heterogeneous_job_with_each_stage_on_its_type(
         slurm_cluster: dict[str, str], tmp_path: Path) -> None:
     """The emitted hetjob of a form (a) plan (stage 0: 5 layers on 2 A10G, stage 1: 3 layers on 2 L4; dp 2): each

@@ -15,8 +15,10 @@ Sections (``--sections``, default all):
   64-GPU cluster.
 * ``latency``: ``OnlineScheduler.advance`` with ``--queued`` jobs waiting on alibaba-spot-2026 scaled to
   ``--latency-gpus`` GPUs, half of every node busy; median of ``--reps`` calls, each on a fresh scheduler.
-* ``full``: the whole Philly trace (74,167 jobs) on ``philly-like`` (2,490 GPUs) under every policy; CPU seconds
-  of ``simulate`` (one process, one core) and wall seconds.
+* ``full``: the whole Philly trace (74,167 jobs; ``--full-jobs N``: its first N) on ``philly-like`` (2,490 GPUs)
+  under every policy; CPU seconds of ``simulate`` (one process, one core) and wall seconds; ``--records-out DIR``
+  saves every job record per policy (``DIR/POLICY.json``) to compare two versions of the code decision by
+  decision.
 
 Acceptance targets (reported, never asserted; see docs/benchmarks.md): 0 placement violations everywhere; with
 failures on, every job finished or reported unschedulable and frenzy-core's average JCT <= 0.85x the best other
@@ -185,11 +187,14 @@ def latency(queued: int, gpus: int, reps: int, trace: Path, throughput: PlannedT
               f"| {started[1]} | {per_start:.2f} |", flush=True)
 
 
-def full_trace(trace: Path, throughput: PlannedThroughput, policies: list[str]) -> None:
-    """The whole Philly trace on philly-like under each policy."""
+def full_trace(trace: Path, throughput: PlannedThroughput, policies: list[str], count: int | None = None,
+               records_out: Path | None = None) -> None:
+    """The whole Philly trace (or its first ``count`` jobs) on philly-like under each policy; with
+    ``records_out``, every job record of each policy saved there as JSON (``POLICY.json``), to compare two
+    versions of the code decision by decision."""
     cluster = Cluster.preset("philly-like")
     began = time.process_time()
-    jobs = jobs_from_trace(load_trace(trace, "philly"), seed=0, cluster=cluster, throughput=throughput)
+    jobs = jobs_from_trace(load_trace(trace, "philly")[:count], seed=0, cluster=cluster, throughput=throughput)
     print(f"\n### Full Philly trace ({len(jobs)} jobs) on philly-like ({cluster.total_gpus} GPUs)\n")
     print(f"Mapping: {time.process_time() - began:.1f} CPU s.\n")
     print("| policy | sim CPU s | sim wall s | finished | unsched. | violations | avg JCT h | p99 JCT h |")
@@ -200,6 +205,10 @@ def full_trace(trace: Path, throughput: PlannedThroughput, policies: list[str]) 
         print(f"| {policy} | {cpu:.1f} | {time.perf_counter() - wall:.1f} | {result.finished} | "
               f"{len(result.unschedulable)} | {result.violations} | {(result.avg_jct_s or 0) / 3600:.2f} | "
               f"{(result.p99_jct_s or 0) / 3600:.2f} |", flush=True)
+        if records_out is not None:
+            records_out.mkdir(parents=True, exist_ok=True)
+            (records_out / f"{policy}.json").write_text(
+                json.dumps([r.model_dump(mode="json") for r in result.jobs]), encoding="utf-8")
 
 
 def philly_title(start: int, count: int, load: float, failures: bool) -> str:
@@ -238,6 +247,8 @@ def main() -> None:
     parser.add_argument("--queued", type=int, default=5000)
     parser.add_argument("--latency-gpus", type=int, default=10_000)
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--full-jobs", type=int, help="Only the first N jobs of the trace in the full section.")
+    parser.add_argument("--records-out", type=Path, help="Save each policy's job records of the full section here.")
     parser.add_argument("--sections", default="philly,workloads,latency,full")
     parser.add_argument("--runs-out", type=Path, help="Append each philly run to this file (JSON lines).")
     parser.add_argument("--tables-from", type=Path, help="Print the philly tables of a --runs-out file and stop.")
@@ -296,7 +307,7 @@ def main() -> None:
     if "latency" in sections:
         latency(args.queued, args.latency_gpus, args.reps, philly, throughput)
     if "full" in sections:
-        full_trace(philly, throughput, policies)
+        full_trace(philly, throughput, policies, args.full_jobs, args.records_out)
 
 
 if __name__ == "__main__":

@@ -145,6 +145,11 @@ CASES: tuple[Case, ...] = (
          r"'1e999' is beyond the range of a float"),
     Case("a 5,000-digit number in config.json", lambda t: f.ModelConfig.from_hf_config(
         _config_file(t, _llama_text("9" * 5000))), r"an integer of 5,000 digits"),
+    # found by the 10,000-example campaign (a 20 GB process): the Qwen readers built a per-layer sliding-window
+    # list, and the MoE readers a sparse-layer list, from num_hidden_layers before ModelConfig bounded it
+    *(Case(f"num_hidden_layers 2^40 in a {family} config", lambda t, family=family: f.ModelConfig.from_hf_config(
+        {**json.loads((HF_CONFIGS / f"{family}.json").read_text()), "num_hidden_layers": 2**40}),
+        r"num_hidden_layers=1099511627776 exceeds 2\^14") for family in ("qwen2", "qwen2_moe", "mistral", "phi3")),
     Case("inf in a config dict", lambda t: f.ModelConfig.from_hf_config(_llama(hidden_size=float("inf"))),
          r"hidden_size=inf is not a whole number"),
     Case("2^60 as a float in a config dict", lambda t: f.ModelConfig.from_hf_config(_llama(hidden_size=2.0**60)),

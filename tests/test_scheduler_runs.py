@@ -16,9 +16,11 @@ from frenzy_core import Cluster, ModelConfig, TrainingConfig
 from frenzy_core.scheduling import FailureModel, PlannedThroughput, simulate
 from frenzy_core.scheduling.jobs import GPURequest, TrainingJob
 from frenzy_core.scheduling.plans import Placement
-from frenzy_core.scheduling.policies import FrenzyCore, _elastic
+from frenzy_core.scheduling.policies import FrenzyCore, _choice, _elastic
+from frenzy_core.scheduling.policies._queue import QueueTable
 from frenzy_core.scheduling.policy import Policy
 from frenzy_core.scheduling.runs import RunningJob, RunTable
+from frenzy_core.scheduling.state import ClusterState
 from frenzy_core.scheduling.synthetic import LogNormalWork, MixEntry, synthetic_jobs
 
 TYPES = ["a100-80gb", "v100-32gb", "t4"]
@@ -61,7 +63,16 @@ def test_the_table_is_a_dict_of_runs_with_columns_in_step(ops: list[tuple[int, s
 
 
 class _WalkingCore(FrenzyCore):
-    """frenzy-core with its release times as first written: a sorted walk over every running job per type."""
+    """frenzy-core with its release times as first written: a sorted walk over every running job per type, and
+    every option's start looked up in them (free now or not)."""
+
+    def _earliest_start(self, table: QueueTable, rows: np.ndarray, now: float) -> np.ndarray:
+        start = np.full(rows.size, np.inf)
+        for g, (times, freed) in enumerate(self._release_times(now)):
+            on_g = table.gpu[rows] == g
+            k = np.searchsorted(freed, table.count[rows][on_g], side="left")
+            start[on_g] = np.where(k < times.size, times[np.minimum(k, times.size - 1)], np.inf)
+        return start
 
     def _release_times(self, now: float) -> list[tuple[np.ndarray, np.ndarray]]:
         out = []
@@ -79,7 +90,26 @@ def _walking_longest(policy: Policy, types: Collection[str]) -> list[RunningJob]
                           key=attrgetter("end"))
 
 
+def _full_prune(items: np.ndarray, gpu: np.ndarray, count: np.ndarray, value: np.ndarray,
+                free: np.ndarray) -> np.ndarray:
+    """The choice's pruning without its early return (every (type, count) sorted and cut)."""
+    if not items.size:
+        return items
+    g, c, v = gpu[items], count[items], value[items]
+    least = np.full(free.size, np.iinfo(np.int64).max)
+    np.minimum.at(least, g, c)
+    on = least < np.iinfo(np.int64).max
+    most_jobs = int((free[on] // least[on]).sum())
+    order = np.lexsort((items, -v, c, g))
+    g, c = g[order], c[order]
+    start = np.concatenate([[0], np.flatnonzero((g[1:] != g[:-1]) | (c[1:] != c[:-1])) + 1])
+    rank = np.arange(order.size) - np.repeat(start, np.diff(np.append(start, order.size)))
+    return np.sort(items[order[rank < free[g] // c + most_jobs]])
+
+
 def test_the_vectorised_round_schedules_exactly_as_the_walk_over_every_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The RunTable's columns, options free now starting now without release times, growth skipping types where
+    every run is at its largest count and the pruning's early return: the same records as the walk without them."""
     cluster = Cluster.from_dict({"nodes": [{"gpu": "a100-80gb", "gpus_per_node": 8, "count": 2},
                                            {"gpu": "v100-32gb", "gpus_per_node": 4, "count": 3},
                                            {"gpu": "t4", "gpus_per_node": 4, "count": 2}]})
@@ -90,8 +120,10 @@ def test_the_vectorised_round_schedules_exactly_as_the_walk_over_every_run(monke
     throughput = PlannedThroughput()
     failures = FailureModel(failures_per_gpu_hour=1e-3, repair_s=3600.0, seed=2)
     new = simulate(jobs, cluster, FrenzyCore(), throughput=throughput, progress=False, failures=failures)
-    with monkeypatch.context() as patch:
-        patch.setattr(_elastic, "longest_runs", _walking_longest)
+    with monkeypatch.context() as patch:  # and without the round's shortcuts: growth weighed on every type with
+        patch.setattr(_elastic, "longest_runs", _walking_longest)  # newly idle GPUs, the full pruning
+        patch.setattr(_elastic.BelowCeiling, "any_on", lambda self, types: bool(types))
+        patch.setattr(_choice, "_prune", _full_prune)
         old = simulate(jobs, cluster, _WalkingCore(), throughput=throughput, progress=False, failures=failures)
     assert new.violations == 0 and new.finished + len(new.unschedulable) == len(jobs)
     # the run exercises every path the table feeds: queues, growth, preemption and failures
@@ -99,3 +131,36 @@ def test_the_vectorised_round_schedules_exactly_as_the_walk_over_every_run(monke
     assert [r.model_dump() for r in new.jobs] == [r.model_dump() for r in old.jobs]
     timing = {"round_latency_s"}  # wall clock, the one field that differs by design
     assert new.model_dump(exclude=timing) == old.model_dump(exclude=timing)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["take", "release", "down", "up", "assign"]), st.integers(0, 5),
+                          st.integers(1, 8)), max_size=40))
+def test_the_free_gpus_per_type_are_the_sums_over_their_nodes(ops: list[tuple[str, int, int]]) -> None:
+    """take, release, set_up and assign keep the per-type sums equal to the per-node counts summed."""
+    cluster = Cluster.from_dict({"nodes": [{"gpu": "a100-80gb", "gpus_per_node": 8, "count": 2},
+                                           {"gpu": "t4", "gpus_per_node": 4, "count": 3, "free_gpus": 2},
+                                           {"gpu": "a100-80gb", "gpus_per_node": 4, "count": 1}]})
+    state = ClusterState(cluster)
+    held: list[dict[int, int]] = []
+    for op, node, n in ops:
+        if op == "take" and state.free[node] >= 1:
+            held.append({node: min(n, int(state.free[node]))})
+            state.take(held[-1])
+        elif op == "release" and held:
+            state.release(held.pop(n % len(held)))
+        elif op in ("down", "up"):
+            state.set_up(node, op == "up")
+            held = [a for a in held if next(iter(a)) != node]
+        elif op == "assign":
+            scratch = state.copy()
+            if scratch.free[node] >= 1:
+                scratch.take({node: 1})
+                held.append({node: 1})
+            state.assign(scratch)
+    per_type = np.bincount(state.type_index, weights=state.free, minlength=2).astype(np.int64)
+    busy = np.bincount(state.type_index, weights=np.where(state.up, state.initial_free - state.free, 0), minlength=2)
+    assert state.free_per_type().tolist() == per_type.tolist()
+    assert state.busy_per_type().tolist() == busy.astype(np.int64).tolist()
+    assert [state.free_gpus(t) for t in state.gpu_types] == per_type.tolist()
+    assert state.free_gpus() == int(state.free.sum()) and state.free_gpus("h100-sxm") == 0

@@ -164,10 +164,11 @@ class RateBook:
         if planned is None:
             rate = self._function_rate(job, k, gpu_type, n)
             return None if math.isnan(rate) else (rate, None)
-        group = self.group_of(allocation)
-        key = (k, gpu_type, group)
+        # the group's identity without building it (GPUGroup.of: counts largest first, largest node, slowest links)
+        key = (k, gpu_type, tuple(sorted(allocation.values(), reverse=True)),
+               min(self._intra[n] for n in allocation), min(self._inter[n] for n in allocation))
         if key not in self._on:
-            layout = planned.best_on(job.model, job.training, gpu_type, group, n)
+            layout = planned.best_on(job.model, job.training, gpu_type, self.group_of(allocation), n)
             self._on[key] = None if layout is None else (layout.tokens_per_s, layout)
         return self._on[key]
 
@@ -195,4 +196,7 @@ class RateBook:
                 best = (got[0], allocation, got[1])
         if best is None:
             return None
+        if best[2] is not None:  # every value comes from validated objects (job, cluster, planner): not checked again
+            return Placement.model_construct(job_id=job.id, gpu_type=gpu_type, nodes=best[1], tokens_per_s=best[0],
+                                             layout=best[2])
         return Placement(job_id=job.id, gpu_type=gpu_type, nodes=best[1], tokens_per_s=best[0], layout=best[2])

@@ -41,10 +41,19 @@ class ClusterState:
         self.intra_node_bytes_per_s = np.array(intra)
         self.inter_node_bytes_per_s = np.array(inter)
         self.free = self.initial_free.copy()
+        """Free GPUs per node: change it only through take, release, set_up and assign, which keep the per-type
+        sums in step (a round asks for them several times; summing 500 nodes each time cost a tenth of a
+        simulation)."""
         self.up = np.ones(len(types), dtype=bool)
         self._of_type = {t: np.flatnonzero(np.array(types) == t) for t in self.gpu_types}
         self._usable: dict[str | None, int] = {t: int(self.initial_free[n].sum()) for t, n in self._of_type.items()}
         self._usable[None] = int(self.initial_free.sum())
+        self._index = {t: g for g, t in enumerate(self.gpu_types)}
+        self._type_of: list[int] = self.type_index.tolist()
+        self._free_type = np.array([self._usable[t] for t in self.gpu_types], dtype=np.int64)
+        """Free GPUs per type (the sum of ``free`` over the type's nodes)."""
+        self._up_type = self._free_type.copy()
+        """Per type, the GPUs the nodes that are up offer (``initial_free`` summed over them)."""
 
     def copy(self) -> ClusterState:
         """An independent copy (a policy's scratch view while it decides several placements at once)."""
@@ -52,7 +61,14 @@ class ClusterState:
         out.__dict__.update(self.__dict__)
         out.free = self.free.copy()
         out.up = self.up.copy()
+        out._free_type = self._free_type.copy()
+        out._up_type = self._up_type.copy()
         return out
+
+    def assign(self, other: ClusterState) -> None:
+        """Take ``other``'s free GPUs (a copy of this state that a policy changed while trying a move)."""
+        self.free[:] = other.free
+        self._free_type[:] = other._free_type
 
     def nodes_of(self, gpu_type: str | None = None) -> np.ndarray:
         """Indices of the nodes of one type (or all), in cluster order."""
@@ -66,16 +82,18 @@ class ClusterState:
 
     def free_gpus(self, gpu_type: str | None = None) -> int:
         """GPUs free now (of one type, or all)."""
-        return int(self.free[self.nodes_of(gpu_type)].sum())
+        if gpu_type is None:
+            return int(self._free_type.sum())
+        g = self._index.get(gpu_type)
+        return 0 if g is None else int(self._free_type[g])
 
     def busy_per_type(self) -> np.ndarray:
         """GPUs held by jobs, per type (``gpu_types`` order)."""
-        held = np.where(self.up, self.initial_free - self.free, 0)
-        return np.bincount(self.type_index, weights=held, minlength=len(self.gpu_types)).astype(np.int64)
+        return self._up_type - self._free_type  # a node that is down has no free GPUs and offers none
 
     def free_per_type(self) -> np.ndarray:
         """Free GPUs of each type now, in ``gpu_types`` order."""
-        return np.bincount(self.type_index, weights=self.free, minlength=len(self.gpu_types)).astype(np.int64)
+        return self._free_type.copy()
 
     def find(self, gpu_type: str, num_gpus: int, block: int = 1) -> Allocation | None:
         """Where ``num_gpus`` free GPUs of ``gpu_type`` can go in whole blocks of ``block`` GPUs per node (a
@@ -112,16 +130,22 @@ class ClusterState:
         for node, count in allocation.items():
             assert 0 < count <= self.free[node], f"node {node}: taking {count} of {self.free[node]} free GPUs"
             self.free[node] -= count
+            self._free_type[self._type_of[node]] -= count
 
     def release(self, allocation: Allocation) -> None:
         """Mark the allocation's GPUs free again (those on a node that is down stay unavailable)."""
         for node, count in allocation.items():
             if self.up[node]:
                 self.free[node] += count
+                self._free_type[self._type_of[node]] += count
                 assert self.free[node] <= self.initial_free[node], f"node {node}: released more GPUs than it had"
 
     def set_up(self, node: int, up: bool) -> None:
         """Take a node out (its GPUs are no longer offered) or bring it back (all of them free: no job runs on
         a node while it is down)."""
+        g = self._type_of[node]
+        if self.up[node] != up:
+            self._up_type[g] += self.initial_free[node] if up else -self.initial_free[node]
+        self._free_type[g] += (self.initial_free[node] if up else 0) - self.free[node]
         self.up[node] = up
         self.free[node] = self.initial_free[node] if up else 0

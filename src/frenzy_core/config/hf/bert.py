@@ -19,7 +19,7 @@ def _read_bert(src: HFSource, lm_head: bool) -> Fields:
     # BertForMaskedLM: BertModel without pooler plus the MLM head; BertModel: with pooler, no head.
     return {
         "arch": ArchKind.ENCODER,
-        "num_layers": src.req_int("num_hidden_layers"),
+        "num_layers": src.req_layers("num_hidden_layers"),
         "hidden_size": src.req_int("hidden_size"),
         "num_attention_heads": src.req_int("num_attention_heads"),
         "ffn_hidden_size": src.req_int("intermediate_size"),

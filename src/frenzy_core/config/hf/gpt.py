@@ -28,7 +28,7 @@ def _read_gpt2(src: HFSource, lm_head: bool) -> Fields:
     hidden = src.req_int("n_embd")
     return {
         "arch": ArchKind.DECODER,
-        "num_layers": src.req_int("n_layer"),
+        "num_layers": src.req_layers("n_layer"),
         "hidden_size": hidden,
         "num_attention_heads": src.req_int("n_head"),
         "ffn_hidden_size": src.get_int("n_inner", 4 * hidden),
@@ -70,7 +70,7 @@ def _read_gpt_neox(src: HFSource, lm_head: bool) -> Fields:
                        hint="its MLP keeps biases while attention loses them; set attention_bias true")
     return {
         "arch": ArchKind.DECODER,
-        "num_layers": src.req_int("num_hidden_layers"),
+        "num_layers": src.req_layers("num_hidden_layers"),
         "hidden_size": src.req_int("hidden_size"),
         "num_attention_heads": src.req_int("num_attention_heads"),
         "ffn_hidden_size": src.req_int("intermediate_size"),
@@ -122,7 +122,7 @@ def _read_opt(src: HFSource, lm_head: bool) -> Fields:
     final_norm = src.get_bool("do_layer_norm_before", True) and not src.get_bool("_remove_final_layer_norm", False)
     return {
         "arch": ArchKind.DECODER,
-        "num_layers": src.req_int("num_hidden_layers"),
+        "num_layers": src.req_layers("num_hidden_layers"),
         "hidden_size": hidden,
         "num_attention_heads": src.req_int("num_attention_heads"),
         "ffn_hidden_size": src.req_int("ffn_dim"),
@@ -192,7 +192,7 @@ def _read_falcon(src: HFSource, lm_head: bool) -> Fields:
     alibi = src.get_bool("alibi", False)
     return {
         "arch": ArchKind.DECODER,
-        "num_layers": src.req_int("num_hidden_layers"),
+        "num_layers": src.req_layers("num_hidden_layers"),
         "hidden_size": hidden,
         "num_attention_heads": heads,
         **_falcon_blocks(src, heads),

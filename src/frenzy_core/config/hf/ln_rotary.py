@@ -20,7 +20,7 @@ def _layernorm_rotary(src: HFSource, *, tied_default: bool) -> Fields:
     hidden, heads = src.req_int("hidden_size"), src.req_int("num_attention_heads")
     return {
         "arch": ArchKind.DECODER,
-        "num_layers": src.req_int("num_hidden_layers"),
+        "num_layers": src.req_layers("num_hidden_layers"),
         "hidden_size": hidden,
         "num_attention_heads": heads,
         "num_kv_heads": src.get_int("num_key_value_heads", heads),

@@ -11,7 +11,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from frenzy_core import _limits as limits
 from frenzy_core._files import load_json, read_text
+from frenzy_core._limits import beyond_message
 from frenzy_core.config.architecture import ArchKind, MLPKind, NormKind, PositionEmbedding
 from frenzy_core.errors import ConfigError, short_repr
 
@@ -49,6 +51,15 @@ class HFSource:
     def req_int(self, key: str) -> int:
         """A whole number the config must have."""
         return self._int(key, self.req(key))
+
+    def req_layers(self, key: str) -> int:
+        """The layer count, refused above :data:`frenzy_core._limits.LAYERS` as soon as it is read: family readers
+        build per-layer lists from it (sliding-window and MoE patterns) before ``ModelConfig`` checks its fields."""
+        n = self.req_int(key)
+        if n > limits.LAYERS.high:
+            raise self.fail(beyond_message(n, limits.LAYERS, key), field=key, value=n,
+                            hint=f"give {key} as at most {int(limits.LAYERS.high):,}")
+        return n
 
     def get_int(self, key: str, default: int) -> int:
         """An optional whole number (``default`` when absent or null)."""
@@ -232,7 +243,7 @@ def rotary_decoder(src: HFSource, *, mlp: MLPKind, qkv_bias: bool, linear_bias: 
     heads = src.req_int("num_attention_heads")
     return {
         "arch": ArchKind.DECODER,
-        "num_layers": src.req_int("num_hidden_layers"),
+        "num_layers": src.req_layers("num_hidden_layers"),
         "hidden_size": hidden,
         "num_attention_heads": heads,
         "num_kv_heads": src.get_int("num_key_value_heads", heads),

@@ -42,6 +42,8 @@ def _prune(items: np.ndarray, gpu: np.ndarray, count: np.ndarray, value: np.ndar
     np.minimum.at(least, g, c)
     on = least < np.iinfo(np.int64).max
     most_jobs = int((free[on] // least[on]).sum())
+    if items.size <= most_jobs + 1:  # every (g, c) keeps at least 1 + S >= its size: nothing to prune
+        return items
     order = np.lexsort((items, -v, c, g))
     g, c = g[order], c[order]
     start = np.concatenate([[0], np.flatnonzero((g[1:] != g[:-1]) | (c[1:] != c[:-1])) + 1])

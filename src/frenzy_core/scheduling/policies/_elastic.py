@@ -19,10 +19,10 @@ import numpy as np
 from frenzy_core.scheduling.jobs import TrainingJob
 from frenzy_core.scheduling.messages import Action, Preempt, Resize, Start
 from frenzy_core.scheduling.policy import Policy
-from frenzy_core.scheduling.runs import RunningJob
+from frenzy_core.scheduling.runs import RunningJob, RunTable
 from frenzy_core.scheduling.state import ClusterState
 
-__all__ = ["GROW_CANDIDATES", "grow", "longest_runs", "make_room", "restart_s"]
+__all__ = ["GROW_CANDIDATES", "BelowCeiling", "grow", "longest_runs", "make_room", "restart_s"]
 
 GROW_CANDIDATES = 16
 """Running jobs weighed for growth per round: those with the latest expected ends (they gain the most from more
@@ -52,6 +52,53 @@ def longest_runs(policy: Policy, types: Collection[str]) -> list[RunningJob]:
     return [policy.running.run_at(row) for row in longest.tolist()]
 
 
+class BelowCeiling:
+    """The runs that hold fewer GPUs than the largest count they may have, per GPU type: only they can grow, so a
+    growth attempt on types where there are none has nothing to weigh (after most completions on a lightly
+    loaded cluster, every run is at its largest count). Kept from the policy's own actions: a Start or Resize
+    records its run (at the next round, once applied), a Preempt or ``drop`` (the job finished, was cancelled or
+    came back to the queue) forgets it."""
+
+    def __init__(self, counts: Callable[[TrainingJob, str], Sequence[int]]):
+        self.counts = counts
+        self._type_of: dict[str, str] = {}
+        """Job id -> the GPU type of its run, for runs below their largest count."""
+        self._per_type: dict[str, int] = {}
+
+    def note(self, job: TrainingJob, gpu_type: str, num_gpus: int) -> None:
+        """``job`` now runs on ``num_gpus`` GPUs of ``gpu_type``."""
+        self.drop(job.id)
+        if num_gpus < max(self.counts(job, gpu_type), default=0):
+            self._type_of[job.id] = gpu_type
+            self._per_type[gpu_type] = self._per_type.get(gpu_type, 0) + 1
+
+    def note_actions(self, running: RunTable, actions: Sequence[Action]) -> None:
+        """Follow a past round's actions, once the scheduler has applied them: the runs they began that still run
+        (one that ended or was interrupted since was dropped then)."""
+        for action in actions:
+            if isinstance(action, Preempt):
+                self.drop(action.job_id)
+                continue
+            run = running.get(action.job_id)
+            if run is not None and run.plan is action.plan:
+                self.note(run.job, action.plan.gpu_type, action.plan.num_gpus)
+
+    def rebuild(self, running: RunTable) -> None:
+        """Every run of ``running`` (a restored scheduler's)."""
+        self._type_of, self._per_type = {}, {}
+        for run in running.values():
+            self.note(run.job, run.plan.gpu_type, run.plan.num_gpus)
+
+    def drop(self, job_id: str) -> None:
+        gpu_type = self._type_of.pop(job_id, None)
+        if gpu_type is not None:
+            self._per_type[gpu_type] -= 1
+
+    def any_on(self, types: Collection[str]) -> bool:
+        """Whether some run on one of ``types`` is below its largest count."""
+        return any(self._per_type.get(t, 0) for t in types)
+
+
 def grow(policy: Policy, free: ClusterState, now: float, types: Sequence[str],
          counts: Callable[[TrainingJob, str], Sequence[int]], min_gain: float) -> list[Action]:
     """Resize running jobs on ``types`` onto more of their type's free GPUs (taken in ``free``) where it pays;
@@ -66,8 +113,11 @@ def grow(policy: Policy, free: ClusterState, now: float, types: Sequence[str],
         g, n = run.plan.gpu_type, run.plan.num_gpus
         if not spare.get(g) or not _settled(run, now):
             continue
-        larger = sorted((c for c in counts(run.job, g) if n < c <= n + spare[g]), reverse=True)
-        if not larger:  # most candidates: already at their largest count, or too few spare GPUs
+        allowed = counts(run.job, g)
+        if max(allowed, default=0) <= n:  # most candidates: already at their largest count
+            continue
+        larger = sorted((c for c in allowed if n < c <= n + spare[g]), reverse=True)
+        if not larger:  # too few spare GPUs
             continue
         left_tokens = run.job.total_tokens - run.tokens_at(now)
         remaining = run.remaining_s(now)
@@ -82,7 +132,7 @@ def grow(policy: Policy, free: ClusterState, now: float, types: Sequence[str],
                     min_gain * remaining):
                 continue
             scratch.take(plan.nodes)
-            free.free[:] = scratch.free
+            free.assign(scratch)
             spare[g] = free.free_gpus(g)
             out.append(Resize(job_id=run.job.id, plan=plan))
             break
@@ -107,7 +157,7 @@ def make_room(policy: Policy, job: TrainingJob, options: Sequence[tuple[str, int
             plan = policy.rates.place(job, gpu_type, count, scratch)
             if plan is not None:
                 scratch.take(plan.nodes)
-                free.free[:] = scratch.free
+                free.assign(scratch)
                 reason = f"making room for {job.id!r}, waiting since {job.submit_time_s:.0f} s"
                 return [*(Preempt(job_id=r.job.id, reason=reason) for r in chosen), Start(job_id=job.id, plan=plan)]
     return []

@@ -27,7 +27,7 @@ import numpy as np
 from frenzy_core.scheduling.jobs import TrainingJob
 from frenzy_core.scheduling.messages import Action, Start
 from frenzy_core.scheduling.policies._choice import choose
-from frenzy_core.scheduling.policies._elastic import grow, make_room
+from frenzy_core.scheduling.policies._elastic import BelowCeiling, grow, make_room
 from frenzy_core.scheduling.policies._queue import QueuePolicy, QueueTable, elastic_counts
 from frenzy_core.scheduling.rates import JobOptions
 from frenzy_core.scheduling.runs import RunningJob
@@ -66,6 +66,10 @@ class FrenzyCore(QueuePolicy):
         self.min_gain = min_gain
         self._idle_seen: list[int] = []
         """Per type, the idle GPUs (free, wanted by no queued job) after the last growth attempt."""
+        self._below = BelowCeiling(self._counts)
+        """The runs that could grow at all (rebuilt from the running jobs on restore)."""
+        self._last: list[Action] = []
+        """The last round's actions (noted in ``_below`` at the next round, once the scheduler applied them)."""
 
     def params(self) -> dict[str, float | bool]:
         return {"starvation_factor": self.starvation_factor, "round_budget": self.round_budget,
@@ -90,11 +94,16 @@ class FrenzyCore(QueuePolicy):
         return out
 
     def _earliest_start(self, table: QueueTable, rows: np.ndarray, now: float) -> np.ndarray:
-        """When each option's GPUs would be free if the running jobs end as expected (queued jobs aside)."""
-        start = np.full(rows.size, np.inf)
+        """When each option's GPUs would be free if the running jobs end as expected (queued jobs aside): now
+        where they are free now (most rounds: no release time is needed then), else at a running job's end."""
+        gpu, count = table.gpu[rows], table.count[rows]
+        start = np.where(count <= self.free_per_type(self.state)[gpu], now, np.inf)
+        later = start > now
+        if not later.any():
+            return start
         for g, (times, freed) in enumerate(self._release_times(now)):
-            on_g = table.gpu[rows] == g
-            k = np.searchsorted(freed, table.count[rows][on_g], side="left")
+            on_g = later & (gpu == g)
+            k = np.searchsorted(freed, count[on_g], side="left")
             start[on_g] = np.where(k < times.size, times[np.minimum(k, times.size - 1)], np.inf)
         return start
 
@@ -158,6 +167,11 @@ class FrenzyCore(QueuePolicy):
         return placements, reserved, waiting
 
     def schedule(self, now: float) -> list[Action]:
+        self._below.note_actions(self.running, self._last)
+        self._last = self._round(now)
+        return self._last
+
+    def _round(self, now: float) -> list[Action]:
         free = self.state.copy()
         if not self.queue:
             return self._grow(free, now) if self.preemption else []
@@ -214,7 +228,7 @@ class FrenzyCore(QueuePolicy):
             idle[self.table().gpu] = 0
         seen = np.asarray(self._idle_seen or [0] * idle.size)
         types = [t for g, t in enumerate(self.state.gpu_types) if idle[g] > seen[g]]
-        moves = grow(self, free, now, types, self._counts, self.min_gain) if types else []
+        moves = grow(self, free, now, types, self._counts, self.min_gain) if self._below.any_on(types) else []
         after = self.free_per_type(free)
         self._idle_seen = np.where(idle > 0, after, 0).tolist()
         return moves
@@ -225,6 +239,15 @@ class FrenzyCore(QueuePolicy):
     def restore(self, data: dict[str, Any]) -> None:
         super().restore(data)
         self._idle_seen = list(data["idle_seen"])
+        self._below.rebuild(self.running)
+
+    def submit(self, job: TrainingJob, now: float) -> None:
+        self._below.drop(job.id)  # back from a run (preempted or interrupted)
+        super().submit(job, now)
+
+    def on_finish(self, job_id: str, now: float) -> None:
+        self._below.drop(job_id)
+        super().on_finish(job_id, now)
 
     def _protected(self, run: RunningJob, now: float) -> bool:
         """A run that is itself past the starvation bound (its wait and run so far against its fastest run) is

@@ -163,5 +163,6 @@ def megatron_stages() -> Plan:
 
 @functools.cache
 def megatron_stages_uneven() -> Plan:
-    """A Megatron recipe over four stages of tp 2 whose split (2, 2, 3, 1) no Megatron flag says."""
+    """A Megatron recipe over four stages of tp 2 whose split (2, 2, 3, 1) the first/last-stage flags cannot say
+    (--pipeline-model-parallel-layout does)."""
     return _megatron_stage_plan([("a10g", 2, 2), ("l4", 2, 2)])

@@ -23,7 +23,7 @@ from adapter_plans import LLAMA, STAGE_PLANS, make_plan, megatron_stages, megatr
 from frenzy_core.adapters import ADAPTERS, STAGE_ENV, emit
 from frenzy_core.adapters.torchtitan import module_fqns_per_model_part, torchtitan_args
 from frenzy_core.config import ParallelConfig, TrainingConfig
-from frenzy_core.config.megatron.reader import megatron_split
+from frenzy_core.config.megatron import from_megatron_args
 from frenzy_core.errors import ConfigError
 from frenzy_core.planning import LAUNCH_SCOPES, Plan
 
@@ -149,31 +149,23 @@ def test_the_jobset_runs_each_stage_on_its_type_with_its_environment(make: Any) 
         assert job["template"]["spec"]["parallelism"] == len(stage.placement)
 
 
-def test_megatron_runs_a_pipeline_over_types_with_one_tp_and_a_split_its_flags_say() -> None:
-    plan = megatron_stages()
-    args = ADAPTERS["megatron"](plan)["args"]
-    flags = {a: (args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else True)
-             for i, a in enumerate(args) if a.startswith("--")}
-    assert flags["--tensor-model-parallel-size"] == str(plan.stages[0].tp)
-    assert flags["--pipeline-model-parallel-size"] == str(len(plan.stages))
-    first = flags.get("--decoder-first-pipeline-num-layers")
-    last = flags.get("--decoder-last-pipeline-num-layers")
-    split = megatron_split(plan.model.num_layers, plan.parallel.pp, 1,
-                           first=None if first is None else int(first), last=None if last is None else int(last),
-                           embedding="--account-for-embedding-in-pipeline-split" in flags,
-                           loss="--account-for-loss-in-pipeline-split" in flags)
-    assert split is not None and list(split) == [s.num_layers for s in plan.stages]
+@pytest.mark.parametrize("make", [megatron_stages, megatron_stages_uneven], ids=["first_last", "layout"])
+def test_megatron_runs_a_pipeline_over_types_with_one_tp_and_its_split(make: Any) -> None:
+    """One tp on every stage: Megatron's flags carry the split (the first/last-stage flags where they say it,
+    else --pipeline-model-parallel-layout), and Megatron's reader reads them back to the plan's stages."""
+    plan: Plan = make()
+    assert len({s.tp for s in plan.stages}) == 1
+    data = ADAPTERS["megatron"](plan)
+    _, _, parallel = from_megatron_args(data["args"], plan.num_gpus)
+    assert (parallel.tp, parallel.pp) == (plan.stages[0].tp, len(plan.stages))
+    assert list(parallel.stage_layers or ()) == [s.num_layers for s in plan.stages]
+    assert data["gpu_type"] == ", ".join(plan.gpu_types)
 
 
-def test_megatron_refuses_per_stage_tp_and_splits_its_flags_cannot_say_naming_launchers_that_can() -> None:
+def test_megatron_refuses_per_stage_tp_naming_launchers_that_run_it() -> None:
     with pytest.raises(ConfigError, match="one --tensor-model-parallel-size on every pipeline stage") as err:
         emit(stage_tps(), "megatron")
-    assert "launch it with torchrun, slurm, kubernetes" in (err.value.hint or "")
-    plan = megatron_stages_uneven()
-    assert len({s.tp for s in plan.stages}) == 1
-    with pytest.raises(ConfigError, match="cannot split the layers as the plan's stages do") as err:
-        emit(plan, "megatron")
-    assert err.value.field == "plan.parallel.stage_layers" and "torchrun" in (err.value.hint or "")
+    assert err.value.field == "plan.stages" and "launch it with torchrun, slurm, kubernetes" in (err.value.hint or "")
 
 
 def test_launchers_that_cannot_run_stages_refuse_and_the_others_accept() -> None:

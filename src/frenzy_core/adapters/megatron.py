@@ -1,10 +1,10 @@
 """``megatron``: the Megatron-LM command line of a plan and the environment it needs on the plan's GPUs.
 
-A pipeline whose stages run on different GPU types (issue 12, form a) is one Megatron-LM command where it can
-say it: one tensor-parallel degree on every stage (one binary, one ``--tensor-model-parallel-size``) and a
-layer split that ``--decoder-first/last-pipeline-num-layers`` or ``--account-for-embedding/loss-in-pipeline-
-split`` produce (Megatron-Core's ``get_num_layers_to_build`` fixes the first and last stages and splits the
-rest evenly); anything else is refused, naming the launchers that run it.
+A pipeline whose stages run on different GPU types (issue 12, form a) is one Megatron-LM command where every
+stage has one tensor-parallel degree (one binary, one ``--tensor-model-parallel-size``); its uneven split is
+``--decoder-first/last-pipeline-num-layers`` or ``--account-for-*`` where those say it (Megatron-Core's
+``get_num_layers_to_build`` fixes the first and last stages and splits the rest evenly), else
+``--pipeline-model-parallel-layout``. Stages of different tp are refused, naming the launchers that run them.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from pydantic import Field
 
 from frenzy_core.adapters.base import Adapter, AdapterOptions, OutputFormat, per_stage_tp_launchers
 from frenzy_core.config.megatron import megatron_launch
-from frenzy_core.config.megatron.writer import split_flags
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.errors import ConfigError
 from frenzy_core.planning.plan import Plan
@@ -32,8 +31,9 @@ class MegatronOptions(AdapterOptions):
     script: str = Field(default="pretrain_gpt.py", description="Megatron-LM entry point the shell line starts.")
 
 
-def _check_stages(plan: Plan, num_layers: int) -> None:
-    """ConfigError when Megatron-LM's flags cannot say a form (a) plan's per-stage tp or layer split."""
+def _check_stages(plan: Plan) -> None:
+    """ConfigError when Megatron-LM cannot run a form (a) plan's per-stage tp (its split it can say: the first/
+    last-stage flags or --pipeline-model-parallel-layout, config/megatron/writer.py)."""
     others = ", ".join(per_stage_tp_launchers())
     tps = [s.tp for s in plan.stages]
     if len(set(tps)) > 1:
@@ -42,13 +42,6 @@ def _check_stages(plan: Plan, num_layers: int) -> None:
             f"tp {', '.join(map(str, tps))}", field="plan.stages", value=tps,
             hint=f"launch it with {others} (a torch.distributed.pipelining script that builds each stage from "
                  f"FRENZY_STAGE*, docs/adapters.md), or plan with constraints={{'tp': {max(tps)}}}")
-    if split_flags(num_layers, plan.parallel) is None:
-        split = list(plan.parallel.stage_layers or ())
-        raise ConfigError(
-            f"Megatron-LM cannot split the layers as the plan's stages do ({split}): --decoder-first/last-pipeline-"
-            "num-layers fix only the first and last stage and the other stages share the rest evenly "
-            "(--account-for-embedding/loss-in-pipeline-split likewise)", field="plan.parallel.stage_layers",
-            value=split, hint=f"launch it with {others}, which give each stage its own layers (FRENZY_STAGE_*)")
 
 
 def build_megatron(plan: Plan, options: MegatronOptions) -> dict[str, Any]:
@@ -56,7 +49,7 @@ def build_megatron(plan: Plan, options: MegatronOptions) -> dict[str, Any]:
     over GPU types is checked on every stage's type (the environment is the union of theirs)."""
     model = options.model or plan.model
     if plan.stages[0].pipeline_stage is not None:
-        _check_stages(plan, model.num_layers)
+        _check_stages(plan)
     training = plan.stage_training(plan.stages[0])
     launches = [megatron_launch(model, training, plan.parallel, gpu_type) for gpu_type in plan.gpu_types]
     launch = launches[0]

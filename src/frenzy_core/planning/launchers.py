@@ -115,8 +115,7 @@ LAUNCH_SCOPES: dict[str, LaunchScope] = {scope.name: scope for scope in (
     # torchrun --nproc-per-node is given per node: uneven nodes are fine; each node's line carries its group
     LaunchScope(name="torchrun", placement=PlacementMode.ANY, mixed=True, stages=True),
     # Megatron-LM's arguments are started by torchrun on each node (per-node counts may differ)
-    # pipeline stages on different types: one tp for all stages and a split --decoder-first/last-pipeline-num-
-    # layers (or --account-for-*) can say, else adapters/megatron.py refuses
+    # pipeline stages on different types: one tp for all stages, else adapters/megatron.py refuses
     LaunchScope(name="megatron", placement=PlacementMode.ANY, frameworks=(Framework.MEGATRON,), stages=True,
                 recipe={"precision": _MEGATRON_PRECISIONS, "attention": ("eager", "flash"),
                         "optimizer": ("adamw", "adam", "sgd", "sgd-momentum")},

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import platform
 import random
 import statistics
@@ -146,22 +147,25 @@ def quality() -> None:
 
 
 def mixed_timing(runs: int, cases: list[tuple[int, int]]) -> None:
-    """plan_job with and without the mixed-type search (issue 12), alternated run by run under the same load."""
-    print(f"\n## Planning time with the mixed-type search (median of {runs} runs each, alternated, ms)\n")
-    print("| GPUs | types | mixed_types=False | mixed_types=True | chosen |")
-    print("|---:|---:|---:|---:|---|")
+    """plan_job with and without the mixed-type search (issue 12), alternated run by run under the same load:
+    wall and CPU (``time.process_time``, which other processes' load barely moves) medians, load average."""
+    print(f"\n## Planning time with the mixed-type search (median of {runs} runs each, alternated, ms: wall / CPU)\n")
+    print("| GPUs | types | mixed_types=False | mixed_types=True | chosen | load average |")
+    print("|---:|---:|---:|---:|---|---|")
     for size, num_types in cases:
         cluster = make_cluster(size, num_types)
         plan_job(MODEL, cluster, TRAINING)
-        old, new = [], []
+        times: dict[bool, tuple[list[float], list[float]]] = {False: ([], []), True: ([], [])}
+        load = os.getloadavg()[0]
         for _ in range(runs):
-            for flag, out in ((False, old), (True, new)):
-                start = time.perf_counter()
+            for flag in (False, True):
+                wall, cpu = time.perf_counter(), time.process_time()
                 plan = plan_job(MODEL, cluster, TRAINING, mixed_types=flag)
-                out.append(time.perf_counter() - start)
+                times[flag][0].append(time.perf_counter() - wall)
+                times[flag][1].append(time.process_time() - cpu)
+        cells = [" / ".join(f"{1000 * statistics.median(xs):,.0f}" for xs in times[flag]) for flag in (False, True)]
         chosen = f"{plan.num_gpus} x {' + '.join(plan.gpu_types)}"
-        print(f"| {size:,} | {num_types} | {1000 * statistics.median(old):,.0f} | "
-              f"{1000 * statistics.median(new):,.0f} | {chosen} |")
+        print(f"| {size:,} | {num_types} | {cells[0]} | {cells[1]} | {chosen} | {load:.1f}-{os.getloadavg()[0]:.1f} |")
 
 
 GAIN_MODELS = ("qwen2.5-0.5b", "gpt2", "qwen2.5-1.5b", "llama-2-7b")

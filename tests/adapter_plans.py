@@ -93,6 +93,15 @@ def mixed_small() -> Plan:
 
 
 @functools.cache
+def uneven_dp3() -> Plan:
+    """Qwen2.5-0.5B on 3 GPUs of one type with a batch of 16: ranks that differ by one micro-batch (two groups
+    of one A100-80GB node, e.g. 1 x 6 and 2 x 5 micro-batches of 1): small enough to run."""
+    cluster = Cluster.from_dict({"nodes": [{"gpu": "a100-80gb", "gpus_per_node": 8, "free_gpus": 3}]})
+    return plan_job(ModelConfig.preset("qwen2.5-0.5b"), cluster, TrainingConfig(seq_len=1024, global_batch_size=16),
+                    constraints={"num_gpus": 3}, top_k=0)
+
+
+@functools.cache
 def mixed_uneven() -> Plan:
     """Llama-2-7B on 3 free H100 and 6 + 4 free A100-80GB: the A100 group spans two nodes of different sizes."""
     cluster = Cluster.from_dict({"nodes": [{"gpu": "h100-sxm", "gpus_per_node": 8, "free_gpus": 3},

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from adapter_plans import GPT2, cpu_dp2, make_plan, mixed_small, mixed_uneven, multi_node_dp, single_gpu, tp_pp_nodes
+from adapter_plans import GPT2, cpu_dp2, make_plan, mixed_small, mixed_uneven, multi_node_dp, single_gpu, tp_pp_nodes, uneven_dp3
 from frenzy_core.adapters import ADAPTERS
 from frenzy_core.config import ParallelConfig, TrainingConfig
 from frenzy_core.errors import ConfigError
@@ -154,11 +154,13 @@ def test_mixed_plans_need_the_static_rendezvous() -> None:
 
 
 @pytest.mark.slow  # three ranks and two agents start torch: tens of seconds; CI runs the Slurm hetjob of this plan
-def test_a_mixed_plans_lines_run_one_data_parallel_step_equal_to_the_full_batch(tmp_path: Path) -> None:
-    """Both nodes' emitted lines started on this host (gloo, CPU): 3 ranks in one group, each with its group's
-    micro-batch count and samples, and the step equals one full-batch step (the loss-scaling contract)."""
+@pytest.mark.parametrize("make", [mixed_small, uneven_dp3], ids=["mixed_types", "uneven_one_type"])
+def test_a_grouped_plans_lines_run_one_data_parallel_step_equal_to_the_full_batch(tmp_path: Path, make: Any) -> None:
+    """Both groups' emitted lines started on this host (gloo, CPU): 3 ranks in one process group, each with its
+    group's micro-batch count and samples, and the step equals one full-batch step (the loss-scaling contract):
+    replica groups of two types, and ranks of one type that differ by one micro-batch (two lines for one node)."""
     pytest.importorskip("torch")
-    plan = mixed_small()
+    plan = make()
     data = torchrun(plan, torchrun=[sys.executable, "-m", "torch.distributed.run"], script=str(PROBE),
                     script_args=[str(tmp_path)], hosts={name: "127.0.0.1" for name in plan.placement},
                     rdzv_port=_free_port(), rdzv_id="frenzy-test")

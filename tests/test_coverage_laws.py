@@ -1,4 +1,5 @@
-"""Laws of issue 10's coverage (hypothesis): freezing more never needs more memory, offloading never raises device
+"""Laws of issue 10's coverage (hypothesis): freezing more never needs more memory, more LoRA targets never less,
+PEFT's fp32 adapters never less than adapters in the model's dtype, offloading never raises device
 bytes, an HSDP shard group sits between ZeRO-3 over all replicas and no sharding, more routing imbalance never
 needs less."""
 
@@ -8,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from frenzy_core import ModelConfig, MoEConfig, ParallelConfig, TrainingConfig, estimate_memory
-from frenzy_core.config.finetune import LoRAConfig, LoRATarget
+from frenzy_core.config.finetune import AdapterDtype, LoRAConfig, LoRATarget
 
 DENSE = ModelConfig(num_layers=6, hidden_size=256, num_attention_heads=8, num_kv_heads=2, ffn_hidden_size=704,
                     mlp="swiglu", vocab_size=4096, tied_embeddings=False, position_embedding="rotary",
@@ -42,11 +43,45 @@ def test_freezing_more_never_needs_more(training: TrainingConfig, parallel: Para
 @settings(max_examples=40, deadline=None)
 @given(training=_training, parallel=_parallel, rank=st.sampled_from([4, 16]))
 def test_fewer_adapters_never_need_more(training: TrainingConfig, parallel: ParallelConfig, rank: int) -> None:
-    all_targets = LoRAConfig(rank=rank, target_modules=tuple(LoRATarget))
-    qv = LoRAConfig(rank=rank)
+    # adapters in the model's dtype: LoRA only removes what full training keeps (PEFT's fp32 adapters on a half
+    # base can save more than full training at long sequences: each casts its own fp32 input copy)
+    all_targets = LoRAConfig(rank=rank, target_modules=tuple(LoRATarget), adapter_dtype="model")
+    qv = LoRAConfig(rank=rank, adapter_dtype="model")
     est = {name: estimate_memory(DENSE, training.replace(lora=lora), parallel).device_bytes
            for name, lora in (("all", all_targets), ("qv", qv))}
     assert est["qv"] <= est["all"] <= estimate_memory(DENSE, training, parallel).device_bytes
+
+
+_targets = st.sets(st.sampled_from(list(LoRATarget)), min_size=1)
+
+
+def _lora(targets: set[LoRATarget], **kwargs: object) -> LoRAConfig:
+    return LoRAConfig(target_modules=tuple(t for t in LoRATarget if t in targets), **kwargs)
+
+
+@settings(max_examples=15, deadline=None)
+@given(training=_training, parallel=_parallel, targets=_targets, extra=st.sampled_from(list(LoRATarget)),
+       dtype=st.sampled_from(list(AdapterDtype)), dropout=st.sampled_from([0.0, 0.1]))
+def test_more_target_modules_never_need_less(training: TrainingConfig, parallel: ParallelConfig,
+                                             targets: set[LoRATarget], extra: LoRATarget, dtype: AdapterDtype,
+                                             dropout: float) -> None:
+    fewer, more = (training.replace(lora=_lora(t, adapter_dtype=dtype, dropout=dropout))
+                   for t in (targets, targets | {extra}))
+    assert estimate_memory(DENSE, fewer, parallel).device_bytes <= estimate_memory(DENSE, more, parallel).device_bytes
+
+
+@settings(max_examples=15, deadline=None)
+@given(training=_training, parallel=_parallel, targets=_targets, dropout=st.sampled_from([0.0, 0.1]),
+       quantization=st.sampled_from(["none", "nf4"]))
+def test_fp32_adapters_never_need_less_than_model_dtype(training: TrainingConfig, parallel: ParallelConfig,
+                                                        targets: set[LoRATarget], dropout: float,
+                                                        quantization: str) -> None:
+    model_dtype, fp32 = (estimate_memory(DENSE, training.replace(lora=_lora(
+        targets, adapter_dtype=d, dropout=dropout, base_quantization=quantization)), parallel)
+        for d in ("model", "fp32"))
+    assert fp32.device_bytes >= model_dtype.device_bytes
+    if not training.precision.is_pure_half:  # amp: the base is fp32 already; mixed: the module is cast to bf16
+        assert fp32 == model_dtype
 
 
 @settings(max_examples=40, deadline=None)

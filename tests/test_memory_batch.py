@@ -114,6 +114,8 @@ RECIPES = [
     {"framework": "torch", "precision": "bf16", "keep_outputs": True},
     {"framework": "torch", "precision": "amp-bf16", "attention": "eager", "optimizer": "sgd"},
     {"framework": "torch", "precision": "bf16", "lora": {"rank": 8, "base_quantization": "nf4"}},
+    {"framework": "torch", "precision": "amp-bf16", "lora": {"rank": 8, "dropout": 0.1,
+                                                             "target_modules": ["q", "o", "up", "down"]}},
     {"framework": "torch", "precision": "bf16", "freeze_embeddings": True, "trainable_layers": 3},
     {"framework": "torch", "precision": "fp32", "offload_optimizer": "cpu", "activation_offload_layers": 1},
     {"framework": "megatron", "precision": "bf16-mixed", "zero_stage": 1},

@@ -310,16 +310,20 @@ def test_chunked_or_block_recompute_never_exceeds_none(model: ModelConfig, train
                                                        data: st.DataObject) -> None:
     """Full recompute in chunks of k layers, or of the first k layers of each stage (block), never needs a higher
     peak than no recompute: each recomputed chunk's working set replaces tensors it would have saved. On the peak,
-    not on the largest activations alone: a chunk spanning the whole stage re-creates everything none saves and
-    holds its checkpointed input besides (2 layers, h = 64, seq 64: 591 KB against 583 KB of activations), while
-    the gradient moment that sets the peak is lower. Dense models: for a stage mixing dense and MoE layers the
-    estimate sizes the working set by its largest layer and the saved layers by their average, which can put it a
-    few percent above (docs/memory-model.md)."""
+    not on the largest activations alone. Except where one uniform chunk spans the whole stage: it re-creates
+    everything none saves and holds its checkpointed input besides, so its peak can exceed none's, by at most that
+    input (b x s x h in at most 4 bytes: 5 layers, h = 256, seq 64, fp32: 145,412,352 B against 145,387,776 B).
+    Dense models: for a stage mixing dense and MoE layers the estimate sizes the working set by its largest layer
+    and the saved layers by their average, which can put it a few percent above (docs/memory-model.md)."""
     assume(model.moe is None and not _hf_keeps_masks(model, training))
     full = data.draw(chunked_recompute(training))
     parallel = ParallelConfig(pp=pp)
-    for chunked, none in zip(_peaks(model, full, parallel), _peaks(model, full.replace(recompute="none"), parallel)):
-        assert chunked <= none
+    assume(_ok(model, full, parallel))
+    stages = estimate_memory(model, full, parallel).stages
+    checkpoint = full.micro_batch_size * full.seq_len * model.hidden_size * 4
+    for stage, none in zip(stages, _peaks(model, full.replace(recompute="none"), parallel)):
+        spans_stage = full.recompute_method == "uniform" and (full.recompute_num_layers or 1) >= stage.num_layers
+        assert stage.peak_bytes <= none + (checkpoint if spans_stage else 0)
 
 
 @SETTINGS

@@ -14,7 +14,14 @@ from frenzy_core.errors import ConfigError
 
 torch = pytest.importorskip("torch")
 
-from frenzy_core.memory.probe import CUDA_BLOCK_BYTES, Phase, ProbeResult, measure_training_step, probe_memory  # noqa: E402
+from frenzy_core.memory.probe import (  # noqa: E402
+    CUDA_BLOCK_BYTES,
+    Phase,
+    ProbeResult,
+    built_on_meta,
+    measure_training_step,
+    probe_memory,
+)
 
 _FEATURES = 256
 _BATCH = 4
@@ -44,6 +51,37 @@ def _measure(optimizer: str = "sgd", **kwargs: Any) -> ProbeResult:
     return measure_training_step(
         _linear, _batch, optimizer_factory=factories[optimizer], loss_fn=_square_sum, **kwargs
     )
+
+
+class _TiedHead(torch.nn.Module):  # type: ignore[misc]
+    """A frozen tied embedding/head pair with a trainable adapter, cast with ``.to()`` as PEFT does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Linear(_FEATURES, _FEATURES, bias=False)
+        self.head = torch.nn.Linear(_FEATURES, _FEATURES, bias=False)
+        self.head.weight = self.embed.weight
+        self.embed.requires_grad_(False)
+        self.adapter = torch.nn.Linear(_FEATURES, 1, bias=False)
+        self.register_buffer("scale", torch.ones(_FEATURES))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.embed(x) * self.scale) + self.adapter(x)
+
+
+def _cast_tied_head() -> torch.nn.Module:
+    module = _TiedHead()
+    module.adapter.to(torch.float64)  # an in-place .to() while building: fake parameters refuse it (swap_tensors)
+    return module
+
+
+def test_a_factory_that_casts_its_weights_runs_built_on_meta() -> None:
+    result = measure_training_step(built_on_meta(_cast_tied_head), _batch, loss_fn=_square_sum, steps=1,
+                                   optimizer_factory=lambda p: torch.optim.SGD(
+                                       [q for q in p if q.requires_grad], lr=0.1))
+    # the tied weight once (fp32), the buffer, the fp64 adapter: each a multiple of the 512-byte block but the last
+    adapter = -(-_FEATURES * 8 // CUDA_BLOCK_BYTES) * CUDA_BLOCK_BYTES
+    assert result.phases[-1].end_bytes == _WEIGHT_BYTES + _FEATURES * 4 + adapter
 
 
 def test_adam_states_after_two_steps_are_two_moments_and_a_step_counter() -> None:

@@ -1,7 +1,9 @@
 """LoRA, QLoRA-style 4-bit bases, frozen embeddings and last-k-layer training: the estimator against the
 fake-tensor probe running the real Transformers classes, adapted by a LoRA wrapper written here (no ``peft``).
 
-The wrapper is PEFT's ``lora.Linear`` in miniature: ``base(x) + B(A(dropout(x))) * scale`` with the base frozen.
+The wrapper is PEFT's ``lora.Linear`` in miniature: ``base(x) + B(A(dropout(x))) * scale`` with the base frozen,
+adapters in the model's dtype or (as PEFT by default) in fp32 with the input cast to fp32 for each adapter
+(``tests/test_probe_peft.py`` runs PEFT itself where it is installed).
 The 4-bit base stores what bitsandbytes' ``Linear4bit`` stores (packed 4-bit codes, 8-bit absmax per 64 weights,
 an fp32 scale per 256 absmax values) and, as ``MatMul4Bit`` does, dequantizes the weight to the compute dtype in
 the forward and again in the backward, saving only the packed codes.
@@ -17,7 +19,7 @@ from typing import Any
 import pytest
 
 from frenzy_core.config import ParallelConfig, TrainingConfig
-from frenzy_core.config.finetune import LoRAConfig, LoRATarget
+from frenzy_core.config.finetune import AdapterDtype, LoRAConfig, LoRATarget
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -38,10 +40,12 @@ FINETUNE_CASES: list[tuple[str, str, TrainingConfig]] = [
     case
     for arch in ("llama", "mistral", "qwen2")
     for case in (
-        (arch, "lora-qv", _BASE.replace(lora=LoRAConfig(rank=16))),
-        (arch, "lora-all-ranks", _BASE.replace(lora=LoRAConfig(rank=8, target_modules=_ALL,
+        (arch, "lora-qv", _BASE.replace(lora=LoRAConfig(rank=16, adapter_dtype="model"))),
+        (arch, "lora-all-ranks", _BASE.replace(lora=LoRAConfig(rank=8, target_modules=_ALL, adapter_dtype="model",
                                                                module_ranks={LoRATarget.DOWN: 32}))),
-        (arch, "qlora-nf4", _BASE.replace(lora=LoRAConfig(rank=16, target_modules=_ALL, base_quantization="nf4"))),
+        (arch, "qlora-nf4", _BASE.replace(lora=LoRAConfig(rank=16, target_modules=_ALL, base_quantization="nf4",
+                                                          adapter_dtype="model"))),
+        (arch, "lora-fp32-dropout", _BASE.replace(lora=LoRAConfig(rank=16, target_modules=_ALL, dropout=0.05))),
         (arch, "frozen-embeddings", _BASE.replace(freeze_embeddings=True)),
         (arch, "last-1-layer", _BASE.replace(trainable_layers=1)),
     )
@@ -82,17 +86,22 @@ def _nf4_weight(linear: Any) -> Any:
 
 
 class LoRALinear(torch.nn.Module):  # type: ignore[misc]
-    """``base(x) + B(A(x)) * scale`` (PEFT lora.Linear, no dropout)."""
+    """PEFT's ``lora.Linear.forward`` written out (peft 0.21.2, tuners/lora/layer.py): the input cast to the
+    adapters' dtype, ``base(x) + B(A(dropout(x))) * scale``, the sum cast back to the base output's dtype (both
+    casts are no-ops when the adapters have the model's dtype)."""
 
-    def __init__(self, base: Any, rank: int, in_f: int, out_f: int, dtype: Any) -> None:
+    def __init__(self, base: Any, rank: int, in_f: int, out_f: int, dtype: Any, dropout: float) -> None:
         super().__init__()
         self.base = base
         self.lora_A = torch.nn.Linear(in_f, rank, bias=False, dtype=dtype)
         self.lora_B = torch.nn.Linear(rank, out_f, bias=False, dtype=dtype)
+        self.dropout = torch.nn.Dropout(dropout) if dropout else torch.nn.Identity()
         self.scale = 2.0
 
     def forward(self, x: Any) -> Any:
-        return self.base(x) + self.lora_B(self.lora_A(x)) * self.scale
+        result = self.base(x)
+        x = x.to(self.lora_A.weight.dtype)
+        return (result + self.lora_B(self.lora_A(self.dropout(x))) * self.scale).to(result.dtype)
 
 
 def _finetuned(module: Any, training: TrainingConfig) -> Any:
@@ -117,10 +126,11 @@ def _finetuned(module: Any, training: TrainingConfig) -> Any:
                 else layer.mlp
             base = getattr(parent, name)
             out_f, in_f = base.weight.shape
-            dtype = base.weight.dtype
+            # PEFT's default (autocast_adapter_dtype=True): fp32 adapters whatever the base
+            dtype = torch.float32 if lora.adapter_dtype is AdapterDtype.FP32 else base.weight.dtype
             if lora.quantized:
                 base = _nf4_weight(base)
-            setattr(parent, name, LoRALinear(base, rank, in_f, out_f, dtype))
+            setattr(parent, name, LoRALinear(base, rank, in_f, out_f, dtype, lora.dropout))
     if lora.quantized:  # QLoRA quantizes every linear of the layers, adapted or not
         for layer in layers:
             for parent in (layer.self_attn, layer.mlp):
@@ -159,7 +169,7 @@ def _id(case: tuple[str, str, TrainingConfig]) -> str:
 
 
 FAST = [i for i, c in enumerate(FINETUNE_CASES) if c[0] == "llama"]
-"""One family's five cases run in CI; the other families are marked slow."""
+"""One family's six cases run in CI; the other families are marked slow."""
 
 
 def _param(index: int) -> object:

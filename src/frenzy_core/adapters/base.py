@@ -118,8 +118,8 @@ class Adapter(Generic[OptionsT]):
         if not isinstance(plan, Plan):
             raise ConfigError(f"{self.name}: expected a Plan, got {type(plan).__name__}", field="plan",
                               hint="pass the result of plan_job(...)")
-        if plan.mixed:
-            _check_mixed(plan, self.scope)
+        if plan.grouped:
+            _check_groups(plan, self.scope)
         return self.build(plan, self.options.model_validate(options))
 
     def emit(self, plan: Plan, **options: Any) -> str:
@@ -133,8 +133,9 @@ class Adapter(Generic[OptionsT]):
         return self.render(data)
 
 
-def _check_mixed(plan: Plan, scope: LaunchScope) -> None:
-    """ConfigError when ``scope``'s launcher cannot start a plan spanning GPU types, or no launcher can (one
+def _check_groups(plan: Plan, scope: LaunchScope) -> None:
+    """ConfigError when ``scope``'s launcher cannot start a plan of several groups (pipeline stages on different
+    types; replica groups spanning GPU types, or ranks that differ by one micro-batch), or no launcher can (one
     process group over NVIDIA and AMD GPUs: NCCL and RCCL do not talk to each other)."""
     if plan.stages[0].pipeline_stage is not None and not scope.stages:
         can = [name for name, s in LAUNCH_SCOPES.items() if s.stages]
@@ -143,8 +144,16 @@ def _check_mixed(plan: Plan, scope: LaunchScope) -> None:
             "stages run on different types with their own tp and layer counts, which it has no way to express",
             field="plan.stages", value=[s.gpu_type for s in plan.stages],
             hint=f"launch it with {', '.join(can)}, or plan with mixed_stages=False (the default)")
+    can = [name for name, s in LAUNCH_SCOPES.items() if s.mixed]
+    if plan.stages[0].pipeline_stage is None and not scope.mixed and not plan.mixed:
+        raise ConfigError(
+            f"{scope.name} cannot launch a plan whose data-parallel ranks run different micro-batch counts ("
+            + " and ".join(f"{s.dp} x {s.micro_batches}" for s in plan.stages) + f": the global batch "
+            f"{plan.training.global_batch_size} does not split evenly), which it has no way to express",
+            field="plan.stages", value=[s.micro_batches for s in plan.stages],
+            hint=f"launch it with {', '.join(can)}, or plan with plan_job(..., launcher={scope.name!r}) (frenzy "
+                 f"plan --emit {scope.name}), uneven_dp=False, or a global batch that micro-batch x dp divides")
     if plan.stages[0].pipeline_stage is None and not scope.mixed:
-        can = [name for name, s in LAUNCH_SCOPES.items() if s.mixed]
         raise ConfigError(
             f"{scope.name} cannot launch a plan spanning GPU types ({', '.join(plan.gpu_types)}): its replica "
             "groups run different micro-batch counts, which it has no way to express",
@@ -264,9 +273,9 @@ GROUP_ENV: dict[str, str] = {
     "FRENZY_GROUP_FIRST_REPLICA": "data-parallel index of the group's first replica",
     "FRENZY_GROUP_FIRST_SAMPLE": "offset of the group's first sample in each global batch",
 }
-"""Set besides :data:`RECIPE_ENV` on the ranks of a plan of replica groups of different GPU types (where
-FRENZY_GPU_TYPE and FRENZY_GRAD_ACCUM_STEPS are the rank's group's): docs/adapters.md, "Mixed-type plans", says
-how a script uses them."""
+"""Set besides :data:`RECIPE_ENV` on the ranks of a plan of several replica groups (spanning GPU types, or ranks
+that differ by one micro-batch; where FRENZY_GPU_TYPE and FRENZY_GRAD_ACCUM_STEPS are the rank's group's):
+docs/adapters.md, "Mixed-type plans", says how a script uses them."""
 
 
 STAGE_ENV: dict[str, str] = {
@@ -287,7 +296,7 @@ builds its stage and process groups from them."""
 
 def recipe_env(plan: Plan, group: int = 0) -> dict[str, str]:
     """The values of :data:`RECIPE_ENV` for the ranks of ``plan``'s group ``group`` (the only one of a
-    single-type plan), plus :data:`GROUP_ENV` for replica groups of different types or :data:`STAGE_ENV` for
+    single-type plan), plus :data:`GROUP_ENV` when the plan has several replica groups or :data:`STAGE_ENV` for
     pipeline stages of different types; as strings."""
     stage = plan.stages[group]
     t, p = plan.stage_training(stage), plan.stage_parallel(stage)
@@ -304,7 +313,7 @@ def recipe_env(plan: Plan, group: int = 0) -> dict[str, str]:
     if stage.pipeline_stage is not None:
         values.update(_stage_values(plan, group))
         assert list(values)[len(RECIPE_ENV):] == list(STAGE_ENV), "recipe_env and STAGE_ENV disagree"
-    elif plan.mixed:
+    elif plan.grouped:
         before = plan.stages[:group]
         values.update({
             "FRENZY_GROUP": group, "FRENZY_GROUPS": len(plan.stages), "FRENZY_GROUP_DP": stage.dp,

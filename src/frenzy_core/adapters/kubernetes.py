@@ -163,7 +163,7 @@ def build_jobset(plan: Plan, options: KubernetesOptions) -> dict[str, Any]:
 def build_kubernetes(plan: Plan, options: KubernetesOptions) -> dict[str, Any]:
     """The PyTorchJob manifest: a Master replica, plus Workers when the plan spans several nodes (a JobSet for
     a plan spanning GPU types)."""
-    if plan.mixed:
+    if plan.grouped:
         return build_jobset(plan, options)
     per_node = uniform_gpus_per_node(plan, "kubernetes")
     nnodes = len(node_slots(plan))

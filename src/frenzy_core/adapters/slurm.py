@@ -136,7 +136,7 @@ def _mixed_components(plan: Plan, options: SlurmOptions) -> tuple[list[SlurmComp
 
 def build_slurm(plan: Plan, options: SlurmOptions) -> dict[str, Any]:
     """The sbatch directives, exported environment and the srun line, as data; ``script`` is the whole file."""
-    if plan.mixed:
+    if plan.grouped:
         parts, shared = _mixed_components(plan, options)
         return slurm_script(parts, shared, options, ordered=True)
     per_node = uniform_gpus_per_node(plan, "slurm")

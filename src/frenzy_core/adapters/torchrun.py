@@ -88,9 +88,9 @@ def _visible_devices_var(plan: Plan) -> str:
 
 def build_torchrun(plan: Plan, options: TorchrunOptions) -> dict[str, Any]:
     """Per node: node rank, host, GPUs, replica group, environment, argv and the shell command line."""
-    if plan.mixed and options.rdzv_backend != "static":
+    if plan.grouped and options.rdzv_backend != "static":
         raise ConfigError(
-            f"a plan spanning GPU types needs torchrun's static rendezvous, not {options.rdzv_backend}: each replica "
+            f"a plan of replica groups needs torchrun's static rendezvous, not {options.rdzv_backend}: each replica "
             "group's ranks must be the consecutive ones its nodes' lines announce (FRENZY_GROUP_FIRST_RANK), and only "
             "static node ranks fix the order", field="rdzv_backend", value=options.rdzv_backend,
             hint="use rdzv_backend='static' (the default)")
@@ -121,7 +121,7 @@ def build_torchrun(plan: Plan, options: TorchrunOptions) -> dict[str, Any]:
                       "stage": stage.pipeline_stage, "tp": stage.tp, "layers": layers,
                       "env": env, "argv": argv, "command": command})
     stages = plan.stages[0].pipeline_stage is not None
-    return {"nnodes": len(slots), "world_size": plan.num_gpus, "mixed": plan.mixed, "stages": stages,
+    return {"nnodes": len(slots), "world_size": plan.num_gpus, "mixed": plan.grouped, "stages": stages,
             "rdzv_endpoint": endpoint, "rdzv_backend": options.rdzv_backend, "rdzv_id": options.rdzv_id,
             "nodes": nodes}
 
@@ -135,7 +135,7 @@ def render_torchrun(data: dict[str, Any]) -> str:
         lines.append("# pipeline stages on different GPU types: each node's ranks follow the earlier nodes' (static "
                      "rendezvous), stage after stage; FRENZY_STAGE*, FRENZY_TP and FRENZY_GPU_TYPE are its stage's")
     elif data["mixed"]:
-        lines.append("# replica groups of different GPU types: each node's ranks follow the earlier nodes' (static "
+        lines.append("# replica groups (GPU types or micro-batch counts): each node's ranks follow the earlier nodes' (static "
                      "rendezvous); FRENZY_GROUP* and FRENZY_GRAD_ACCUM_STEPS are its group's")
     for node in data["nodes"]:
         rank = "" if node["node_rank"] is None else f"node_rank {node['node_rank']}: "

@@ -49,7 +49,7 @@ def _summary(plan: Plan) -> Table:
             (
                 (f"global batch {tm.global_batch_size} = micro-batch {t.micro_batch_size} x ("
                  + " + ".join(f"{g.micro_batches} x dp {g.dp} on {g.gpu_type}" for g in plan.stages)
-                 + f"); seq {t.seq_len}" if plan.mixed else
+                 + f"); seq {t.seq_len}" if plan.grouped else
                  f"global batch {tm.global_batch_size} = micro-batch {t.micro_batch_size} x "
                  f"{tm.num_microbatches} accumulation step(s) x dp {plan.parallel.dp}; seq {t.seq_len}")
                 + ("" if plan.default_batch is None else f" (default: {plan.default_batch.source})")

@@ -13,7 +13,7 @@ from pydantic import Field, model_validator
 
 from frenzy_core._base import FrozenModel
 
-__all__ = ["BaseQuantization", "LoRAConfig", "LoRATarget", "describe_trainable", "nf4_bytes_per_param"]
+__all__ = ["AdapterDtype", "BaseQuantization", "LoRAConfig", "LoRATarget", "describe_trainable", "nf4_bytes_per_param"]
 
 
 class LoRATarget(str, enum.Enum):
@@ -48,6 +48,17 @@ class BaseQuantization(str, enum.Enum):
     """bitsandbytes 4-bit float: the same bytes as NF4."""
 
 
+class AdapterDtype(str, enum.Enum):
+    """The dtype of the adapter weights (A, B), their gradients and optimizer states."""
+
+    FP32 = "fp32"
+    """fp32 whatever the base (PEFT's default: ``get_peft_model(..., autocast_adapter_dtype=True)`` upcasts bf16 and
+    fp16 adapter weights, peft/tuners/tuners_utils.py ``cast_adapter_dtype``); on a half base each adapter casts its
+    input to fp32 (``lora.Linear.forward``: ``self._cast_input_dtype(x, lora_A.weight.dtype)``)."""
+    MODEL = "model"
+    """The model's weight dtype (``autocast_adapter_dtype=False``, or a plain-torch LoRA built in the model dtype)."""
+
+
 # PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING: ["q_proj", "v_proj"] for Llama, Mistral, Qwen2, Gemma.
 _DEFAULT_TARGETS = (LoRATarget.Q, LoRATarget.V)
 
@@ -68,6 +79,10 @@ class LoRAConfig(FrozenModel):
         "Per-projection ranks overriding ``rank`` (PEFT ``rank_pattern``)."))
     dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description=(
         "LoRA dropout on the adapter input (PEFT ``lora_dropout``); above 0 each adapter saves its dropped input."))
+    adapter_dtype: AdapterDtype = Field(default=AdapterDtype.FP32, description=(
+        "Adapter weights' dtype: fp32 (PEFT's default, autocast_adapter_dtype=True) or the model's. Matters only for "
+        "a half-precision base without master weights (precision bf16/fp16, framework torch); with amp the base is "
+        "fp32 already, and bf16-mixed recipes cast the whole module to bf16 beside fp32 masters."))
     base_quantization: BaseQuantization = Field(default=BaseQuantization.NONE, description=(
         "Storage of the frozen layer weights: none, or QLoRA's 4-bit nf4/fp4 (bitsandbytes Linear4bit)."))
     double_quant: bool = Field(default=True, description=(
@@ -90,7 +105,7 @@ class LoRAConfig(FrozenModel):
     def __hash__(self) -> int:
         # module_ranks is a dict: hash its items (the configs are cache keys of the estimator's terms)
         return hash((self.rank, self.target_modules, tuple(sorted((t.value, r) for t, r in self.module_ranks.items())),
-                     self.dropout, self.base_quantization, self.double_quant, self.quant_block_size,
+                     self.dropout, self.adapter_dtype, self.base_quantization, self.double_quant, self.quant_block_size,
                      self.double_quant_block_size))
 
     def rank_of(self, target: LoRATarget) -> int:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from frenzy_core.config.finetune import LoRAConfig, LoRATarget
+from frenzy_core.config.finetune import AdapterDtype, LoRAConfig, LoRATarget
 from frenzy_core.config.model import ModelConfig
-from frenzy_core.config.training import TrainingConfig
+from frenzy_core.config.training import Framework, TrainingConfig
 from frenzy_core.errors import ConfigError
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "adapter_params_per_layer",
     "check_trainable",
     "first_trainable_layer",
+    "fp32_adapters",
     "matmul_weights",
     "nograd_layers",
     "projection_shapes",
@@ -120,6 +121,14 @@ def adapter_params_per_layer(model: ModelConfig, lora: LoRAConfig, tp: float) ->
     per_rank = ((model.num_layers - n_moe) * (dense.split / tp + dense.replicated)
                 + n_moe * (moe.split / tp + moe.replicated))
     return per_rank / model.num_layers
+
+
+def fp32_adapters(training: TrainingConfig) -> bool:
+    """Whether LoRA adapters are fp32 on a half-precision base (PEFT's default on a bf16/fp16 model without
+    autocast): their weights, gradients and optimizer states are fp32 and each casts its input to fp32."""
+    lora = training.lora
+    return (lora is not None and lora.adapter_dtype is AdapterDtype.FP32 and training.precision.is_pure_half
+            and training.framework is Framework.TORCH)
 
 
 def first_trainable_layer(model: ModelConfig, training: TrainingConfig) -> int:

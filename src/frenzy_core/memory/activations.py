@@ -15,7 +15,7 @@ import numpy.typing as npt
 from frenzy_core.config.finetune import LoRATarget
 from frenzy_core.config.hf import ModuleLayout, module_layout
 from frenzy_core.config.model import ArchKind, MLPKind, ModelConfig, NormKind, NormPlacement, PositionEmbedding
-from frenzy_core.config.trainable import adapter_counts, projection_shapes
+from frenzy_core.config.trainable import adapter_counts, fp32_adapters, projection_shapes
 from frenzy_core.config.training import Attention, Framework, Precision, RecomputeModule, TrainingConfig
 from frenzy_core.memory.torch_attention import FP32, MASK_BYTES
 from frenzy_core.memory.torch_layers import norm_bytes, torch_layer
@@ -385,6 +385,11 @@ class FrozenActivations:
     """QLoRA: one dequantized weight in the compute dtype while a layer runs (forward and backward)."""
 
 
+_HALF_UNDER_AUTOCAST = (LoRATarget.O, LoRATarget.DOWN)
+"""Projections whose input is a half-precision matmul output under autocast (the attention output, the MLP's
+activation product); the others read an fp32 norm output."""
+
+
 def _released(group: float, consumers: list[bool], per_consumer: float, amp: bool) -> float:
     """Bytes of one linear-input tensor released: without autocast the consumers share it (released when none
     keeps it); under autocast each consumer saves its own cast copy."""
@@ -405,6 +410,7 @@ def frozen_activations(model: ModelConfig, training: TrainingConfig, *, tp: npt.
     megatron = training.framework is Framework.MEGATRON
     amp = training.precision.is_amp and not megatron
     lora = training.lora
+    upcast = fp32_adapters(training)
     shared = model.moe.shared_expert_ffn_hidden_size if model.moe is not None else 0
     ex = expert_shard(model, training, tp_a, etp, ep)
 
@@ -414,10 +420,23 @@ def frozen_activations(model: ModelConfig, training: TrainingConfig, *, tp: npt.
             return {}, 0.0 * tp_a
         keep: dict[LoRATarget, bool] = {}
         added = 0.0 * tp_a
+        mask = MASK_BYTES if lora.dropout > 0 else 0
         for target, n_in, _, r in adapter_counts(model, lora, ffn).projections:
-            keep[target] = lora.dropout == 0 or amp  # under autocast lora_A saves its cast (dropped) input
             width = n_in / tp_a if target.row_parallel else n_in * (rep if megatron else 1.0)
-            dropped = width * (MASK_BYTES + (0 if amp else bm)) if lora.dropout > 0 else 0.0
+            if upcast:
+                # PEFT casts the input to fp32 for each adapter (its own copy): lora_A saves it (or its dropped
+                # copy beside the mask), lora_B saves A's fp32 output; the base's input is not kept for them
+                keep[target] = False
+                added = added + FP32 * r + width * (FP32 + mask)
+                continue
+            if amp and target in _HALF_UNDER_AUTOCAST:
+                # PEFT casts this half input to the fp32 adapters' dtype and lora_A's autocast casts that back: a
+                # copy of its own (the attention output is no longer shared with the attention kernel's output)
+                keep[target] = False
+                added = added + bm * r + width * (bm + mask)
+                continue
+            keep[target] = lora.dropout == 0 or amp  # under autocast lora_A saves its cast (dropped) input
+            dropped = width * (mask + (0 if amp else bm)) if lora.dropout > 0 else 0.0
             added = added + bm * r + dropped  # A's output, saved by B; the dropout mask and dropped input
         return keep, added
 

@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from frenzy_core.config.model import ModelConfig
 
 __all__ = ["CUDA_BLOCK_BYTES", "PeakTensors", "Phase", "PhasePeak", "ProbeResult", "StepContext", "TrainingLoop",
-           "TrainingStep", "measure_training_step", "probe_memory"]
+           "TrainingStep", "built_on_meta", "measure_training_step", "probe_memory"]
 
 HFConfigSource = Mapping[str, Any] | str | PathLike[str]
 """A Hugging Face config: the parsed ``config.json`` dict, its path, or the folder holding it."""
@@ -177,6 +177,34 @@ def _result(run: _Run, plan: _Plan, loop_name: str) -> ProbeResult:
 
 MAX_PROBE_STEPS = 1000
 """Most optimizer steps one probe runs: the peak settles by the second step (the default), so more only costs time."""
+
+
+def built_on_meta(module_factory: Callable[[], torch.nn.Module]) -> Callable[[], torch.nn.Module]:
+    """A module factory for :func:`measure_training_step` that runs ``module_factory`` on the meta device, with
+    fake-tensor mode paused, and hands the probe that module with fake tensors of the same shapes, dtypes,
+    ``requires_grad`` and sharing (tied weights stay tied). For code that moves or casts its weights with ``.to()``
+    while it builds (``peft.get_peft_model``): ``Module._apply`` swaps fake parameters in place, which the fake
+    mode's weak references to them refuse."""
+
+    def build() -> torch.nn.Module:
+        torch = _import_torch()
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        with unset_fake_temporarily(), torch.device("meta"):
+            module = module_factory()
+        fakes: dict[int, Any] = {}
+        for sub in module.modules():
+            for store in (sub._parameters, sub._buffers):
+                for name, t in store.items():
+                    if t is not None and id(t) not in fakes:
+                        fake = torch.empty(t.shape, dtype=t.dtype)
+                        is_param = isinstance(t, torch.nn.Parameter)
+                        fakes[id(t)] = torch.nn.Parameter(fake, requires_grad=t.requires_grad) if is_param else fake
+                    if t is not None:
+                        store[name] = fakes[id(t)]
+        return module
+
+    return build
 
 
 def _check_counts(steps: object, microbatches: object, block_bytes: object) -> None:

@@ -6,6 +6,7 @@ import functools
 from dataclasses import dataclass
 
 from frenzy_core.config.finetune import nf4_bytes_per_param
+from frenzy_core.config.trainable import fp32_adapters
 from frenzy_core.config.training import Framework, Optimizer, OptimizerImpl, Precision, TrainingConfig
 
 __all__ = ["ADAM_8BIT_BLOCK_SIZE", "StateBytes", "state_bytes"]
@@ -21,6 +22,8 @@ class StateBytes:
 
     param: float
     """Working weights."""
+    trainable_param: float
+    """A trainable weight: ``param``, or 4 for PEFT's fp32 adapters on a half base."""
     matmul_weight: float
     """A layer's matmul weight: ``param``, plus the fp8 copy fp8 recipes keep beside it, or fp8 alone with
     Megatron's fp8 parameter gather, or 4-bit NF4 with block scales under QLoRA."""
@@ -62,16 +65,19 @@ def state_bytes(training: TrainingConfig) -> StateBytes:
         matmul = 2.0 if training.fp8_param_gather else param + 1.0
     if training.lora is not None and training.lora.quantized:
         matmul = nf4_bytes_per_param(training.lora)  # bitsandbytes Linear4bit: packed 4-bit data + absmax
+    # PEFT's fp32 adapters on a half base: what trains is fp32, gradients and states too (zeros_like(param))
+    trained = Precision.FP32 if fp32_adapters(training) else p
+    trainable_param = float(trained.param_bytes)
     if p.is_mixed:
         # Megatron: fp32 main_grad buffer (accumulate_allreduce_grads_in_fp32); DeepSpeed/torch: half grads
         # (the ZeRO paper's 2 + 2 + K accounting).
         grad = 4.0 if megatron else 2.0
         master = 4.0
     else:
-        grad = param
+        grad = trainable_param
         master = 0.0
     n_states = _num_states(training.optimizer)
-    sdt = _state_dtype_bytes(p)
+    sdt = _state_dtype_bytes(trained)
     if training.optimizer is Optimizer.ADAM_8BIT:
         states = n_states * (1.0 + 4.0 / ADAM_8BIT_BLOCK_SIZE)
     else:
@@ -91,5 +97,5 @@ def state_bytes(training: TrainingConfig) -> StateBytes:
         # DeepSpeed's mixed-precision optimizers copy the half gradient shard to fp32 before stepping
         # (single_partition_of_fp32_groups[i].grad).
         temp_local += 4.0
-    return StateBytes(param=param, matmul_weight=matmul, grad=grad, master=master, states=states,
-                      step_temp_local=temp_local, step_temp_largest=temp_largest)
+    return StateBytes(param=param, trainable_param=trainable_param, matmul_weight=matmul, grad=grad, master=master,
+                      states=states, step_temp_local=temp_local, step_temp_largest=temp_largest)

@@ -101,6 +101,8 @@ def model_states(per_param: StateBytes, training: TrainingConfig, held: StagePar
         return np.asarray(np.where(sh.zero >= from_stage, sharded, _sum(dense, experts)))
 
     weights = per_param.param * (shard(3, "all") - shard(3, "matmul")) + per_param.matmul_weight * shard(3, "matmul")
+    if per_param.trainable_param != per_param.param:  # PEFT's fp32 adapters on a half base
+        weights = weights + (per_param.trainable_param - per_param.param) * shard(3, "train")
     hpz = training.zero_hpz_partition_size
     if hpz > 1:
         # ZeRO++ hpZ: a secondary copy of the half weights sharded within the node, kept through the step

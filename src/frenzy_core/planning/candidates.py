@@ -39,6 +39,7 @@ __all__ = [
     "dense_rank",
     "divisors_up_to",
     "enumerate_layouts",
+    "enumerate_rows",
     "log_key",
     "placed_links",
     "row_links",
@@ -88,13 +89,29 @@ def _product(axes: list[list[int]]) -> np.ndarray:
 def enumerate_layouts(model: ModelConfig, training: TrainingConfig, constraints: PlanConstraints, *,
                       max_world: int, max_tp: int, adjustable_batch: bool = False) -> LayoutArrays:
     """Every layout of at most ``max_world`` GPUs the model and recipe allow (:func:`layout_mask`) and the search
-    covers, in canonical order.
+    covers, in canonical order, each splitting its global batch into whole, equal micro-batches per rank
+    (:func:`enumerate_rows` without uneven splits)."""
+    return enumerate_rows(model, training, constraints, max_world=max_world, max_tp=max_tp,
+                          adjustable_batch=adjustable_batch)[0]
 
-    The data-parallel degree is any integer that splits the global batch into whole, equal micro-batches per
-    rank: a divisor of it when it is pinned; when ``adjustable_batch`` (the request's default batch) any degree
-    up to the batch, the batch moved to the nearest multiple of micro-batch x dp within
-    :data:`BATCH_ADJUST_TOLERANCE`. Canonical order (the last tie-break everywhere): fewer GPUs, smaller tp, pp, vpp, cp, ep,
-    lighter recompute, lower ZeRO stage, no distributed optimizer, no sequence parallelism, larger micro-batch.
+
+def enumerate_rows(model: ModelConfig, training: TrainingConfig, constraints: PlanConstraints, *,
+                   max_world: int, max_tp: int, adjustable_batch: bool = False, uneven: bool = False
+                   ) -> tuple[LayoutArrays, npt.NDArray[np.int64]]:
+    """The layouts the search covers and the samples each trains per step.
+
+    The data-parallel degree is any integer that splits the global batch into whole micro-batches per rank: a
+    divisor of it when it is pinned; when ``adjustable_batch`` (the request's default batch) any degree up to the
+    batch, the batch moved to the nearest multiple of micro-batch x dp within :data:`BATCH_ADJUST_TOLERANCE`.
+    With ``uneven`` (torch runtimes and launchers that pass each rank its own count) also any dp up to the
+    M = batch / micro-batch micro-batches, M mod dp ranks running one micro-batch more than the others: such a
+    row's global batch is the slowest rank's view (ceil(M / dp) micro-batches on every rank, what memory and
+    time are estimated with) while its samples are the batch itself; unless ``num_gpus`` fixes the count, only
+    the fewest ranks that run a given ceil(M / dp) (more ranks run the same micro-batches per step on more GPUs,
+    their gradient ring a little slower; they shard ZeRO states over more ranks, which this policy forgoes).
+    Canonical order (the last tie-break
+    everywhere): fewer GPUs, smaller tp, pp, vpp, cp, ep, lighter recompute, lower ZeRO stage, no distributed
+    optimizer, no sequence parallelism, larger micro-batch.
     """
     c = constraints
     megatron = training.framework is Framework.MEGATRON
@@ -108,8 +125,13 @@ def enumerate_layouts(model: ModelConfig, training: TrainingConfig, constraints:
     eps = _divisors(model.moe.num_experts) if model.moe is not None else [1]
     gbs = training.global_batch_size
     assert gbs is not None, "the search sets a global batch (the request's or the default)"
-    dps = list(range(1, min(gbs, max_world) + 1)) if adjustable_batch else divisors_up_to(gbs, max_world)
     mbss = sorted(set(c.micro_batch_sizes or DEFAULT_MICRO_BATCH_SIZES))
+    if adjustable_batch:
+        dps = list(range(1, min(gbs, max_world) + 1))
+    elif uneven:
+        dps = _uneven_degrees(gbs, mbss, max_world, every=c.num_gpus is not None)
+    else:
+        dps = divisors_up_to(gbs, max_world)
     recomputes = [r.code for r in (c.recompute or list(Recompute))]
     zeros = sorted(set(c.zero_stages if c.zero_stages is not None else ([0] if megatron else [0, 1, 2, 3])))
     dist_opts = [int(c.distributed_optimizer)] if c.distributed_optimizer is not None else ([0, 1] if megatron
@@ -119,7 +141,8 @@ def enumerate_layouts(model: ModelConfig, training: TrainingConfig, constraints:
     structure = [tps, pps, vpps, cps, eps, dps]
     recipe = [mbss, recomputes, zeros, dist_opts, sps]
     if any(not a for a in structure + recipe):
-        return _layouts(np.zeros((0, len(structure + recipe)), dtype=np.int64), training, False)
+        empty = np.zeros((0, len(structure + recipe)), dtype=np.int64)
+        return _layouts(empty, training, np.zeros(0, np.int64)), np.zeros(0, np.int64)
     # parallel degrees first (few combinations survive), then crossed with the recipe choices
     grid = _product(structure)
     tp, pp, vpp, cp, ep, dp = grid.T
@@ -132,24 +155,61 @@ def enumerate_layouts(model: ModelConfig, training: TrainingConfig, constraints:
     grid = np.concatenate([np.repeat(grid, len(choices), axis=0), np.tile(choices, (len(grid), 1))], axis=1)
     sp, tp = grid[:, 10], grid[:, 0]
     grid = grid[(sp == 0) | (tp > 1)]  # search policy: sequence parallelism only where it has an effect
-    layouts = _layouts(grid, training, adjustable_batch)
-    if adjustable_batch:
-        moved = np.abs(layouts.global_batch_size - gbs)
-        layouts = layouts.take(moved <= BATCH_ADJUST_TOLERANCE * gbs)
-    layouts = layouts.take(layout_mask(model, layouts))
-    order = np.lexsort((-layouts.micro_batch_size, layouts.sequence_parallel, layouts.distributed_optimizer,
-                        layouts.zero_stage, layouts.recompute, layouts.ep, layouts.cp, layouts.vpp, layouts.pp,
-                        layouts.tp, layouts.world_size))
-    return layouts.take(order)
+    grid, batch, trained = _batch_rows(grid, gbs, adjustable_batch, uneven, every=c.num_gpus is not None)
+    layouts = _layouts(grid, training, batch)
+    ok = layout_mask(model, layouts)
+    layouts, trained = layouts.take(ok), trained[ok]
+    order = np.lexsort((trained != gbs, -layouts.micro_batch_size, layouts.sequence_parallel,
+                        layouts.distributed_optimizer, layouts.zero_stage, layouts.recompute, layouts.ep,
+                        layouts.cp, layouts.vpp, layouts.pp, layouts.tp, layouts.world_size))
+    return layouts.take(order), trained[order]
 
 
-def _layouts(grid: np.ndarray, training: TrainingConfig, adjustable_batch: bool) -> LayoutArrays:
+def _batch_rows(grid: np.ndarray, gbs: int, adjustable: bool, uneven: bool, *, every: bool
+                ) -> tuple[np.ndarray, npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The rows of ``grid`` (dp column 5, micro-batch column 6) that split the batch ``gbs`` into whole
+    micro-batches per rank, with each row's global batch (moved where ``adjustable``; the slowest rank's view
+    for an uneven split) and the samples it trains; ``every``: every uneven degree, else the fewest ranks per
+    count (:func:`enumerate_rows`)."""
+    dp, mbs = grid[:, 5], grid[:, 6]
+    even = adjusted_batch(gbs, mbs * dp) if adjustable else np.full_like(dp, gbs)
+    kept = np.abs(even - gbs) <= BATCH_ADJUST_TOLERANCE * gbs if adjustable else gbs % (mbs * dp) == 0
+    grids, batches, samples = [grid[kept]], [even[kept]], [even[kept]]
+    if uneven:
+        m = gbs // mbs
+        padded = -(-m // np.maximum(dp, 1)) * mbs * dp
+        odd = (gbs % mbs == 0) & (dp <= m) & (m % np.maximum(dp, 1) != 0)
+        odd &= ~(kept & (even == padded))  # a moved batch as slow per step and larger trains more per second
+        if not every:  # search policy: the fewest ranks that run ceil(M / dp) micro-batches each
+            per_rank = padded // np.maximum(mbs * dp, 1)
+            odd &= dp == -(-m // np.maximum(per_rank, 1))
+        grids.append(grid[odd])
+        batches.append(padded[odd])
+        samples.append(np.full(int(odd.sum()), gbs, dtype=np.int64))
+    return (np.concatenate(grids), np.concatenate(batches).astype(np.int64),
+            np.concatenate(samples).astype(np.int64))
+
+
+def _uneven_degrees(batch: int, micro_batch_sizes: list[int], max_world: int, *, every: bool) -> list[int]:
+    """Data-parallel degrees up to ``max_world`` that split a pinned ``batch`` into whole micro-batches of one of
+    ``micro_batch_sizes`` per rank, evenly or not: with ``every``, any degree up to the micro-batches; else the
+    even ones and the fewest ranks that run a given ceil(M / dp) (O(sqrt(M)) of them, the search policy of
+    :func:`enumerate_rows`)."""
+    dp = np.arange(1, min(batch, max_world) + 1, dtype=np.int64)
+    keep = np.zeros(dp.shape, dtype=bool)
+    for mbs in micro_batch_sizes:
+        if batch % mbs:
+            continue
+        m = batch // mbs
+        fewest = dp == -(-m // -(-m // dp))
+        keep |= (dp <= m) & ((m % dp == 0) | every | fewest)
+    return [int(d) for d in dp[keep]]
+
+
+def _layouts(grid: np.ndarray, training: TrainingConfig, gbs: np.ndarray) -> LayoutArrays:
     """Rows (tp, pp, vpp, cp, ep, dp, micro-batch, recompute, ZeRO, distributed optimizer, sequence parallel) as
-    layouts with ``training``'s sequence length, global batch (adjusted per row where adjustable) and
-    recompute chunk."""
+    layouts with ``training``'s sequence length and recompute chunk and the global batch ``gbs`` per row."""
     tp, pp, vpp, cp, ep, dp, mbs, rc, zero, dopt, sp = grid.T
-    batch = int(training.global_batch_size or 1)
-    gbs = adjusted_batch(batch, mbs * dp) if adjustable_batch else np.full_like(dp, batch)
     schedule = np.where(vpp > 1, PipelineSchedule.INTERLEAVED.code, PipelineSchedule.ONE_F_ONE_B.code)
     columns = {"tp": tp, "pp": pp, "vpp": vpp, "cp": cp, "ep": ep, "dp": dp, "micro_batch_size": mbs,
                "global_batch_size": gbs, "seq_len": np.full_like(dp, training.seq_len), "zero_stage": zero,
@@ -229,6 +289,11 @@ class CandidateTable:
     """The pools candidates are placed in: the request's first, then host-capped ones (:meth:`NodePool.host_capped`)."""
     pool: np.ndarray
     """Per candidate: index into ``pools`` (0: the request's pool, every free GPU usable)."""
+    uneven: bool
+    """Whether data-parallel ranks that differ by one micro-batch were searched."""
+    samples: np.ndarray
+    """Per layout: sequences it trains per step, its global batch unless its data-parallel ranks differ by one
+    micro-batch (then the request's batch, the layout's global batch being the slowest rank's view)."""
 
     def __len__(self) -> int:
         return int(self.layout.shape[0])
@@ -286,10 +351,10 @@ def _objective_keys(objective: Objective, world: np.ndarray, tokens_per_s: np.nd
     return np.stack([cents, -tok, world]), per_token_usd * float(token_budget or 1)
 
 
-def _within_launcher(scope: LaunchScope, layouts: LayoutArrays) -> LayoutArrays:
-    """The layouts ``scope``'s launcher can write; ConfigError when the request leaves none."""
-    kept = layouts.take(scope.allows(layouts))
-    if len(layouts) and not len(kept):
+def _within_launcher(scope: LaunchScope, layouts: LayoutArrays) -> npt.NDArray[np.bool_]:
+    """Which layouts ``scope``'s launcher can write; ConfigError when the request leaves none."""
+    kept = scope.allows(layouts)
+    if len(layouts) and not kept.any():
         raise ConfigError(f"launcher {scope.name} can write none of the layouts the request allows",
                           field="launcher", value=scope.name, hint="lift a pin (ZeRO stage, tp, pp) or use another "
                           "launcher")
@@ -334,15 +399,16 @@ def placed_links(pool: NodePool, name: str, base: Links, tp: np.ndarray, world: 
 def build_candidates(model: ModelConfig, training: TrainingConfig, pool: NodePool, specs: dict[str, GPUSpec],
                      constraints: PlanConstraints, objective: Objective, estimator: LayoutEstimator,
                      links: Mapping[str, Links] | None = None, *, adjustable_batch: bool = False,
-                     scope: LaunchScope | None = None, precisions: Mapping[str, Precision] | None = None
-                     ) -> CandidateTable:
+                     uneven: bool = False, scope: LaunchScope | None = None,
+                     precisions: Mapping[str, Precision] | None = None) -> CandidateTable:
     """Enumerate layouts, estimate memory once (per precision) and time per GPU type and placement (vectorised),
     filter, rank.
 
     ``links`` maps a GPU type to the intra- and inter-node link speeds its time is estimated with (default:
     its typical node's); the node size each candidate is timed with comes from where it can be placed.
     ``precisions`` maps GPU types that run the recipe in another precision (the bf16 fallback) to it;
-    ``scope`` keeps the layouts and GPU types a launcher can run.
+    ``scope`` keeps the layouts and GPU types a launcher can run; ``uneven`` also searches data-parallel ranks
+    that differ by one micro-batch (:func:`enumerate_rows`).
     """
     c = constraints
     types = tuple(pool.gpu_types)
@@ -353,10 +419,11 @@ def build_candidates(model: ModelConfig, training: TrainingConfig, pool: NodePoo
     if cap is not None:
         max_world = min(max_world, cap)
     max_tp = max([pool.max_node_size(t) for t in types if allowed[t]], default=1)
-    layouts = enumerate_layouts(model, training, c, max_world=max_world, max_tp=max_tp,
-                                adjustable_batch=adjustable_batch)
+    layouts, samples = enumerate_rows(model, training, c, max_world=max_world, max_tp=max_tp,
+                                      adjustable_batch=adjustable_batch, uneven=uneven)
     if scope is not None:
-        layouts = _within_launcher(scope, layouts)
+        within = _within_launcher(scope, layouts)
+        layouts, samples = layouts.take(within), samples[within]
     recipes = {name: training.replace(precision=(precisions or {})[name]) if name in (precisions or {}) else training
                for name in types}
     devices: dict[Precision, np.ndarray] = {}
@@ -370,7 +437,7 @@ def build_candidates(model: ModelConfig, training: TrainingConfig, pool: NodePoo
     device = devices[training.precision] if training.precision in devices else next(iter(devices.values()))
     host = hosts[training.precision] if training.precision in hosts else next(iter(hosts.values()))
     pools: list[NodePool] = [pool]
-    tokens_all = layouts.global_batch_size.astype(np.float64) * training.seq_len
+    tokens_all = samples.astype(np.float64) * training.seq_len
 
     parts: dict[str, list[np.ndarray]] = {k: [] for k in ("layout", "gpu", "iteration_s", "pph", "level", "node",
                                                           "pool")}
@@ -402,7 +469,8 @@ def build_candidates(model: ModelConfig, training: TrainingConfig, pool: NodePoo
                           price_per_hour_usd=cat["pph"], value=np.asarray(value, dtype=np.float64),
                           level=cat["level"].astype(np.int64), per_node=cat["node"].astype(np.int64), rank=rank,
                           order=order, reports=tuple(reports), host_bytes=host, pools=tuple(pools),
-                          pool=cat["pool"].astype(np.int64))
+                          pool=cat["pool"].astype(np.int64), uneven=uneven,
+                          samples=samples)
 
 
 def _host_placed(pools: list[NodePool], name: str, base: Links, tp: np.ndarray, world: np.ndarray,

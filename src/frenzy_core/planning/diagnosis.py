@@ -74,7 +74,15 @@ def _outranked_message(table: CandidateTable, chosen: int, row: int) -> str:
     return f"same GPU count but slower by {gap:.1f}%"
 
 
-def _report_reason(report: TypeReport, constraints: PlanConstraints) -> tuple[RejectReason, str] | None:
+UNEVEN_REFUSAL = ("micro-batch x dp dividing the global batch (Megatron-LM asserts it in megatron/core/"
+                  "num_microbatches_calculator.py, DeepSpeed's gradient_accumulation_steps and the launchers "
+                  "other than torchrun, slurm and kubernetes have one count per job; ranks that differ by one "
+                  "micro-batch are planned for framework 'torch' with those launchers only)")
+"""Why a batch must split evenly where uneven splits are not searched."""
+
+
+def _report_reason(report: TypeReport, constraints: PlanConstraints, uneven: bool = False
+                   ) -> tuple[RejectReason, str] | None:
     """The reason found before placement, or None when the type had candidates."""
     cap = constraints.num_gpus or constraints.max_gpus
     if not report.allowed:
@@ -87,7 +95,8 @@ def _report_reason(report: TypeReport, constraints: PlanConstraints) -> tuple[Re
         if constraints.num_gpus is not None:
             return RejectReason.DOES_NOT_FIT, (
                 f"no layout uses exactly num_gpus={constraints.num_gpus} GPUs of it (dp x tp x pp x cp must equal "
-                "it, with dp dividing the global batch, tp the heads and pp the layers, within its node size)")
+                f"it, with {'dp at most the micro-batches of the global batch' if uneven else UNEVEN_REFUSAL}, "
+                "tp dividing the heads and pp the layers, within its node size)")
         return RejectReason.DOES_NOT_FIT, (f"no layout of the model fits in its {report.total_gpus} GPUs (the "
                                            "searched tensor/pipeline splits need more, or the pins exclude them)")
     if report.n_fit_free == 0:
@@ -108,7 +117,7 @@ def type_rejections(table: CandidateTable, pool: NodePool, rows: np.ndarray, fea
     for g, report in enumerate(table.reports):
         if g == chosen_g:
             continue
-        early = _report_reason(report, constraints)
+        early = _report_reason(report, constraints, table.uneven)
         if early is not None:
             out.append(Rejection(gpu_type=report.gpu_type, reason=early[0], message=early[1]))
         elif g not in best and report.host_blocked:

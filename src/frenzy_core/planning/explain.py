@@ -64,8 +64,10 @@ def group_lines(plan: Plan) -> list[str]:
         return _pipeline_lines(plan)
     mbs = plan.training.micro_batch_size
     slowest = max(plan.stages, key=lambda s: s.iteration_s)
-    lines = [f"Groups (the global batch split in whole micro-batches of {mbs} so that the groups finish together; "
-             f"the slowest, {slowest.gpu_type}, sets the step):"]
+    why = ("so that the groups finish together" if plan.mixed
+           else "whose count does not split evenly over the ranks")
+    lines = [f"Groups (the global batch split in whole micro-batches of {mbs} {why}; the slowest, "
+             f"{slowest.micro_batches} micro-batches on {slowest.gpu_type}, sets the step):"]
     for s in plan.stages:
         lines.append(
             f"  {s.gpu_type}: {s.num_gpus} GPUs, dp={s.dp} tp={s.tp} pp={s.pp}, layers {s.first_layer}-"
@@ -127,7 +129,7 @@ def explain_plan(plan: Plan) -> str:
     trains = describe_trainable(t.lora, t.freeze_embeddings, t.trainable_layers)
     lines += [f"Trains: {trains}."] if trains else []
     lines += [f"Note: {note}." for note in plan.notes]
-    if plan.mixed:
+    if plan.grouped:
         lines += group_lines(plan)
     if plan.price_per_hour_usd is not None:
         lines.append(f"Price: ${plan.price_per_hour_usd:,.2f} per hour for all {plan.num_gpus} GPUs.")

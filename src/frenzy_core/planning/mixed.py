@@ -40,6 +40,7 @@ from frenzy_core.planning.mixed_solve import (
 )
 from frenzy_core.planning.request import Objective
 from frenzy_core.planning.search import Search
+from frenzy_core.timing.stage import distinct
 
 __all__ = ["MAX_MIXED_ROWS", "mixable_types", "mixed_search", "one_collective_library"]
 
@@ -70,9 +71,12 @@ def _replica_layouts(search: Search) -> LayoutArrays:
     max_tp = max([search.pool.max_node_size(t) for t in allowed], default=1)
     lay = enumerate_layouts(search.model, search.training, c.replace(num_gpus=None), max_world=max(total, 1),
                             max_tp=max_tp)
-    cols = np.stack([getattr(lay, k) for k in _RECIPE], axis=1) if len(lay) else np.zeros((0, len(_RECIPE)))
-    _, first = np.unique(cols, axis=0, return_index=True)
-    keep = np.sort(first)
+    if not len(lay):
+        return lay
+    # each distinct recipe's first row (a linear-time key per row: np.unique over 2-d rows sorted them as
+    # bytes, a sixth of plan_job's CPU time at 1,024 GPUs of 6 types)
+    _, combination = distinct(*(getattr(lay, k) for k in _RECIPE))
+    keep = np.sort(np.unique(combination, return_index=True)[1])
     keep = keep[lay.ep[keep] == 1]
     return lay.take(keep)
 

@@ -115,7 +115,7 @@ class Plan(FrozenModel):
         "(estimate_iteration_time(..., cluster=plan.links) reproduces plan.time)."))
     default_batch: DefaultBatch | None = Field(default=None, description=(
         "The default global batch when the request gave none; training.global_batch_size is it, or it moved "
-        "(by at most 5 %) to split into whole micro-batches per data-parallel rank."))
+        "(by at most 5 %) to split into whole, equal micro-batches per data-parallel rank."))
     placement_mode: PlacementMode = Field(default=PlacementMode.ANY, description="How the GPUs may be spread.")
     launcher: str | None = Field(default=None, description="The launcher the plan was made launchable by.")
     notes: list[str] = Field(default_factory=list, description="What the plan changed from the request, in words.")
@@ -173,7 +173,7 @@ class Plan(FrozenModel):
         gives ``s.device_bytes``, and the time model on ``s.links`` gives ``s.iteration_s``; form a: sequence
         parallelism only where the stage has tp > 1, and ``estimate_memory(...).stages[s.pipeline_stage]``
         gives ``s.device_bytes``). For a single-type plan it is ``self.training``."""
-        if not self.mixed:
+        if not self.grouped:
             return self.training
         if stage.pipeline_stage is not None:
             return self.training.replace(sequence_parallel=self.training.sequence_parallel and stage.tp > 1)
@@ -189,6 +189,12 @@ class Plan(FrozenModel):
     def mixed(self) -> bool:
         """Whether the plan spans several GPU types."""
         return len(self.gpu_types) > 1
+
+    @property
+    def grouped(self) -> bool:
+        """Whether the plan has several GPU groups: it spans GPU types, or its data-parallel ranks differ by one
+        micro-batch (two groups of one type, :mod:`frenzy_core.planning.uneven`)."""
+        return len(self.stages) > 1
 
     @property
     def objective_unit(self) -> str:

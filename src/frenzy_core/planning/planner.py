@@ -22,13 +22,14 @@ from frenzy_core.planning.mixed_plan import build_mixed_plan, single_type_score
 from frenzy_core.planning.mixed_solve import MixedChoice, score
 from frenzy_core.planning.nodes import Locality
 from frenzy_core.planning.placement import Solution, placement_options, solve_cp_sat, solve_exhaustive
-from frenzy_core.planning.plan import Plan
+from frenzy_core.planning.plan import Plan, StagePlan
 from frenzy_core.planning.request import Objective, PlanConstraints
 from frenzy_core.planning.runners_up import runners_up
 from frenzy_core.planning.search import ClusterLike, Search, make_search
 from frenzy_core.planning.shapes import shape_links
 from frenzy_core.planning.stages import stage_search
 from frenzy_core.planning.stages_plan import build_stage_plan
+from frenzy_core.planning.uneven import uneven_groups, uneven_note
 
 __all__ = ["SOLVERS", "build_plan", "plan_job", "solve"]
 
@@ -82,6 +83,15 @@ def build_plan(search: Search, table: CandidateTable, solution: Solution, top_k:
         links = links._replace(gpus_per_node=search.pool.domain_gpus(list(placement)))
     memory = search.estimator.memory(search.model, training, parallel)
     time_estimate = search.estimator.time(search.model, training, parallel, spec, links)
+    usable = int(table.reports[int(table.gpu[row])].usable_bytes)
+    notes = _notes(search, gpu_type, solution.level)
+    samples = int(table.samples[i])
+    groups: tuple[StagePlan, ...] = ()
+    if samples != training.global_batch_size:  # ranks that differ by one micro-batch: two groups of the type
+        groups, time_estimate = uneven_groups(search.model, training, parallel, samples, search.estimator, spec,
+                                              links, placement, usable, gpu_type)
+        training = training.replace(global_batch_size=samples)
+        notes.append(uneven_note(groups, training.micro_batch_size))
     rows, feasible = placement_options(table, search.pool)
     pph = float(table.price_per_hour_usd[row])
     return Plan(
@@ -89,15 +99,14 @@ def build_plan(search: Search, table: CandidateTable, solution: Solution, top_k:
         placement=placement,
         parallel=parallel, training=training, memory=memory, time=time_estimate, links=links,
         default_batch=search.default_batch, placement_mode=table.placement,
-        launcher=None if search.scope is None else search.scope.name, notes=_notes(search, gpu_type, solution.level),
-        usable_bytes=int(table.reports[int(table.gpu[row])].usable_bytes),
+        launcher=None if search.scope is None else search.scope.name, notes=notes, usable_bytes=usable,
         host_memory_bytes={n.name: n.host_memory_bytes for n in search.pool.nodes if n.name in placement},
         price_per_hour_usd=None if np.isnan(pph) else pph, objective=search.objective,
         token_budget=search.constraints.token_budget,
         objective_value=float(table.value[row]), stranded_gpus=solution.stranded_gpus, optimal=solution.optimal,
         solver=solution.solver, solve_time_s=solution.solve_time_s,
         alternatives=runners_up(table, rows, feasible, row, top_k),
-        rejected=type_rejections(table, search.pool, rows, feasible, row, search.constraints),
+        rejected=type_rejections(table, search.pool, rows, feasible, row, search.constraints), stages=groups,
     )
 
 
@@ -132,7 +141,7 @@ def plan_job(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig 
              constraints: PlanConstraints | Mapping[str, Any] | None = None, time_limit_s: float = 10,
              top_k: int = 5, solver: str = "cp-sat", estimator: LayoutEstimator | None = None,
              launcher: str | LaunchScope | None = None, time_model: str | Path | None = None,
-             mixed_types: bool = True, mixed_stages: bool = False) -> Plan:
+             mixed_types: bool = True, mixed_stages: bool = False, uneven_dp: bool = True) -> Plan:
     """The best plan for training ``model`` on the free GPUs of ``cluster``.
 
     Fixed: what ``training`` sets (sequence length, global batch, precision, optimizer, framework, ...); without
@@ -149,7 +158,9 @@ def plan_job(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig 
     their objective beats the best single-type plan's (no launcher, placement ``any``). ``mixed_stages`` (with
     ``mixed_types``) also searches pipelines whose stages run on different GPU types with uneven layer counts
     (:mod:`frenzy_core.planning.stages`), taken only where it beats both; off by default until its search
-    meets the planner's latency targets.
+    meets the planner's latency targets. ``uneven_dp`` also plans data-parallel ranks that differ by one
+    micro-batch where the batch does not split evenly (framework ``torch``, no launcher or one that passes each
+    rank its count: :mod:`frenzy_core.planning.uneven`).
     """
     _check_options(solver, time_limit_s, top_k)
     if time_model is not None:
@@ -158,7 +169,7 @@ def plan_job(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig 
                               hint="pass AnalyticEstimator(time_model=...) as the estimator")
         estimator = AnalyticEstimator(time_model=time_model)
     deadline = time.perf_counter() + time_limit_s
-    search = make_search(model, cluster, training, objective, constraints, estimator, launcher)
+    search = make_search(model, cluster, training, objective, constraints, estimator, launcher, uneven=uneven_dp)
     table = search.table()
     solution = solve(search, table, solver, max(deadline - time.perf_counter(), MIN_SOLVER_S))
     if mixed_types or solution is None:

@@ -55,6 +55,9 @@ class Search:
     """The launcher the plan must be launchable by."""
     precisions: dict[str, Precision] = field(default_factory=dict)
     """Per GPU type whose precision falls back (bf16 left at its default on a GPU without bf16)."""
+    allow_uneven: bool = True
+    """Whether the request allows data-parallel ranks that differ by one micro-batch (``plan_job(...,
+    uneven_dp=...)``; the scheduler's runs carry one recipe and say no)."""
     mixed_placement: PlacementMode = PlacementMode.ANY
     """The placement rule mixed-type plans keep: the request's (a launcher that launches mixed plans writes one
     part per GPU type and node size, so its single-type rule does not apply to them)."""
@@ -64,6 +67,15 @@ class Search:
         """Whether mixed-type plans are searched: placement ``any`` for them, and no launcher or one that
         launches them."""
         return (self.scope is None or self.scope.mixed) and self.mixed_placement is PlacementMode.ANY
+
+    @property
+    def uneven(self) -> bool:
+        """Whether data-parallel ranks may run micro-batch counts that differ by one (a batch that does not split
+        evenly): the torch runtime only (Megatron-Core's ``ConstantNumMicroBatchesCalculator`` asserts
+        ``global_batch_size % (micro_batch_size x data_parallel_size) == 0``, megatron/core/
+        num_microbatches_calculator.py), and no launcher or one that passes each rank its own count."""
+        return (self.allow_uneven and self.training.framework is Framework.TORCH
+                and (self.scope is None or self.scope.mixed))
 
     def usable_bytes(self, gpu_type: str) -> int:
         """Bytes a GPU of ``gpu_type`` may hold under the request's headroom."""
@@ -77,7 +89,7 @@ class Search:
     def table(self) -> CandidateTable:
         return build_candidates(self.model, self.training, self.pool, self.specs, self.constraints, self.objective,
                                 self.estimator, links=self.links, adjustable_batch=self.default_batch is not None,
-                                scope=self.scope, precisions=self.precisions)
+                                uneven=self.uneven, scope=self.scope, precisions=self.precisions)
 
     def feasible(self) -> bool:
         """Whether any candidate can be placed (no solver needed: the count check is exact)."""
@@ -196,7 +208,8 @@ def _within_scope(scope: LaunchScope, training: TrainingConfig, cons: PlanConstr
 
 def make_search(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig | None, objective: Objective | str,
                 constraints: PlanConstraints | Mapping[str, Any] | None,
-                estimator: LayoutEstimator | None = None, launcher: str | LaunchScope | None = None) -> Search:
+                estimator: LayoutEstimator | None = None, launcher: str | LaunchScope | None = None,
+                uneven: bool = True) -> Search:
     """Validate a request and gather what solving it needs; bad input raises ConfigError."""
     if not isinstance(model, ModelConfig):
         raise ConfigError(f"model must be a ModelConfig, got {type(model).__name__}", field="model",
@@ -233,4 +246,5 @@ def make_search(model: ModelConfig, cluster: ClusterLike, training: TrainingConf
     links = {name: cluster.links(name) if isinstance(cluster, Cluster) else spec.links for name, spec in specs.items()}
     return Search(model=model, training=training, pool=pool, specs=specs, constraints=cons, objective=obj,
                   estimator=estimator or AnalyticEstimator(), links=links, default_batch=batch, scope=scope,
-                  precisions=_fallback_precisions(training, specs), mixed_placement=mixed_placement)
+                  precisions=_fallback_precisions(training, specs), mixed_placement=mixed_placement,
+                  allow_uneven=uneven)

@@ -51,7 +51,8 @@ def planned_tokens_per_s(model: ModelConfig, training: TrainingConfig, gpu_type:
     from frenzy_core.planning import plan_job
 
     plan = plan_job(model, homogeneous_cluster(gpu_type, num_gpus), training, objective="throughput",
-                    constraints={"num_gpus": num_gpus, "gpu_types": [get_gpu_spec(gpu_type).id]}, top_k=0)
+                    constraints={"num_gpus": num_gpus, "gpu_types": [get_gpu_spec(gpu_type).id]}, top_k=0,
+                    uneven_dp=False)
     return float(plan.time.tokens_per_s)
 
 
@@ -267,7 +268,8 @@ def _build(model: ModelConfig, training: TrainingConfig, gpu_type: str, group: G
     nodes = ([{**links, "gpus_per_node": gpn, "count": full}] if full else []) + (
         [{**links, "gpus_per_node": rest}] if rest else [])
     cluster = Cluster.from_dict({"name": f"{total} x {gpu_type}", "nodes": nodes})
-    search = make_search(model, cluster, training, "throughput", {"max_gpus": total, "gpu_types": [gpu_type]})
+    search = make_search(model, cluster, training, "throughput", {"max_gpus": total, "gpu_types": [gpu_type]},
+                         uneven=False)  # a run's layout is one recipe: equal micro-batch counts
     table = search.table()
     ok = np.flatnonzero(np.isfinite(table.tokens_per_s) & (table.tokens_per_s > 0))
     ranked = ok[np.lexsort((table.order[ok], -log_key(table.tokens_per_s[ok]), table.world[ok]))]

@@ -6,7 +6,7 @@ import functools
 
 from frenzy_core import Cluster, plan_job
 from frenzy_core.config import Framework, ModelConfig, ParallelConfig, Recompute, TrainingConfig
-from frenzy_core.hardware.gpus import get_gpu_spec
+from frenzy_core.hardware.gpus import get_gpu_spec, load_gpu_specs
 from frenzy_core.memory.estimator import estimate_memory
 from frenzy_core.planning import Objective, Plan
 from frenzy_core.timing import estimate_iteration_time
@@ -108,3 +108,70 @@ def mixed_uneven() -> Plan:
                                            {"gpu": "a100-80gb", "gpus_per_node": 8, "free_gpus": 6},
                                            {"gpu": "a100-80gb", "gpus_per_node": 4, "free_gpus": 4}]})
     return plan_job(LLAMA, cluster, TrainingConfig(seq_len=4096, global_batch_size=64), top_k=0)
+
+
+# ---- pipelines whose stages run on different GPU types (issue 12, form a): planned, one recipe each ----------
+
+STAGE_MODEL = LLAMA.replace(name="tiny-8l", hidden_size=2048, num_layers=8, num_attention_heads=16, num_kv_heads=16,
+                            ffn_hidden_size=5504)
+"""A 1B-class model of 8 layers: on A10G and L4 cut to a few GiB, no GPU type alone holds it (as in
+tests/test_planning_stages.py)."""
+_STAGE_RECIPE = {"micro_batch_sizes": [1], "zero_stages": [2], "recompute": ["none"]}
+
+
+def _stage_plan(memory_gib: tuple[int, int], nodes: list[tuple[str, int, int]]) -> Plan:
+    specs = load_gpu_specs(overrides={"a10g": {"memory_bytes": memory_gib[0] * 2**30},
+                                      "l4": {"memory_bytes": memory_gib[1] * 2**30}})
+    cluster = Cluster.from_dict({"nodes": [{"gpu": g, "gpus_per_node": n, "count": c} for g, n, c in nodes]},
+                                specs=specs)
+    plan = plan_job(STAGE_MODEL, cluster, TrainingConfig(seq_len=1024, global_batch_size=8), constraints=_STAGE_RECIPE,
+                    mixed_stages=True)
+    assert plan.stages[0].pipeline_stage is not None, "the cluster no longer gives a pipeline over two types"
+    return plan
+
+
+@functools.cache
+def stage_uneven() -> Plan:
+    """Two stages of 5 and 3 layers (tp 1, dp 2) on a node of 2 A10G (6 GiB) and one of 2 L4 (4 GiB)."""
+    return _stage_plan((6, 4), [("a10g", 2, 1), ("l4", 2, 1)])
+
+
+@functools.cache
+def stage_tps() -> Plan:
+    """Two stages of their own tp (3 layers at tp 1 on 2 A10G, 5 at tp 2 on 4 L4; dp 2): 6 ranks."""
+    return _stage_plan((4, 4), [("a10g", 2, 1), ("l4", 4, 1)])
+
+
+@functools.cache
+def stage_shared_node() -> Plan:
+    """Three stages of tp 2 (3, 3 and 2 layers), the first two on one node of 4 A10G, the last on 2 L4."""
+    return _stage_plan((4, 4), [("a10g", 4, 1), ("l4", 2, 1)])
+
+
+STAGE_PLANS = {"stage_uneven": stage_uneven, "stage_tps": stage_tps, "stage_shared_node": stage_shared_node}
+"""Form (a) plans every launcher that runs them is checked on."""
+
+
+def _megatron_stage_plan(nodes: list[tuple[str, int, int]]) -> Plan:
+    specs = load_gpu_specs(overrides={"a10g": {"memory_bytes": 6 * 2**30}, "l4": {"memory_bytes": 4 * 2**30}})
+    cluster = Cluster.from_dict({"nodes": [{"gpu": g, "gpus_per_node": n, "count": c} for g, n, c in nodes]},
+                                specs=specs)
+    training = TrainingConfig(seq_len=1024, global_batch_size=8, framework=Framework.MEGATRON,
+                              distributed_optimizer=True)
+    plan = plan_job(STAGE_MODEL, cluster, training, constraints={"micro_batch_sizes": [1], "recompute": ["none"]},
+                    mixed_stages=True)
+    assert plan.stages[0].pipeline_stage is not None, "the cluster no longer gives a pipeline over two types"
+    return plan
+
+
+@functools.cache
+def megatron_stages() -> Plan:
+    """A Megatron recipe over two stages of tp 2 (4 and 4 layers) on 2 A10G and 2 L4."""
+    return _megatron_stage_plan([("a10g", 2, 1), ("l4", 2, 1)])
+
+
+@functools.cache
+def megatron_stages_uneven() -> Plan:
+    """A Megatron recipe over four stages of tp 2 whose split (2, 2, 3, 1) the first/last-stage flags cannot say
+    (--pipeline-model-parallel-layout does)."""
+    return _megatron_stage_plan([("a10g", 2, 2), ("l4", 2, 2)])

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from adapter_plans import FIVE_PLANS, mixed_small
+from adapter_plans import FIVE_PLANS, mixed_small, stage_uneven
 from frenzy_core.adapters import LAUNCHERS, emit
 from frenzy_core.config import ModelConfig
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "adapters.md"
-DOC_PLANS = {**FIVE_PLANS, "mixed_small": mixed_small}
+DOC_PLANS = {**FIVE_PLANS, "mixed_small": mixed_small, "stage_uneven": stage_uneven}
 """The plans the page's examples name."""
 EXAMPLE = re.compile(r"<!-- emit: (\S+) (\S+) (\{.*?\}) -->\n```\n(.*?)```\n", re.DOTALL)
 

@@ -253,8 +253,8 @@ PUBLIC_API: dict[str, list[str]] = {
         'simulate', 'synthetic_jobs', 'to_megatron_args', 'validate_layout',
     ],
     'frenzy_core.adapters': [
-        'ADAPTERS', 'Adapter', 'AdapterOptions', 'GROUP_ENV', 'LAUNCHERS', 'OutputFormat', 'RECIPE_ENV', 'emit',
-        'get_adapter',
+        'ADAPTERS', 'Adapter', 'AdapterOptions', 'GROUP_ENV', 'LAUNCHERS', 'OutputFormat', 'RECIPE_ENV', 'STAGE_ENV',
+        'emit', 'get_adapter',
     ],
     'frenzy_core.cli': [
         'app', 'main',

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from adapter_plans import FIVE_PLANS, cpu_dp2, mixed_small, mixed_uneven, single_gpu
+from adapter_plans import FIVE_PLANS, STAGE_PLANS, cpu_dp2, mixed_small, mixed_uneven, single_gpu
 from frenzy_core.adapters import ADAPTERS, emit
 from frenzy_core.errors import ConfigError
 from frenzy_core.planning import Plan
@@ -274,7 +274,8 @@ def test_trainjob_matches_the_trainer_api_models(name: str) -> None:
     kubernetes_validate.validate(_pod("frenzy-train", full), "1.30", strict=True)
 
 
-@pytest.mark.parametrize("make", [mixed_small, mixed_uneven], ids=["mixed_small", "mixed_uneven"])
+@pytest.mark.parametrize("make", [mixed_small, mixed_uneven, *STAGE_PLANS.values()],
+                         ids=["mixed_small", "mixed_uneven", *STAGE_PLANS])
 def test_a_mixed_plans_jobset_matches_the_jobset_models_and_its_jobs_validate(make: Any) -> None:
     """A mixed plan's kubernetes output is a JobSet: JobSet's own models (shipped with kubeflow-trainer-api,
     which embeds them) drop nothing, and every replicated job's template is a strict batch/v1 Job."""
@@ -286,7 +287,29 @@ def test_a_mixed_plans_jobset_matches_the_jobset_models_and_its_jobs_validate(ma
     manifest = yaml.safe_load(emit(plan, "kubernetes"))
     job_set = JobsetV1alpha2JobSet.from_dict(manifest)
     assert job_set is not None and job_set.to_dict() == manifest
-    assert sum(j.template.spec.parallelism for j in job_set.spec.replicated_jobs) == len(plan.placement)
+    # one pod per node of each group (two pipeline stages on one node are two pods)
+    assert sum(j.template.spec.parallelism for j in job_set.spec.replicated_jobs) == sum(len(s.placement)
+                                                                                         for s in plan.stages)
     for job in manifest["spec"]["replicatedJobs"]:
         kubernetes_validate.validate({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": job["name"]},
                                       "spec": job["template"]["spec"]}, "1.30", strict=True)
+
+
+@pytest.mark.parametrize("name", ["stage_uneven", "stage_shared_node"])
+def test_torchtitans_own_command_line_rules_read_the_pipeline_split(name: str) -> None:
+    """torchtitan 0.3.0's ConfigManager rules (its comma-separated list[str] rule) and tyro parse the emitted
+    --parallelism.* tokens into its ParallelismConfig: the split, degree, schedule and tp arrive as planned.
+    torchtitan is installed without its dependencies (.ci/run): its config classes need only tyro."""
+    tyro = _need("tyro")
+    manager = pytest.importorskip("torchtitan.config.manager", reason="pip install --no-deps torchtitan==0.3.0 tyro")
+    from torchtitan.config import ParallelismConfig
+
+    from frenzy_core.adapters.torchtitan import module_fqns_per_model_part, torchtitan_args
+
+    manager.ConfigManager()  # registers torchtitan's tyro rules on its registry
+    plan = STAGE_PLANS[name]()
+    config = tyro.cli(ParallelismConfig, args=[a.replace("--parallelism.", "--") for a in torchtitan_args(plan)],
+                      registry=manager.custom_registry)
+    assert config.module_fqns_per_model_part == module_fqns_per_model_part(plan)
+    assert (config.pipeline_parallel_degree, config.tensor_parallel_degree) == (plan.parallel.pp, plan.stages[0].tp)
+    assert config.pipeline_parallel_schedule == "1F1B"

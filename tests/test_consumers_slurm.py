@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from adapter_plans import GPT2, make_plan, mixed_small
+from adapter_plans import GPT2, make_plan, mixed_small, stage_uneven
 from frenzy_core.adapters import emit
 from frenzy_core.adapters.slurm import SlurmComponent, SlurmOptions, slurm_script
 from frenzy_core.config import ParallelConfig, TrainingConfig
@@ -197,4 +197,52 @@ def test_a_mixed_plan_runs_as_a_heterogeneous_job_with_each_group_on_its_type(sl
             seen = envs[rank]
             assert (seen["FRENZY_GROUP"], seen["FRENZY_GPU_TYPE"], seen["FRENZY_GRAD_ACCUM_STEPS"]) == (
                 str(group), stage.gpu_type, str(stage.micro_batches))
+            assert seen["SLURMD_NODENAME"] == nodes[FEATURES.index(names[stage.gpu_type])]
+
+
+def test_sbatch_test_only_accepts_a_pipeline_over_two_types(slurm_cluster: dict[str, str], tmp_path: Path) -> None:
+    """sbatch --test-only (Slurm validates the script and finds where each component would start, runs nothing):
+    the fast CI check of the form (a) hetjob whose real run follows (slow)."""
+    plan = stage_uneven()
+    names = dict(zip(plan.gpu_types, FEATURES))
+    script = emit(plan, "slurm", gpu_request="constraint", gpu_type_name=names, cpus_per_gpu=1, partition="test",
+                  time="00:05:00")
+    path = tmp_path / "job.sbatch"
+    path.write_text(script)
+    proc = subprocess.run(["sbatch", "--test-only", str(path)], env=slurm_cluster, capture_output=True, text=True,
+                          timeout=60, cwd=tmp_path)
+    assert proc.returncode == 0 and "to start at" in proc.stderr, proc.stderr
+    # each stage's component can only go to the node with its type's feature: the job spans both
+    assert all(node in proc.stderr for node in _loopback_names(2)), proc.stderr
+
+
+@pytest.mark.slow  # about a minute (4 ranks start torch on 2 cores); CI runs the form (b) hetjob above, the
+# --test-only check above, and tests/test_adapters_stages.py checks this script's components and stage variables
+def test_a_pipeline_over_two_types_runs_as_a_heterogeneous_job_with_each_stage_on_its_type(
+        slurm_cluster: dict[str, str], tmp_path: Path) -> None:
+    """The emitted hetjob of a form (a) plan (stage 0: 5 layers on 2 A10G, stage 1: 3 layers on 2 L4; dp 2): each
+    component lands on the node with its stage's type, the 4 ranks form one process group, and every rank sees
+    its own stage's variables at the global ranks the plan gives that stage."""
+    plan = stage_uneven()
+    (tmp_path / "train.py").write_text(_TRAIN)
+    out = tmp_path / "out"
+    out.mkdir()
+    names = dict(zip(plan.gpu_types, FEATURES))
+    script = emit(plan, "slurm", gpu_request="constraint", gpu_type_name=names, cpus_per_gpu=1, partition="test",
+                  time="00:05:00", torchrun=[sys.executable, "-m", "torch.distributed.run"],
+                  script=str(tmp_path / "train.py"), env={"OUT_DIR": str(out)})
+    state = _submit(script, slurm_cluster, tmp_path)
+    log = (tmp_path / "job.out").read_text() if (tmp_path / "job.out").exists() else ""
+    assert state == "COMPLETED", log[-3000:]
+    assert _ranks(out) == [f"{plan.num_gpus} {plan.parallel.dp}"] * plan.num_gpus
+    nodes = _loopback_names(2)
+    envs = _envs(out)
+    for i, stage in enumerate(plan.stages):
+        first = sum(s.num_gpus for s in plan.stages[:i])
+        for rank in range(first, first + stage.num_gpus):
+            seen = envs[rank]
+            assert (seen["FRENZY_STAGE"], seen["FRENZY_GPU_TYPE"], seen["FRENZY_TP"]) == (str(i), stage.gpu_type,
+                                                                                         str(stage.tp))
+            assert (seen["FRENZY_STAGE_FIRST_LAYER"], seen["FRENZY_STAGE_NUM_LAYERS"], seen["FRENZY_STAGE_FIRST_RANK"]) == (
+                str(stage.first_layer), str(stage.num_layers), str(first))
             assert seen["SLURMD_NODENAME"] == nodes[FEATURES.index(names[stage.gpu_type])]

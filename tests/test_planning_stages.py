@@ -85,10 +85,12 @@ def test_stage_plans_are_deterministic() -> None:
     assert again.model_copy(update={"solve_time_s": 0.0}) == _tiny().model_copy(update={"solve_time_s": 0.0})
 
 
-def test_adapters_refuse_stage_plans_and_say_why() -> None:
-    for name in ("torchrun", "slurm", "megatron"):
-        with pytest.raises(ConfigError, match="pipeline stages run on different types"):
+def test_launchers_without_pipeline_stages_refuse_stage_plans_and_name_those_with() -> None:
+    """tests/test_adapters_stages.py checks the launchers that run them."""
+    for name in ("deepspeed", "accelerate", "ray", "skypilot", "kubeflow-trainjob"):
+        with pytest.raises(ConfigError, match="pipeline stages run on different types") as err:
             get_adapter(name).emit(_tiny())
+        assert "launch it with torchrun, megatron, slurm, kubernetes" in (err.value.hint or "")
 
 
 def test_stage_links_are_the_fewest_gpus_a_stage_has_on_a_node() -> None:

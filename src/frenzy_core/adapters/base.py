@@ -31,6 +31,7 @@ __all__ = [
     "GROUP_ENV",
     "MULTILINE",
     "RECIPE_ENV",
+    "STAGE_ENV",
     "Adapter",
     "AdapterOptions",
     "NodeSlot",
@@ -38,6 +39,7 @@ __all__ = [
     "gpu_vendor",
     "launcher_gpu_name",
     "node_slots",
+    "per_stage_tp_launchers",
     "recipe_env",
     "site_name",
     "stage_spec",
@@ -132,17 +134,18 @@ class Adapter(Generic[OptionsT]):
 
 
 def _check_groups(plan: Plan, scope: LaunchScope) -> None:
-    """ConfigError when ``scope``'s launcher cannot start a plan of replica groups (spanning GPU types, or ranks
-    that differ by one micro-batch), or no launcher can (one process group over NVIDIA and AMD GPUs: NCCL and
-    RCCL do not talk to each other)."""
-    if plan.stages[0].pipeline_stage is not None:
+    """ConfigError when ``scope``'s launcher cannot start a plan of several groups (pipeline stages on different
+    types; replica groups spanning GPU types, or ranks that differ by one micro-batch), or no launcher can (one
+    process group over NVIDIA and AMD GPUs: NCCL and RCCL do not talk to each other)."""
+    if plan.stages[0].pipeline_stage is not None and not scope.stages:
+        can = [name for name, s in LAUNCH_SCOPES.items() if s.stages]
         raise ConfigError(
             f"{scope.name} cannot launch a plan spanning GPU types ({', '.join(plan.gpu_types)}): its pipeline "
-            "stages run on different types with their own tp and layer counts, which no launcher frenzy_core "
-            "writes supports yet", field="plan.stages", value=[s.gpu_type for s in plan.stages],
-            hint="plan with mixed_stages=False (the default) for a plan that launches")
+            "stages run on different types with their own tp and layer counts, which it has no way to express",
+            field="plan.stages", value=[s.gpu_type for s in plan.stages],
+            hint=f"launch it with {', '.join(can)}, or plan with mixed_stages=False (the default)")
     can = [name for name, s in LAUNCH_SCOPES.items() if s.mixed]
-    if not scope.mixed and not plan.mixed:
+    if plan.stages[0].pipeline_stage is None and not scope.mixed and not plan.mixed:
         raise ConfigError(
             f"{scope.name} cannot launch a plan whose data-parallel ranks run different micro-batch counts ("
             + " and ".join(f"{s.dp} x {s.micro_batches}" for s in plan.stages) + f": the global batch "
@@ -150,7 +153,7 @@ def _check_groups(plan: Plan, scope: LaunchScope) -> None:
             field="plan.stages", value=[s.micro_batches for s in plan.stages],
             hint=f"launch it with {', '.join(can)}, or plan with plan_job(..., launcher={scope.name!r}) (frenzy "
                  f"plan --emit {scope.name}), uneven_dp=False, or a global batch that micro-batch x dp divides")
-    if not scope.mixed:
+    if plan.stages[0].pipeline_stage is None and not scope.mixed:
         raise ConfigError(
             f"{scope.name} cannot launch a plan spanning GPU types ({', '.join(plan.gpu_types)}): its replica "
             "groups run different micro-batch counts, which it has no way to express",
@@ -160,10 +163,16 @@ def _check_groups(plan: Plan, scope: LaunchScope) -> None:
     vendors = {stage.gpu_type: stage_spec(plan, stage).vendor for stage in plan.stages}
     if len(set(vendors.values())) > 1:
         raise ConfigError(
-            "the plan's replica groups span GPU vendors (" + ", ".join(f"{t}: {v}" for t, v in vendors.items())
+            "the plan's GPU groups span GPU vendors (" + ", ".join(f"{t}: {v}" for t, v in vendors.items())
             + "): one process group cannot join NVIDIA and AMD GPUs (NCCL and RCCL do not interoperate)",
             field="plan.gpu_types", value=list(plan.gpu_types),
             hint="plan with constraints={'gpu_types': [...]} naming one vendor's types")
+
+
+def per_stage_tp_launchers() -> list[str]:
+    """The launchers that run pipeline stages of different tp (each stage's ranks with its own environment):
+    those of ``LaunchScope.stages`` but megatron, whose one command has one --tensor-model-parallel-size."""
+    return [name for name, s in LAUNCH_SCOPES.items() if s.stages and name != "megatron"]
 
 
 class _BlockDumper(yaml.SafeDumper):
@@ -265,15 +274,32 @@ GROUP_ENV: dict[str, str] = {
     "FRENZY_GROUP_FIRST_SAMPLE": "offset of the group's first sample in each global batch",
 }
 """Set besides :data:`RECIPE_ENV` on the ranks of a plan of several replica groups (spanning GPU types, or ranks
-that differ by one micro-batch; where FRENZY_GPU_TYPE and
-FRENZY_GRAD_ACCUM_STEPS are the rank's group's): docs/adapters.md, "Mixed-type plans", says how a script uses them."""
+that differ by one micro-batch; where FRENZY_GPU_TYPE and FRENZY_GRAD_ACCUM_STEPS are the rank's group's):
+docs/adapters.md, "Mixed-type plans", says how a script uses them."""
+
+
+STAGE_ENV: dict[str, str] = {
+    "FRENZY_STAGE": "pipeline stage of the rank (0 runs the embedding, FRENZY_PP - 1 the head)",
+    "FRENZY_STAGE_FIRST_LAYER": "index of the stage's first transformer layer",
+    "FRENZY_STAGE_NUM_LAYERS": "transformer layers of the stage (consecutive)",
+    "FRENZY_STAGE_FIRST_RANK": "global rank of the stage's first process: its FRENZY_DP x FRENZY_TP ranks are "
+                               "consecutive, replica d's tp group the FRENZY_TP from FIRST_RANK + d x FRENZY_TP",
+    "FRENZY_STAGE_LAYERS": "every stage's layer count, comma-separated, in pipeline order",
+    "FRENZY_STAGE_TPS": "every stage's tensor-parallel degree, comma-separated, in pipeline order",
+    "FRENZY_STAGE_GPU_TYPES": "every stage's GPU type id, comma-separated, in pipeline order",
+}
+"""Set besides :data:`RECIPE_ENV`, instead of :data:`GROUP_ENV`, on the ranks of a pipeline whose stages run on
+different GPU types (issue 12, form a), where FRENZY_GPU_TYPE and FRENZY_TP are the rank's stage's and
+FRENZY_PP the number of stages: docs/adapters.md, "Pipeline stages on different types", says how a script
+builds its stage and process groups from them."""
 
 
 def recipe_env(plan: Plan, group: int = 0) -> dict[str, str]:
-    """The values of :data:`RECIPE_ENV` for the ranks of ``plan``'s replica group ``group`` (the only one of a
-    single-type plan), plus :data:`GROUP_ENV` when the plan has several groups; as strings."""
+    """The values of :data:`RECIPE_ENV` for the ranks of ``plan``'s group ``group`` (the only one of a
+    single-type plan), plus :data:`GROUP_ENV` when the plan has several replica groups or :data:`STAGE_ENV` for
+    pipeline stages of different types; as strings."""
     stage = plan.stages[group]
-    t, p = plan.stage_training(stage), plan.parallel
+    t, p = plan.stage_training(stage), plan.stage_parallel(stage)
     values: dict[str, object] = {
         "FRENZY_GPU_TYPE": stage.gpu_type, "FRENZY_WORLD_SIZE": plan.num_gpus, "FRENZY_DP": p.dp,
         "FRENZY_TP": p.tp, "FRENZY_PP": p.pp, "FRENZY_VPP": p.vpp, "FRENZY_CP": p.cp, "FRENZY_EP": p.ep,
@@ -284,7 +310,10 @@ def recipe_env(plan: Plan, group: int = 0) -> dict[str, str]:
         "FRENZY_PRECISION": t.precision.value,
     }
     assert list(values) == list(RECIPE_ENV), "recipe_env and RECIPE_ENV disagree"
-    if plan.grouped:
+    if stage.pipeline_stage is not None:
+        values.update(_stage_values(plan, group))
+        assert list(values)[len(RECIPE_ENV):] == list(STAGE_ENV), "recipe_env and STAGE_ENV disagree"
+    elif plan.grouped:
         before = plan.stages[:group]
         values.update({
             "FRENZY_GROUP": group, "FRENZY_GROUPS": len(plan.stages), "FRENZY_GROUP_DP": stage.dp,
@@ -293,6 +322,19 @@ def recipe_env(plan: Plan, group: int = 0) -> dict[str, str]:
             "FRENZY_GROUP_FIRST_SAMPLE": sum(s.samples for s in before)})
         assert list(values)[len(RECIPE_ENV):] == list(GROUP_ENV), "recipe_env and GROUP_ENV disagree"
     return {k: str(v) for k, v in values.items()}
+
+
+def _stage_values(plan: Plan, group: int) -> dict[str, object]:
+    """:data:`STAGE_ENV` of pipeline stage ``group`` of a form (a) plan (each stage is one group of plan.stages,
+    in pipeline order, so its ranks follow the earlier stages')."""
+    stage, stages = plan.stages[group], plan.stages
+    assert [s.pipeline_stage for s in stages] == list(range(len(stages))), "stages out of pipeline order"
+    return {"FRENZY_STAGE": group, "FRENZY_STAGE_FIRST_LAYER": stage.first_layer,
+            "FRENZY_STAGE_NUM_LAYERS": stage.num_layers,
+            "FRENZY_STAGE_FIRST_RANK": sum(s.num_gpus for s in stages[:group]),
+            "FRENZY_STAGE_LAYERS": ",".join(str(s.num_layers) for s in stages),
+            "FRENZY_STAGE_TPS": ",".join(str(s.tp) for s in stages),
+            "FRENZY_STAGE_GPU_TYPES": ",".join(s.gpu_type for s in stages)}
 
 
 def site_name(plan: Plan, value: str | dict[str, str] | None, gpu_type: str, option: str) -> str | None:

@@ -1,4 +1,11 @@
-"""``megatron``: the Megatron-LM command line of a plan and the environment it needs on the plan's GPUs."""
+"""``megatron``: the Megatron-LM command line of a plan and the environment it needs on the plan's GPUs.
+
+A pipeline whose stages run on different GPU types (issue 12, form a) is one Megatron-LM command where every
+stage has one tensor-parallel degree (one binary, one ``--tensor-model-parallel-size``); its uneven split is
+``--decoder-first/last-pipeline-num-layers`` or ``--account-for-*`` where those say it (Megatron-Core's
+``get_num_layers_to_build`` fixes the first and last stages and splits the rest evenly), else
+``--pipeline-model-parallel-layout``. Stages of different tp are refused, naming the launchers that run them.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +14,10 @@ from typing import Any
 
 from pydantic import Field
 
-from frenzy_core.adapters.base import Adapter, AdapterOptions, OutputFormat
+from frenzy_core.adapters.base import Adapter, AdapterOptions, OutputFormat, per_stage_tp_launchers
 from frenzy_core.config.megatron import megatron_launch
 from frenzy_core.config.model import ModelConfig
+from frenzy_core.errors import ConfigError
 from frenzy_core.planning.plan import Plan
 
 __all__ = ["MEGATRON", "MegatronOptions"]
@@ -23,12 +31,34 @@ class MegatronOptions(AdapterOptions):
     script: str = Field(default="pretrain_gpt.py", description="Megatron-LM entry point the shell line starts.")
 
 
+def _check_stages(plan: Plan) -> None:
+    """ConfigError when Megatron-LM cannot run a form (a) plan's per-stage tp (its split it can say: the first/
+    last-stage flags or --pipeline-model-parallel-layout, config/megatron/writer.py)."""
+    others = ", ".join(per_stage_tp_launchers())
+    tps = [s.tp for s in plan.stages]
+    if len(set(tps)) > 1:
+        raise ConfigError(
+            f"Megatron-LM runs one --tensor-model-parallel-size on every pipeline stage, but the plan's stages have "
+            f"tp {', '.join(map(str, tps))}", field="plan.stages", value=tps,
+            hint=f"launch it with {others} (a torch.distributed.pipelining script that builds each stage from "
+                 f"FRENZY_STAGE*, docs/adapters.md), or plan with constraints={{'tp': {max(tps)}}}")
+
+
 def build_megatron(plan: Plan, options: MegatronOptions) -> dict[str, Any]:
-    """``args``: the flag tokens; ``env``: what every rank needs; ``shell``: the flags on one line."""
-    launch = megatron_launch(options.model or plan.model, plan.training, plan.parallel, plan.gpu_type)
+    """``args``: the flag tokens; ``env``: what every rank needs; ``shell``: the flags on one line. A pipeline
+    over GPU types is checked on every stage's type (the environment is the union of theirs)."""
+    model = options.model or plan.model
+    if plan.stages[0].pipeline_stage is not None:
+        _check_stages(plan)
+    training = plan.stage_training(plan.stages[0])
+    launches = [megatron_launch(model, training, plan.parallel, gpu_type) for gpu_type in plan.gpu_types]
+    launch = launches[0]
+    assert all(other.args == launch.args for other in launches), "Megatron's flags differ between GPU types"
+    env = {k: v for other in launches for k, v in other.env.items()}
+    notes = list(dict.fromkeys(n for other in launches for n in other.notes))
     args = list(launch.args)
-    return {"world_size": plan.num_gpus, "gpu_type": plan.gpu_type, "script": options.script, "args": args,
-            "env": dict(launch.env), "padded_vocab_size": launch.padded_vocab_size, "notes": list(launch.notes),
+    return {"world_size": plan.num_gpus, "gpu_type": ", ".join(plan.gpu_types), "script": options.script,
+            "args": args, "env": env, "padded_vocab_size": launch.padded_vocab_size, "notes": notes,
             "shell": shlex.join(args)}
 
 

@@ -1,6 +1,6 @@
 """``torchrun``: one command line and environment per node of the plan (for a plan spanning GPU types, each
-node's line carries its replica group's GPU type and micro-batch count; the static rendezvous keeps every
-group's ranks consecutive)."""
+node's line carries its replica group's or pipeline stage's GPU type, micro-batch count, tp and layers; the
+static rendezvous keeps every group's ranks consecutive, stage after stage)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from frenzy_core.adapters.base import (
     node_slots,
     recipe_env,
 )
+from frenzy_core.adapters.torchtitan import torchtitan_args
 from frenzy_core.errors import ConfigError
 from frenzy_core.planning.plan import Plan
 
@@ -60,6 +61,9 @@ class TorchrunOptions(LaunchOptions):
     rdzv_id: str = Field(default="frenzy", min_length=1, description="Job id shared by every node's agent.")
     hosts: dict[str, str] = Field(default_factory=dict, description=(
         "Plan node name -> hostname or IP (default: the plan name, ':' written as '-')."))
+    torchtitan: bool = Field(default=False, description=(
+        "Append torchtitan's --parallelism.* pipeline flags (degree, schedule, tp, each stage's modules: "
+        "adapters/torchtitan.py) to the script's arguments; refused where torchtitan cannot run the plan."))
 
 
 def torchrun_flags(*, nnodes: int | str, nproc_per_node: int | str, rdzv_backend: str, rdzv_endpoint: str,
@@ -99,6 +103,7 @@ def build_torchrun(plan: Plan, options: TorchrunOptions) -> dict[str, Any]:
     rdzv_host = options.rdzv_host or ("127.0.0.1" if len(slots) == 1 else hosts[slots[0].name])
     endpoint = f"{rdzv_host}:{options.rdzv_port}"
     devices = _visible_devices_var(plan)
+    script_args = [*options.script_args, *(torchtitan_args(plan) if options.torchtitan else [])]
     nodes = []
     for slot in slots:
         env = {devices: ",".join(map(str, slot.gpus)), **recipe_env(plan, slot.group), **options.env}
@@ -106,15 +111,19 @@ def build_torchrun(plan: Plan, options: TorchrunOptions) -> dict[str, Any]:
         argv = [*options.torchrun, *torchrun_flags(
             nnodes=len(slots), nproc_per_node=len(slot.gpus), node_rank=slot.rank if static else None,
             rdzv_backend=options.rdzv_backend, rdzv_endpoint=endpoint, rdzv_id=options.rdzv_id),
-            options.script, *options.script_args]
+            options.script, *script_args]
         command = " ".join([*(f"{k}={shlex.quote(v)}" for k, v in env.items()), shlex.join(argv)])
         stage = plan.stages[slot.group]
+        layers = None if stage.pipeline_stage is None else [stage.first_layer, stage.first_layer + stage.num_layers]
         nodes.append({"node": slot.name, "host": hosts[slot.name], "node_rank": slot.rank if static else None,
                       "nproc_per_node": len(slot.gpus), "gpus": list(slot.gpus), "group": slot.group,
                       "gpu_type": stage.gpu_type, "micro_batches": stage.micro_batches, "first_rank": slot.first_rank,
+                      "stage": stage.pipeline_stage, "tp": stage.tp, "layers": layers,
                       "env": env, "argv": argv, "command": command})
-    return {"nnodes": len(slots), "world_size": plan.num_gpus, "mixed": plan.grouped, "rdzv_endpoint": endpoint,
-            "rdzv_backend": options.rdzv_backend, "rdzv_id": options.rdzv_id, "nodes": nodes}
+    stages = plan.stages[0].pipeline_stage is not None
+    return {"nnodes": len(slots), "world_size": plan.num_gpus, "mixed": plan.grouped, "stages": stages,
+            "rdzv_endpoint": endpoint, "rdzv_backend": options.rdzv_backend, "rdzv_id": options.rdzv_id,
+            "nodes": nodes}
 
 
 def render_torchrun(data: dict[str, Any]) -> str:
@@ -122,14 +131,22 @@ def render_torchrun(data: dict[str, Any]) -> str:
     lines = [f"# torchrun: {data['nnodes']} node(s), {data['world_size']} processes; run each line on its node"]
     if data["rdzv_backend"] != "static" and data["nnodes"] > 1:
         lines.append(f"# {data['rdzv_backend']} rendezvous: torchrun ranks the nodes in the order they join")
-    if data["mixed"]:
+    if data["stages"]:
+        lines.append("# pipeline stages on different GPU types: each node's ranks follow the earlier nodes' (static "
+                     "rendezvous), stage after stage; FRENZY_STAGE*, FRENZY_TP and FRENZY_GPU_TYPE are its stage's")
+    elif data["mixed"]:
         lines.append("# replica groups (GPU types or micro-batch counts): each node's ranks follow the earlier nodes' (static "
                      "rendezvous); FRENZY_GROUP* and FRENZY_GRAD_ACCUM_STEPS are its group's")
     for node in data["nodes"]:
         rank = "" if node["node_rank"] is None else f"node_rank {node['node_rank']}: "
-        group = (f", group {node['group']} ({node['gpu_type']}, ranks {node['first_rank']}.."
-                 f"{node['first_rank'] + node['nproc_per_node'] - 1}, micro-batches per step: {node['micro_batches']})"
-                 if data["mixed"] else "")
+        ranks = f"ranks {node['first_rank']}..{node['first_rank'] + node['nproc_per_node'] - 1}"
+        group = ""
+        if data["stages"]:
+            first, end = node["layers"]
+            group = f", stage {node['stage']} ({node['gpu_type']}, tp {node['tp']}, layers {first}..{end - 1}, {ranks})"
+        elif data["mixed"]:
+            group = (f", group {node['group']} ({node['gpu_type']}, {ranks}, micro-batches per step: "
+                     f"{node['micro_batches']})")
         lines.append(f"# {rank}{node['node']} ({node['host']}), GPUs {node['gpus']}{group}")
         lines.append(node["command"])
     return "\n".join(lines) + "\n"

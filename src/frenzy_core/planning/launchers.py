@@ -50,6 +50,10 @@ class LaunchScope(FrozenModel):
         "Whether it launches plans spanning GPU types (replica groups with their own micro-batch counts), with "
         "any placement: it writes one part per GPU type and node size, so the placement rule is for single-type "
         "plans."))
+    stages: bool = Field(default=False, description=(
+        "Whether it launches a pipeline whose stages run on different GPU types with their own tp and layer "
+        "counts (issue 12, form a): every stage's ranks with that stage's environment; an adapter may still "
+        "refuse a plan whose split or per-stage tp its flags cannot say."))
 
     def check(self, training: TrainingConfig) -> None:
         """ConfigError naming the first fixed training field this launcher cannot express."""
@@ -109,9 +113,10 @@ _MEGATRON_PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed", "fp8-mixed")
 
 LAUNCH_SCOPES: dict[str, LaunchScope] = {scope.name: scope for scope in (
     # torchrun --nproc-per-node is given per node: uneven nodes are fine; each node's line carries its group
-    LaunchScope(name="torchrun", placement=PlacementMode.ANY, mixed=True),
+    LaunchScope(name="torchrun", placement=PlacementMode.ANY, mixed=True, stages=True),
     # Megatron-LM's arguments are started by torchrun on each node (per-node counts may differ)
-    LaunchScope(name="megatron", placement=PlacementMode.ANY, frameworks=(Framework.MEGATRON,),
+    # pipeline stages on different types: one tp for all stages, else adapters/megatron.py refuses
+    LaunchScope(name="megatron", placement=PlacementMode.ANY, frameworks=(Framework.MEGATRON,), stages=True,
                 recipe={"precision": _MEGATRON_PRECISIONS, "attention": ("eager", "flash"),
                         "optimizer": ("adamw", "adam", "sgd", "sgd-momentum")},
                 layouts=_megatron_layouts, gpu=_megatron_gpu),
@@ -125,8 +130,8 @@ LAUNCH_SCOPES: dict[str, LaunchScope] = {scope.name: scope for scope in (
     # sbatch --ntasks-per-node / a pod per node / a TrainJob's numProcPerNode / SkyPilot's accelerators per
     # node: one count for every node; a mixed plan is a Slurm heterogeneous job or a JobSet, one component or
     # replicated job per (group, node size)
-    LaunchScope(name="slurm", placement=PlacementMode.EVEN, mixed=True),
-    LaunchScope(name="kubernetes", placement=PlacementMode.EVEN, mixed=True),
+    LaunchScope(name="slurm", placement=PlacementMode.EVEN, mixed=True, stages=True),
+    LaunchScope(name="kubernetes", placement=PlacementMode.EVEN, mixed=True, stages=True),
     LaunchScope(name="kubeflow-trainjob", placement=PlacementMode.EVEN),
     # Ray places one-GPU bundles anywhere (PACK keeps them together where it can)
     LaunchScope(name="ray", placement=PlacementMode.ANY),

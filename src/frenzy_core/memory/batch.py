@@ -92,16 +92,18 @@ def estimate_memory_batch(model: ModelConfig, configs: LayoutArrays | Mapping[st
     rows = _blocks(n, BLOCK_ELEMENTS // 2)
     valid = np.concatenate([_modelled(model, training, flat.take(sl)) for sl in rows])
     count = _stage_count(model, flat, valid, training)
-    rows = _blocks(n, max(BLOCK_ELEMENTS // count, 1))
     out = {name: np.full(n, -1, dtype=np.int64) for name in ("peak", "device", "stage", "host")}
     breakdown = {cat: np.full(n, -1, dtype=np.int64) for cat in MEMORY_CATEGORIES}
-    for sl in rows:
-        ok = valid[sl]
-        block = _block(model, training, flat.take(sl).masked(ok), count)
-        valid[sl] = ok = ok & block.pop("in_range").astype(bool)
+    # only the rows the rules accept are evaluated (a planner's table holds many it rejects: they read -1)
+    accepted = np.flatnonzero(valid)
+    for sl in _blocks(len(accepted), max(BLOCK_ELEMENTS // count, 1)):
+        rows = accepted[sl]
+        block = _block(model, training, flat.take(rows), count)
+        ok = block.pop("in_range").astype(bool)
+        valid[rows] = ok
         for name, values in block.items():
             target = breakdown[name] if name in breakdown else out[name]
-            target[sl] = np.where(ok, values, -1)
+            target[rows] = np.where(ok, values, -1)
     return BatchEstimate(
         peak_bytes=out["peak"].reshape(shape), device_bytes=out["device"].reshape(shape),
         busiest_stage=out["stage"].reshape(shape), valid=valid.reshape(shape),
@@ -114,7 +116,7 @@ def _modelled(model: ModelConfig, training: TrainingConfig, layouts: LayoutArray
 
 
 def _block(model: ModelConfig, training: TrainingConfig, arrays: LayoutArrays, count: int) -> dict[str, IntArray]:
-    """The busiest stage of each row of ``arrays`` (valid rows, or the trivial layout): peak, device and host
+    """The busiest stage of each row of ``arrays`` (rows the rules accept): peak, device and host
     bytes, the stage, its categories, and ``in_range`` (0 where a stage's total exceeds 2^60 bytes)."""
     stages = _candidate_stages(arrays, count, count != 2)
     if count == 2 and not np.any(arrays.pp > 1):

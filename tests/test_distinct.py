@@ -11,8 +11,12 @@ from hypothesis.extra import numpy as hnp
 
 from frenzy_core._distinct import distinct, gather
 
-columns = st.integers(1, 4).flatmap(lambda k: st.integers(1, 60).flatmap(lambda n: st.lists(
-    hnp.arrays(np.int64, n, elements=st.sampled_from([0, 1, 2, 7, 512, 2**40])), min_size=k, max_size=k)))
+POOLS = [[0, 1, 2, 3], [1, 2, 4, 64, 512], [5, 2**40], [-3, 0, 9]]
+"""Values of one column: a narrow span (entered as offsets), sparse ones (ranked through a table), a span too wide
+for a table (sorted), negative ones."""
+columns = st.integers(1, 5).flatmap(lambda k: st.integers(1, 60).flatmap(lambda n: st.lists(
+    st.sampled_from(POOLS).flatmap(lambda pool: hnp.arrays(np.int64, n, elements=st.sampled_from(pool))),
+    min_size=k, max_size=k)))
 
 
 @settings(max_examples=30, deadline=None)

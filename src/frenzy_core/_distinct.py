@@ -17,6 +17,12 @@ __all__ = ["distinct", "gather"]
 
 T = TypeVar("T")
 
+DENSE_SPAN = 16
+"""A column spanning fewer values than this enters the key as its offset from its least value (two operations per
+row) while the key's table stays about the size of the rows; a wider one, or one that would outgrow the table, is
+ranked through a lookup table first (four operations, two of them indexed), so that sparse values such as powers
+of two keep the key's table small."""
+
 
 def distinct(*columns: npt.NDArray[np.int64] | npt.NDArray[np.bool_]
              ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
@@ -31,19 +37,22 @@ def distinct(*columns: npt.NDArray[np.int64] | npt.NDArray[np.bool_]
         low, high = int(col.min()), int(col.max())
         if low == high:
             continue
-        c = col.astype(np.int64)
-        if high - low < 4 * n + 65_536:
+        c = col.astype(np.int64, copy=False)
+        offset = c - low if low else c
+        if high - low < DENSE_SPAN and size * (high - low + 1) <= 2 * n + 65_536:  # the offsets: no lookup
+            rank, count = offset, high - low + 1
+        elif high - low < 4 * n + 65_536:
             present = np.zeros(high - low + 1, dtype=bool)
-            present[c - low] = True
+            present[offset] = True
             table = np.cumsum(present) - 1
-            rank, count = table[c - low], int(table[-1] + 1)
+            rank, count = table[offset], int(table[-1] + 1)
         else:
             values, flat_rank = np.unique(c, return_inverse=True)
             rank, count = flat_rank.reshape(c.shape), len(values)
         if size * count >= 2**62:  # renumber the combinations so far (at most n of them)
             values, flat_key = np.unique(key, return_inverse=True)
             key, size = flat_key.reshape(key.shape).astype(np.int64), len(values)
-        key = key * count + rank
+        key = rank if size == 1 else key * count + rank
         size *= count
     if size > 4 * n + 1_000_000:  # too many combinations for a table: sort instead
         _, first, inverse = np.unique(key, return_index=True, return_inverse=True)

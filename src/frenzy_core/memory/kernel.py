@@ -554,11 +554,12 @@ def state_terms(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays,
 
 def state_keys(lay: LayoutArrays) -> tuple[IntArray | BoolArray, ...]:
     """Every column :func:`state_terms` reads of a layout besides the stage, or what of it it reads: layers per
-    stage (pp, vpp, split), the tensor, expert and ZeRO sharding, whether there are data-parallel replicas (torch
-    DDP's buckets), the micro-batches and their schedule, the recompute chunk. Layouts that differ only in
+    stage (pp, vpp, split), the tensor, expert and ZeRO sharding (etp 0 and the micro-batch group 0 stand for tp
+    and pp, both in the key), whether there are data-parallel replicas (torch DDP's buckets), the micro-batches
+    and their schedule, the recompute chunk. Layouts that differ only in
     micro-batch size, sequence, recompute mode, sequence or context parallelism beyond these share their terms."""
-    return (lay.pp, lay.vpp, lay.stage_split, lay.tp, lay.expert_tp, lay.ep, lay.shard_group,
-            lay.effective_zero_stage, lay.dp * lay.cp > 1, lay.num_microbatches, lay.schedule, lay.microbatch_group,
+    return (lay.pp, lay.vpp, lay.stage_split, lay.tp, lay.etp, lay.ep, lay.shard_group, lay.effective_zero_stage,
+            lay.dp * lay.cp > 1, lay.num_microbatches, lay.schedule, lay.microbatch_group_size,
             lay.recompute_num_layers)
 
 

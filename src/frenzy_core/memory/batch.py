@@ -97,11 +97,12 @@ def estimate_memory_batch(model: ModelConfig, configs: LayoutArrays | Mapping[st
     breakdown = {cat: np.full(n, -1, dtype=np.int64) for cat in MEMORY_CATEGORIES}
     # only the rows the rules accept are evaluated (a planner's table holds many it rejects: they read -1)
     accepted = np.flatnonzero(valid)
-    shared = _shared_terms(model, training, flat.take(accepted), count)
+    kept = flat.take(accepted)
+    shared = _shared_terms(model, training, kept, count)
     for sl in _blocks(len(accepted), max(BLOCK_ELEMENTS // count, 1)):
         picked = accepted[sl]
         terms = None if shared is None else gather(shared[0], shared[1][sl])
-        block = _block(model, training, flat.take(picked), count, terms)
+        block = _block(model, training, kept.take(sl), count, terms)
         ok = block.pop("in_range").astype(bool)
         valid[picked] = ok
         for name, values in block.items():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections import Counter
 from collections.abc import Callable
@@ -211,7 +212,7 @@ def _layers(model: ModelConfig, training: TrainingConfig, shape: StageShape, lay
 
 
 def _activations(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays, modes: _Modes, shape: StageShape,
-                 held: StageParams, inflight: FloatArray) -> _Activations:
+                 held: StageParams | None, inflight: FloatArray) -> _Activations:
     """Saved activations, recompute working set and autocast copies of one stage (docs/memory-model.md, 3)
     with ``inflight`` micro-batches live (:func:`_inflight`)."""
     kw: dict[str, npt.ArrayLike] = {"tp": lay.tp, "sp": lay.active_sequence_parallel, "cp": lay.cp,
@@ -272,6 +273,7 @@ def _activations(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
         kv_extra = np.where(modes.full, 0.0, layer.kv_extra)
         acts_fwd = acts_fwd + n * kv_extra  # the cache this forward fills, beyond what its layers save
     if training.precision.is_amp:
+        assert held is not None  # kept under autocast (StateTerms.held)
         copies = _autocast_copies(model, training, lay, modes, shape, held, n_grad)
         acts_fwd, acts, work = acts_fwd + copies.forward, acts + copies.backward, work + copies.work
 
@@ -530,7 +532,9 @@ class StateTerms:
     micro-batches are in flight: the terms that read only the columns of :func:`state_keys`."""
 
     shape: StageShape
-    held: StageParams
+    """The stage's layers (``chunk_sizes`` left empty: only ``inflight`` reads them)."""
+    held: StageParams | None
+    """Parameters the stage holds, where a term beyond these reads them (autocast's weight copies), else None."""
     states: States
     comm_passes: FloatArray
     comm_step: FloatArray
@@ -548,8 +552,11 @@ def state_terms(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays,
     layer = layer_params(model, training, sh)
     comm_passes, comm_step = comm_buffers(per_param, training, lay, shape, states, layer, sh)
     grads = gradients(model, training, per_param, lay, shape, states, layer, sh)
-    return StateTerms(shape=shape, held=held, states=states, comm_passes=comm_passes, comm_step=comm_step,
-                      grads=grads, inflight=_inflight(stage, lay, modes=_Modes.of(lay), shape=shape))
+    inflight = _inflight(stage, lay, modes=_Modes.of(lay), shape=shape)
+    # (what no later term reads is dropped: the batch estimator gathers every array left, row by row)
+    return StateTerms(shape=dataclasses.replace(shape, chunk_sizes=()),
+                      held=held if training.precision.is_amp else None, states=states, comm_passes=comm_passes,
+                      comm_step=comm_step, grads=grads, inflight=inflight)
 
 
 def state_keys(lay: LayoutArrays) -> tuple[IntArray | BoolArray, ...]:

@@ -89,9 +89,10 @@ def report(n: int) -> str:
         (f"`estimate_iteration_time_batch` evaluates **{configs_per_s:,.0f} configurations/s** ({n:,} random "
          f"Llama-70B layouts on H100, best of 3; target >= 1,000,000); {matched} sampled candidates equal the "
          f"scalar `estimate_iteration_time` exactly; the scalar function runs {scalar_per_s:,.0f} estimates/s. "
-         "The per-layer physics runs once per distinct (micro-batch, tp, cp, ep, sequence-parallel, pp, recompute, "
-         "chunks) shape and the data-parallel collectives once per distinct (dp, cp, tp, pp, ep) group, then "
-         "gathered."), "",
+         "The stage candidates are cut once per distinct (pp, vpp, layer split), the per-layer physics runs once per "
+         "distinct (micro-batch, tp, cp, ep, sequence-parallel, pp, recompute, chunks, link, stage layers) shape and "
+         "the data-parallel collectives once per distinct (dp, cp, tp, pp, ep, link, stage layers, stage ends) "
+         "group, then gathered."), "",
     ])
 
 

@@ -21,6 +21,7 @@ from frenzy_core.config import (
     Recompute,
     TrainingConfig,
 )
+from frenzy_core.hardware.gpu import usable_bytes
 from frenzy_core.memory.result import MemoryEstimate
 from frenzy_core.planning.request import DEFAULT_HEADROOM
 
@@ -43,7 +44,7 @@ def gpu_fits(estimate: MemoryEstimate, precision: Precision, headroom: float) ->
             {
                 "gpu": spec.id,
                 "memory_bytes": spec.memory_bytes,
-                "usable_bytes": int(spec.memory_bytes * (1.0 - headroom)),
+                "usable_bytes": usable_bytes(spec.memory_bytes, headroom),
                 "fits": estimate.fits(spec.memory_bytes, headroom),
                 "runs_recipe": dtype in spec.peak_tflops,
             }

@@ -134,8 +134,9 @@ def _split_codes(value: Any) -> tuple[IntArray, Splits]:
         try:
             split = tuple(int(x) for x in v)
         except (TypeError, ValueError):
-            raise ConfigError(f"stage_layers entries must be None or sequences of layer counts, got {v!r}",
-                              field="stage_layers", value=v) from None
+            raise ConfigError(f"stage_layers entries must be None or sequences of layer counts, got {short_repr(v)}",
+                              field="stage_layers", value=short_repr(v),
+                              hint="e.g. (2, 4, 4, 2): layers per pipeline chunk, or None for the even split") from None
         if not split:
             raise ConfigError("stage_layers entries need one layer count per pipeline chunk, got ()",
                               field="stage_layers", value=v, hint="use None for the even split")
@@ -286,7 +287,8 @@ class LayoutArrays:
         try:
             shape = np.broadcast(*vals.values()).shape
         except ValueError as exc:
-            raise ConfigError(f"configs arrays do not broadcast together: {exc}", field="configs") from None
+            raise ConfigError(f"configs arrays do not broadcast together: {exc}", field="configs",
+                              hint="give each column one value or arrays of one common shape") from None
         if int(np.max(vals["stage_split"], initial=0)) >= len(splits) or int(np.min(vals["stage_split"], initial=0)) < 0:
             raise ConfigError("configs['stage_split'] indexes LayoutArrays.splits; only 0 (the even split) is known "
                               "here", field="stage_split", hint="give configs['stage_layers'] instead")

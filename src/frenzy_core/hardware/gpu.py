@@ -11,7 +11,7 @@ from frenzy_core import _limits as limits
 from frenzy_core._base import FrozenModel
 from frenzy_core._limits import at_most
 
-__all__ = ["DTYPES", "GPUSpec", "LinkKind", "Links"]
+__all__ = ["DTYPES", "GPUSpec", "LinkKind", "Links", "usable_bytes"]
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 """Dtypes a GPU may list a dense peak for; a GPU without hardware support for one leaves it out."""
@@ -52,6 +52,12 @@ class Links(NamedTuple):
     gpus_per_node: int
     intra_node_bytes_per_s: float
     inter_node_bytes_per_s: float
+
+
+def usable_bytes(memory_bytes: float, headroom: float) -> int:
+    """Bytes a GPU of ``memory_bytes`` may hold when the fraction ``headroom`` of it is kept free (whole bytes,
+    rounded down): the one budget that estimates, plots and plans are checked against."""
+    return int(memory_bytes * (1.0 - headroom))
 
 
 class GPUSpec(FrozenModel):

@@ -6,6 +6,7 @@ from pydantic import Field, model_validator
 
 from frenzy_core._base import FrozenModel
 from frenzy_core.errors import ConfigError
+from frenzy_core.hardware.gpu import usable_bytes
 
 __all__ = ["MEMORY_CATEGORIES", "OVERHEAD_CATEGORIES", "MemoryEstimate", "StageMemory"]
 
@@ -79,7 +80,7 @@ class MemoryEstimate(FrozenModel):
         if not isinstance(headroom, (int, float)) or not 0.0 <= headroom < 1.0:
             raise ConfigError(f"headroom must be a fraction in [0, 1), got {headroom!r}", field="headroom",
                               value=headroom)
-        return self.device_bytes <= gpu_memory_bytes * (1.0 - headroom)
+        return self.device_bytes <= usable_bytes(gpu_memory_bytes, headroom)
 
     @property
     def peak_gib(self) -> float:

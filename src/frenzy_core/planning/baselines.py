@@ -32,7 +32,7 @@ from frenzy_core.config.params import count_parameters
 from frenzy_core.config.training import Recompute, TrainingConfig
 from frenzy_core.errors import ConfigError, FrenzyError, InfeasiblePlanError
 from frenzy_core.hardware.cluster import Cluster
-from frenzy_core.hardware.gpu import GPUSpec
+from frenzy_core.hardware.gpu import GPUSpec, usable_bytes
 from frenzy_core.hardware.gpus import get_gpu_spec
 from frenzy_core.memory import estimate_memory
 from frenzy_core.planning.nodes import FreeNode, NodePool
@@ -186,7 +186,7 @@ def assess_baseline(model: ModelConfig, baseline: BaselinePlan, headroom: float 
     specs = [get_gpu_spec(t) for t in baseline.gpu_types]
     smallest = min(specs, key=lambda s: s.memory_bytes)
     slowest = min(specs, key=_flops)
-    usable = int(smallest.memory_bytes * (1.0 - headroom))
+    usable = usable_bytes(smallest.memory_bytes, headroom)
     try:
         memory = estimate_memory(model, baseline.training, baseline.parallel)
         time = estimate_iteration_time(model, baseline.training, baseline.parallel, slowest)

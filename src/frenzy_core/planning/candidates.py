@@ -20,7 +20,7 @@ from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.parallel import PipelineSchedule
 from frenzy_core.config.training import Framework, Precision, Recompute, TrainingConfig
 from frenzy_core.errors import ConfigError
-from frenzy_core.hardware.gpu import GPUSpec, Links
+from frenzy_core.hardware.gpu import GPUSpec, Links, usable_bytes
 from frenzy_core.planning.estimators import LayoutEstimator
 from frenzy_core.planning.launchers import LaunchScope
 from frenzy_core.planning.nodes import Locality, NodePool
@@ -441,7 +441,7 @@ def _type_candidates(model: ModelConfig, training: TrainingConfig, pools: list[N
     world = layouts.world_size
     cap = c.num_gpus or c.max_gpus
     total, free = pool.total_gpus(name), pool.free_gpus(name)
-    usable = int(spec.memory_bytes * (1.0 - c.headroom))
+    usable = usable_bytes(spec.memory_bytes, c.headroom)
     # negative device bytes: a layout the memory model rejects for this model
     within_total = (world <= total) & (layouts.tp <= pool.max_node_size(name)) & (device >= 0)
     fits = within_total & (device <= usable)

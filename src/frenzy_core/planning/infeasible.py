@@ -212,8 +212,7 @@ def mixing_reason(search: Search, table: CandidateTable) -> str | None:
         return None
     dev = table.device_bytes
     valid = dev >= 0
-    have = sum(search.pool.free_gpus(t) * search.specs[t].memory_bytes * (1.0 - search.constraints.headroom)
-               for t in types)
+    have = sum(search.pool.free_gpus(t) * search.usable_bytes(t) for t in types)
     if not valid.any():
         return "no mix of GPU types meets the request either: no layout of the model was searched"
     world = table.layouts.world_size[valid]

@@ -33,6 +33,8 @@ def metis_split(t: FloatArray, m: int) -> tuple[tuple[int, ...], float, bool] | 
     if caps.min() < 1 or caps.sum() < n_layers:
         return None
     per_layer = np.array([(row[n] - row[0]) / n if (n := int(c)) > 0 else np.inf for row, c in zip(t, caps)])
+    # a stage whose layers cost no time (a degenerate table) gets a finite speed: 1e-12 s is far below any real
+    # layer's time (microseconds at least), so it never changes a real split
     speed = 1.0 / np.maximum(per_layer, 1e-12)
     share = speed / speed.sum() * (n_layers - stages)
     counts = 1 + np.floor(share).astype(np.int64)

@@ -22,7 +22,6 @@ import time
 import numpy as np
 
 from frenzy_core.config.arrays import LayoutArrays
-from frenzy_core.config.layout import layout_mask
 from frenzy_core.config.parallel import ParallelConfig
 from frenzy_core.errors import ConfigError
 from frenzy_core.hardware.gpu import Links
@@ -83,12 +82,8 @@ def _fits_at_best(search: Search, lay: LayoutArrays, gpu_type: str, d: np.ndarra
     recipe = search.recipe(gpu_type)
     rows = LayoutArrays.from_columns({**{k: getattr(lay, k) for k in _RECIPE}, "dp": d, "num_microbatches": 1},
                                      recipe)
-    valid = layout_mask(search.model, rows)
-    dev = np.full(d.shape, -1, dtype=np.int64)
-    if valid.any():
-        dev[valid] = search.estimator.device_bytes(search.model, recipe, rows.take(np.flatnonzero(valid)))
-    usable = int(search.specs[gpu_type].memory_bytes * (1.0 - search.constraints.headroom))
-    return np.asarray((dev >= 0) & (dev <= usable))
+    dev = search.estimator.device_bytes(search.model, recipe, rows)  # negative: the layout rules refuse it
+    return np.asarray((dev >= 0) & (dev <= search.usable_bytes(gpu_type)))
 
 
 def _row_times(search: Search, lay: LayoutArrays, allowed: tuple[str, ...], caps: dict[str, np.ndarray],
@@ -103,15 +98,10 @@ def _row_times(search: Search, lay: LayoutArrays, allowed: tuple[str, ...], caps
     for t in allowed:
         recipe = search.recipe(t)
         rows = LayoutArrays.from_columns({**cols, "dp": row_d, "num_microbatches": row_m}, recipe)
-        if recipe.precision not in devices:
-            valid = layout_mask(search.model, rows)
-            dev = np.full(row_l.shape, -1, dtype=np.int64)
-            if valid.any():
-                dev[valid] = search.estimator.device_bytes(search.model, recipe, rows.take(np.flatnonzero(valid)))
-            devices[recipe.precision] = dev
+        if recipe.precision not in devices:  # negative: the layout rules refuse the row
+            devices[recipe.precision] = search.estimator.device_bytes(search.model, recipe, rows)
         dev = devices[recipe.precision]
-        usable = int(search.specs[t].memory_bytes * (1.0 - search.constraints.headroom))
-        fits = np.flatnonzero((dev >= 0) & (dev <= usable) & (caps[t][row_l] > 0))
+        fits = np.flatnonzero((dev >= 0) & (dev <= search.usable_bytes(t)) & (caps[t][row_l] > 0))
         for v in sorted({min(inters[t], w) for w in inters.values()}):
             us = np.full(row_l.shape, -1, dtype=np.int64)
             if fits.size:

@@ -95,7 +95,7 @@ def build_mixed_plan(search: Search, layouts: LayoutArrays, choice: MixedChoice,
         memory: MemoryEstimate = search.estimator.memory(search.model, recipe, parallel)
         links = Links(parallel.tp, search.links[g].intra_node_bytes_per_s, inter)
         tm = search.estimator.time(search.model, recipe, parallel, spec, links)
-        usable = int(spec.memory_bytes * (1.0 - search.constraints.headroom))
+        usable = search.usable_bytes(g)
         assert memory.device_bytes <= usable, f"the {g} group does not fit its own type"
         placement = group_placement(search, g, parallel.tp, r * parallel.pp * parallel.cp, taken)
         taken |= set(placement)

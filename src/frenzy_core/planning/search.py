@@ -17,7 +17,7 @@ from frenzy_core.config.parallel import ParallelConfig
 from frenzy_core.config.training import Framework, Precision, TrainingConfig
 from frenzy_core.errors import ConfigError, UnknownNameError
 from frenzy_core.hardware.cluster import Cluster
-from frenzy_core.hardware.gpu import GPUSpec, Links
+from frenzy_core.hardware.gpu import GPUSpec, Links, usable_bytes
 from frenzy_core.hardware.gpus import get_gpu_spec
 from frenzy_core.memory.kernel import TORCH_SP_REFUSAL
 from frenzy_core.planning.candidates import CandidateTable, build_candidates
@@ -64,6 +64,10 @@ class Search:
         """Whether mixed-type plans are searched: placement ``any`` for them, and no launcher or one that
         launches them."""
         return (self.scope is None or self.scope.mixed) and self.mixed_placement is PlacementMode.ANY
+
+    def usable_bytes(self, gpu_type: str) -> int:
+        """Bytes a GPU of ``gpu_type`` may hold under the request's headroom."""
+        return usable_bytes(self.specs[gpu_type].memory_bytes, self.constraints.headroom)
 
     def recipe(self, gpu_type: str) -> TrainingConfig:
         """The recipe ``gpu_type`` runs: the request's, in its fallback precision where it has one."""

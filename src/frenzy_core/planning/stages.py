@@ -58,7 +58,9 @@ pipelines have 8 to 16 stages)."""
 
 MAX_TAUS = 256
 """Most candidate values of the slowest stage's time :func:`best_split` tries (beyond them it is not proved
-optimal)."""
+optimal). Our bound on the work, not a published figure: each value costs one min-plus pass over stages x layers^2
+(16 x 80^2 entries for an 80-layer model at the most stages), so 256 of them keep one split within the planner's
+per-configuration budget; a plan whose split stopped at it is marked not proved optimal."""
 
 _RECIPE = ("micro_batch_size", "zero_stage", "distributed_optimizer", "recompute", "recompute_num_layers",
            "sequence_parallel")
@@ -313,8 +315,7 @@ class _Tables:
         n_layers = self.search.model.num_layers
         lo = np.zeros(len(rows), dtype=np.int64)
         hi = np.array([n_layers - (row[3] - 1) for row in rows], dtype=np.int64)
-        usable = np.array([int(self.search.specs[g].memory_bytes * (1.0 - self.search.constraints.headroom))
-                           for g in types])
+        usable = np.array([self.search.usable_bytes(g) for g in types])
         stage = np.array([row[4] for row in rows])
         while (lo < hi).any():
             mid = (lo + hi + 1) // 2

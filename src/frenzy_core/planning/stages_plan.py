@@ -37,7 +37,7 @@ def build_stage_plan(search: Search, recipes: LayoutArrays, choice: StageChoice,
     for i, (g, tp, layers) in enumerate(zip(choice.types, choice.tps, choice.layers)):
         recipe = training.replace(sequence_parallel=training.sequence_parallel and tp > 1)
         memory: MemoryEstimate = search.estimator.memory(search.model, recipe, parallel.replace(tp=tp))
-        usable = int(search.specs[g].memory_bytes * (1.0 - search.constraints.headroom))
+        usable = search.usable_bytes(g)
         device = memory.stages[i].device_bytes
         assert device <= usable, f"stage {i} does not fit its own type {g}"
         stages.append(StagePlan(

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from frenzy_core.errors import ConfigError, require_instance
 from frenzy_core.hardware import get_gpu_spec
+from frenzy_core.hardware.gpu import usable_bytes
 from frenzy_core.memory.result import MEMORY_CATEGORIES, OVERHEAD_CATEGORIES, MemoryEstimate
 from frenzy_core.planning.request import DEFAULT_HEADROOM, PlanConstraints
 from frenzy_core.plotting.figure import GIB, category_colour, check_plot_path, new_figure, save
@@ -37,7 +38,7 @@ class GPULimit:
     def of(cls, gpu: str, headroom: float) -> GPULimit:
         """The catalogue GPU ``gpu`` with ``headroom`` of its memory kept free."""
         spec = get_gpu_spec(gpu)
-        return cls(spec.id, spec.memory_bytes, int(spec.memory_bytes * (1.0 - headroom)))
+        return cls(spec.id, spec.memory_bytes, usable_bytes(spec.memory_bytes, headroom))
 
 
 def draw_memory(ax: Axes, estimate: MemoryEstimate, limits: Sequence[GPULimit] = ()) -> None:

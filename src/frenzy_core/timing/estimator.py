@@ -34,7 +34,7 @@ from frenzy_core.config.params import (
     norm_parameters,
 )
 from frenzy_core.config.trainable import adapter_params_per_layer, matmul_weights
-from frenzy_core.config.training import Framework, Precision, Recompute, RecomputeMethod, TrainingConfig
+from frenzy_core.config.training import Framework, Precision, Recompute, TrainingConfig
 from frenzy_core.errors import ConfigError, require_instance
 from frenzy_core.hardware.cluster import Cluster
 from frenzy_core.hardware.gpu import GPUSpec, Links
@@ -54,7 +54,7 @@ from frenzy_core.timing.layer import Rates
 from frenzy_core.timing.overlap import data_parallel_exposure, fsdp_exposure, pipelined_hidden
 from frenzy_core.timing.params import TimeModelParams, default_time_model_params
 from frenzy_core.timing.result import TIME_CATEGORIES, TimeEstimate, TimeEstimateBatch
-from frenzy_core.timing.stage import StageTerms, distinct, stage_terms
+from frenzy_core.timing.stage import StageTerms, distinct, recomputed_layers, stage_terms
 from frenzy_core.timing.traffic import FP8_CAST_BYTES, grad_reduce_bytes, optimizer_bytes_per_param
 
 __all__ = [
@@ -264,10 +264,7 @@ def _busiest_stage(model: ModelConfig, training: TrainingConfig, gpu: GPUSpec, p
     tpf, cpf = tp.astype(np.float64), cp.astype(np.float64)
 
     def on_stage(layers: IntArray, head: float) -> StageTerms:
-        if training.recompute_method is RecomputeMethod.BLOCK and training.recompute_num_layers is not None:
-            redo = np.minimum(layers, training.recompute_num_layers)
-        else:
-            redo = layers
+        redo = recomputed_layers(training, layers)
         first, inverse = distinct(mb, cp, tp, ep, sp, pp, rc, chunks, inter, link_id, layers)
         return stage_terms(
             model, training, gpu, p, rates, take_links(links, first), hw, tokens=tokens[first], tp=tpf[first],

@@ -15,14 +15,14 @@ import numpy.typing as npt
 
 from frenzy_core._distinct import distinct
 from frenzy_core.config.model import ModelConfig
-from frenzy_core.config.training import TrainingConfig
+from frenzy_core.config.training import RecomputeMethod, TrainingConfig
 from frenzy_core.hardware.gpu import GPUSpec, Links
 from frenzy_core.timing.comm import group_bandwidth, ring_latency_s, send_s
 from frenzy_core.timing.efficiency import GemmHardware
 from frenzy_core.timing.layer import Rates, layer_terms
 from frenzy_core.timing.params import TimeModelParams
 
-__all__ = ["StageTerms", "distinct", "stage_terms"]
+__all__ = ["StageTerms", "distinct", "recomputed_layers", "stage_terms"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -59,6 +59,14 @@ class StageTerms(NamedTuple):
         """The micro-batch's length on the stage, exposed traffic included (sets the pipeline bubble)."""
         return np.asarray(self.busy + self.tensor_parallel + self.context_parallel + self.expert_parallel
                           + self.pipeline_p2p - self.hidden, dtype=np.float64)
+
+
+def recomputed_layers(training: TrainingConfig, layers: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """Layers of a stage that full recompute re-runs: all of them, or at most ``recompute_num_layers`` under the
+    block method (Megatron's ``--recompute-method block``)."""
+    if training.recompute_method is RecomputeMethod.BLOCK and training.recompute_num_layers is not None:
+        return np.minimum(layers, training.recompute_num_layers)
+    return layers
 
 
 def stage_terms(model: ModelConfig, training: TrainingConfig, gpu: GPUSpec, p: TimeModelParams, rates: Rates,

@@ -33,7 +33,7 @@ from frenzy_core.config.layout import validate_layout
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.parallel import ParallelConfig, PipelineSchedule
 from frenzy_core.config.params import ParamCounts, count_parameters
-from frenzy_core.config.training import Recompute, RecomputeMethod, TrainingConfig
+from frenzy_core.config.training import Recompute, TrainingConfig
 from frenzy_core.errors import ConfigError, require_instance
 from frenzy_core.hardware.gpu import GPUSpec, Links
 from frenzy_core.timing.comm import link_rows, take_links
@@ -51,7 +51,7 @@ from frenzy_core.timing.estimator import (
 from frenzy_core.timing.flops import training_flops
 from frenzy_core.timing.params import TimeModelParams, default_time_model_params
 from frenzy_core.timing.result import TIME_CATEGORIES, TimeEstimate
-from frenzy_core.timing.stage import StageTerms, distinct, stage_terms
+from frenzy_core.timing.stage import StageTerms, distinct, recomputed_layers, stage_terms
 
 __all__ = ["PipelineStage", "PipelineTime", "StageMicrobatch", "estimate_pipeline_time", "pipeline_step_s",
            "stage_microbatch_batch", "stage_tail_batch"]
@@ -102,10 +102,7 @@ def stage_microbatch_batch(model: ModelConfig, training: TrainingConfig, gpu: GP
     tp, pp, cp, ep, mb, rc = lay.tp, lay.pp, lay.cp, lay.ep, lay.micro_batch_size, lay.recompute
     sp = lay.sequence_parallel.astype(bool) & (tp > 1)
     layers = lay.stage_layer_count(model.num_layers, st)
-    if training.recompute_method is RecomputeMethod.BLOCK and training.recompute_num_layers is not None:
-        redo = np.minimum(layers, training.recompute_num_layers)
-    else:
-        redo = layers
+    redo = recomputed_layers(training, layers)
     world = lay.dp * tp * pp * cp
     head = (st == pp - 1).astype(np.int64)
     link_id = link_rows(links, world.shape)

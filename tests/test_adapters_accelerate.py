@@ -63,6 +63,18 @@ def test_virtual_pipeline_is_refused_with_the_plugin_to_use() -> None:
     assert err.value.field == "plan.parallel.vpp"
 
 
+@pytest.mark.parametrize(("change", "field"), [
+    ({"recompute": "selective", "recompute_modules": ["core_attn", "mlp"]}, "training.recompute_modules"),
+    ({"tp_comm_overlap": True}, "training.tp_comm_overlap"),
+])
+def test_megatron_only_recipe_fields_are_refused_by_the_plugin(change: dict[str, object], field: str) -> None:
+    plan = moe_ep_nodes()
+    plan = plan.model_copy(update={"training": plan.training.replace(**change)})
+    with pytest.raises(ConfigError, match="megatron adapter|no key") as err:
+        accelerate(plan)
+    assert err.value.field == field
+
+
 def test_machine_rank_must_exist() -> None:
     with pytest.raises(ConfigError, match="machine_rank=2"):
         accelerate(multi_node_dp(), machine_rank=2)

@@ -289,11 +289,8 @@ def test_moe_swiglu_case_by_hand() -> None:
 # Reference cases that use what the configs cannot express (read off their flags by hand).
 UNSUPPORTED_CASES = {
     "bert/bert_release": "tp 8 x pp 8 needs 64 GPUs, not 8",
-    "gpt/gpt3_mcore_te_tp2_pp2_cross_entropy_loss_fusion": "--cross-entropy-loss-fusion",
-    "gpt/gpt3_weekly_mcore_tp2_pp2_current_scaling_native_fp8_tp_pp_sp_tp_overlap": "--tp-comm-overlap",
-    "moe/gpt3_moe_mcore_te_tp2_pp2_ep4_etp1_fine_grained_offloading": "MLA, MTP, --recompute-modules",
-    "moe/gpt3_moe_mcore_te_tp2_pp2_ep4_etp1_no_mtp_no_a2a_ovlp_fine_grained_offloading": "MLA, --recompute-modules",
-    "moe/gpt3_moe_mcore_te_tp4_ep2_etp2_pp2_scoped_cudagraph": "MTP, CUDA graphs, --recompute-modules",
+    "moe/gpt3_moe_mcore_te_tp2_pp2_ep4_etp1_fine_grained_offloading": "MTP",
+    "moe/gpt3_moe_mcore_te_tp4_ep2_etp2_pp2_scoped_cudagraph": "MTP, CUDA graphs",
 }
 
 
@@ -379,19 +376,19 @@ def test_memory_irrelevant_flags_are_ignored_silently() -> None:
 def test_not_strict_lists_and_warns_about_skipped_flags() -> None:
     args = {
         **MINIMAL,
-        "--multi-latent-attention": True,
+        "--fp32-residual-connection": True,
         "--cuda-graph-impl": "transformer_engine",
         "--mtp-num-layers": 0,
     }
     job = parse_megatron_args(args, world_size=1, strict=False)
-    assert [item.split(":")[0] for item in job.ignored] == ["--cuda-graph-impl", "--multi-latent-attention"]
+    assert [item.split(":")[0] for item in job.ignored] == ["--cuda-graph-impl", "--fp32-residual-connection"]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         model, _, _ = from_megatron_args(args, world_size=1, strict=False)
     assert model == job.model
     assert sorted(str(w.message).split()[2] for w in caught) == [
         "--cuda-graph-impl:",
-        "--multi-latent-attention:",
+        "--fp32-residual-connection:",
     ]
 
 

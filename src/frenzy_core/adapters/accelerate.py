@@ -59,6 +59,14 @@ def _check_expressible(plan: Plan) -> None:
         raise ConfigError(
             f"Accelerate's Megatron-LM plugin shards with the distributed optimizer only, not ZeRO-{t.zero_stage}",
             field="training.zero_stage", value=t.zero_stage, hint="use the deepspeed adapter")
+    megatron_only = [(f, v) for f, v, default in (("recompute_modules", [m.value for m in t.recompute_modules],
+                                                   ["core_attn"]),
+                                                  ("cross_entropy_fusion", t.cross_entropy_fusion, False),
+                                                  ("tp_comm_overlap", t.tp_comm_overlap, False)) if v != default]
+    if _splits_model(plan) and megatron_only:
+        field, value = megatron_only[0]
+        raise ConfigError(f"Accelerate's Megatron-LM plugin config has no key for training.{field}={value!r}",
+                          field=f"training.{field}", value=value, hint="use the megatron adapter")
     if t.precision not in _MIXED_PRECISION:
         raise ConfigError(f"Accelerate has no mixed_precision for {t.precision.value!r}",
                           field="training.precision", value=t.precision.value,

@@ -34,6 +34,7 @@ from frenzy_core.config.training import (
     Precision,
     Recompute,
     RecomputeMethod,
+    RecomputeModule,
     TrainingConfig,
 )
 
@@ -64,6 +65,7 @@ __all__ = [
     "QKNormScope",
     "Recompute",
     "RecomputeMethod",
+    "RecomputeModule",
     "RopeScaling",
     "TrainingConfig",
     "count_parameters",

@@ -22,6 +22,7 @@ __all__ = [
     "Precision",
     "Recompute",
     "RecomputeMethod",
+    "RecomputeModule",
     "TrainingConfig",
 ]
 
@@ -116,6 +117,22 @@ class RecomputeMethod(str, enum.Enum):
     """Only the first ``recompute_num_layers`` layers of each stage."""
 
 
+class RecomputeModule(str, enum.Enum):
+    """A submodule selective recomputation rebuilds in backward (Megatron-Core ``recompute_modules``,
+    ``transformer_config.py``); what each drops is derived in docs/memory-model.md, section 3."""
+
+    CORE_ATTN = "core_attn"
+    """The attention core (scores, softmax, dropout; the default)."""
+    LAYERNORM = "layernorm"
+    """Norms that are modules of their own (not fused into the next linear): their statistics and output."""
+    MLP = "mlp"
+    """A dense layer's MLP, checkpointed on its input."""
+    MOE_ACT = "moe_act"
+    """The routed experts' activation function: its output (the second expert matmul's input)."""
+    MLA_UP_PROJ = "mla_up_proj"
+    """Latent attention's up projections and rotary part: queries, keys and values rebuilt from the latents."""
+
+
 class Attention(str, enum.Enum):
     """Attention kernel: decides whether the s x s score matrix is materialised."""
 
@@ -179,6 +196,14 @@ class TrainingConfig(FrozenModel):
     recompute_method: RecomputeMethod = Field(default=RecomputeMethod.UNIFORM, description="Full-recompute layers.")
     recompute_num_layers: Annotated[int | None, at_most(limits.LAYERS)] = Field(
         default=None, gt=0, description="Layers per chunk/block; None: 1/all.")
+    recompute_modules: tuple[RecomputeModule, ...] = Field(default=(RecomputeModule.CORE_ATTN,), description=(
+        "What selective recomputation rebuilds (Megatron --recompute-modules); framework torch: core_attn only."))
+    cross_entropy_fusion: bool = Field(default=False, description=(
+        "Megatron --cross-entropy-loss-fusion (native, compiled): one more fp32 logits-sized buffer while the loss "
+        "gradient is computed; bf16 activations only."))
+    tp_comm_overlap: bool = Field(default=False, description=(
+        "Megatron --tp-comm-overlap (needs sequence_parallel): Transformer Engine's userbuffer GEMMs keep three "
+        "more cuBLAS workspaces."))
     attention: Attention = Field(default=Attention.FLASH, description="Attention kernel.")
     sequence_parallel: bool = Field(default=False, description="Megatron sequence parallelism (needs tp > 1).")
     framework: Framework = Field(default=Framework.TORCH, description="Runtime whose buffers are modelled.")
@@ -251,6 +276,15 @@ class TrainingConfig(FrozenModel):
             raise ValueError(f"fp8_param_gather needs precision='fp8-mixed' (got {self.precision.value!r})")
         _check_sharding_variants(self)
         _check_offload(self)
+        _check_recompute_modules(self)
+        if self.tp_comm_overlap and (self.framework is not Framework.MEGATRON or not self.sequence_parallel):
+            raise ValueError("tp_comm_overlap needs framework 'megatron' and sequence_parallel (validate_args: the "
+                             "overlap happens only with sequence parallelism); set both or tp_comm_overlap false")
+        if self.cross_entropy_fusion and (self.framework is not Framework.MEGATRON
+                                          or self.precision not in (Precision.BF16_MIXED, Precision.FP8_MIXED)):
+            raise ValueError(f"cross_entropy_fusion with framework {self.framework.value!r} and precision "
+                             f"{self.precision.value!r}: Megatron's fused cross entropy casts its gradient to bf16; "
+                             "it is modelled for framework 'megatron' with bf16-mixed or fp8-mixed only")
         return self
 
     @property
@@ -271,6 +305,22 @@ def _check_sharding_variants(t: TrainingConfig) -> None:
     if not isinstance(reshard, bool) and reshard < 2:
         raise ValueError(f"reshard_after_forward={reshard}: an integer is the group size to reshard to and must be "
                          ">= 2; use False to keep whole weights after forward")
+
+
+def _check_recompute_modules(t: TrainingConfig) -> None:
+    """Modules other than the attention core are Megatron-Core's and apply to selective recompute only."""
+    modules = t.recompute_modules
+    if len(set(modules)) != len(modules):
+        raise ValueError(f"recompute_modules={[m.value for m in modules]} names a module twice; name each once")
+    if modules == (RecomputeModule.CORE_ATTN,):
+        return
+    if t.recompute is not Recompute.SELECTIVE:
+        raise ValueError(f"recompute_modules={[m.value for m in modules]} needs recompute='selective' (got "
+                         f"{t.recompute.value!r}); leave recompute_modules at its default ['core_attn'] otherwise")
+    if t.framework is not Framework.MEGATRON:
+        raise ValueError(f"recompute_modules={[m.value for m in modules]} with framework {t.framework.value!r}: "
+                         "only Megatron-Core recomputes submodules other than the attention core; use "
+                         "recompute_modules=['core_attn'] or framework 'megatron'")
 
 
 def _check_offload(t: TrainingConfig) -> None:

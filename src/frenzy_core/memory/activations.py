@@ -6,6 +6,7 @@ The derivation of each term is in docs/memory-model.md.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,7 +16,7 @@ from frenzy_core.config.finetune import LoRATarget
 from frenzy_core.config.hf import ModuleLayout, module_layout
 from frenzy_core.config.model import ArchKind, MLPKind, ModelConfig, NormKind, NormPlacement, PositionEmbedding
 from frenzy_core.config.trainable import adapter_counts, projection_shapes
-from frenzy_core.config.training import Attention, Framework, Precision, TrainingConfig
+from frenzy_core.config.training import Attention, Framework, Precision, RecomputeModule, TrainingConfig
 from frenzy_core.memory.torch_attention import FP32, MASK_BYTES
 from frenzy_core.memory.torch_layers import norm_bytes, torch_layer
 
@@ -43,7 +44,14 @@ class LayerActivations:
     moe: FloatArray
     """An MoE layer without recomputation."""
     core_dense: FloatArray
-    """The attention-core part of ``dense`` that selective recomputation drops (and rebuilds in backward)."""
+    """What selective recomputation drops from ``dense`` (the attention core; Megatron: every module of
+    ``recompute_modules``) and rebuilds in backward."""
+    core_moe: FloatArray
+    """The same for ``moe``."""
+    work_dense: FloatArray
+    """The most a dense layer's selective recomputation rebuilds at once (one module at a time)."""
+    work_moe: FloatArray
+    """The same for an MoE layer."""
     layer_input: FloatArray
     """The layer input: all full recomputation keeps per checkpointed chunk."""
     dispatch: FloatArray
@@ -110,20 +118,69 @@ def _bytes(training: TrainingConfig) -> tuple[int, int, int]:
     return 2, 2, lin
 
 
+@dataclass(frozen=True)
+class _MegatronLayer:
+    """Per token, on one rank: what a dense and an MoE layer save, and what selective recompute drops from each
+    and rebuilds at most at once in backward."""
+
+    dense: FloatArray
+    moe: FloatArray
+    drop_dense: FloatArray
+    drop_moe: FloatArray
+    work_dense: FloatArray
+    work_moe: FloatArray
+    layer_input: FloatArray
+
+
+def _mla_attention(model: ModelConfig, training: TrainingConfig, tp: FloatArray, rep: FloatArray,
+                   stats: int) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Latent attention before its core (Megatron-Core ``MLASelfAttention.get_query_key_value_tensors``, TE spec
+    with the latent norms fused into the up projections): (saved, dropped by ``mla_up_proj``, dropped by
+    ``layernorm``). The input norm is a module of its own (``input_layernorm``); its output is the one input of
+    both down projections. Each latent is saved by its up projection (input, statistics, normalised output); the
+    key/value latent is a view that pins the down projection's whole output (latent + rotary key). The cores'
+    query and key are concatenated copies, the value a contiguous copy. Under ``mla_up_proj`` the up projections
+    run without grad (``CheckpointWithoutOutput``) and q, k, v are freed after the core: the latents and the
+    rotary key (a gathered copy under sp) stay as the checkpoint's inputs."""
+    mla = model.mla
+    assert mla is not None
+    h, a = model.hidden_size, model.num_attention_heads
+    _, b, lin = _bytes(training)
+    latents = (mla.q_lora_rank or 0) + mla.kv_lora_rank + mla.qk_rope_head_dim
+    norms = 2 if mla.q_lora_rank is not None else 1
+    up = (b * latents + norms * stats + lin * ((mla.q_lora_rank or 0) + mla.kv_lora_rank)) * rep
+    qkv = b * a * (2 * mla.qk_head_dim + mla.v_head_dim) / tp
+    saved = (b * h + stats + lin * h) * rep + up + qkv + lin * a * mla.v_head_dim / tp
+    # the rotary key the checkpoint keeps is a new tensor only when gathered over the sequence (sp, tp > 1); else
+    # it is a view of the down projection's output, pinned anyway
+    gathered_key = np.where(rep < 1, b * mla.qk_rope_head_dim, 0.0)
+    up_drop = (norms * stats + lin * ((mla.q_lora_rank or 0) + mla.kv_lora_rank)) * rep + qkv - gathered_key
+    return saved, up_drop, (stats + lin * h) * rep
+
+
 def _megatron_layer(model: ModelConfig, training: TrainingConfig, tp: FloatArray, rep: FloatArray,
-                    s_keys: FloatArray, ex: ExpertShard) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
-    """Megatron-Core + Transformer Engine (Korthikanti et al. 2022, section 4.1, generalised)."""
+                    s_keys: FloatArray, ex: ExpertShard) -> _MegatronLayer:
+    """Megatron-Core + Transformer Engine (Korthikanti et al. 2022, section 4.1, generalised), with what each of
+    ``training.recompute_modules`` drops under selective recompute (docs/memory-model.md, section 3)."""
     h, q, kv, f = model.hidden_size, model.q_size, model.kv_size, model.ffn_hidden_size
     a = model.num_attention_heads
     _, b, lin = _bytes(training)
     p_h, p_a = model.hidden_dropout > 0, model.attention_dropout > 0
     # TE LayerNorm saves input, mean and rsigma (fp32); RMSNorm input and rsigma.
-    ln = b * h + (2 * FP32 if model.norm is NormKind.LAYERNORM else FP32)
+    stats = 2 * FP32 if model.norm is NormKind.LAYERNORM else FP32
+    ln = b * h + stats
     mask = MASK_BYTES * h if p_h else 0
-    attn = (ln + lin * h + mask) * rep + b * (q + 2 * kv) / tp + lin * q / tp
-    if model.qk_norm:
-        # TE q/k layernorm: input and rsigma (fp32) per head
-        attn = attn + (b * (q + kv) + FP32 * (a + model.num_kv_heads)) / tp
+    zero = 0.0 * tp
+    if model.mla is not None:
+        mla_saved, up_drop, norm_drop = _mla_attention(model, training, tp, rep, stats)
+        attn = mla_saved + mask * rep
+    else:
+        # the input norm is fused into linear_qkv (TE LayerNormColumnParallelLinear): no module to recompute
+        attn = (ln + lin * h + mask) * rep + b * (q + 2 * kv) / tp + lin * q / tp
+        up_drop, norm_drop = zero, zero
+        if model.qk_norm:
+            # TE q/k layernorm: input and rsigma (fp32) per head
+            attn = attn + (b * (q + kv) + FP32 * (a + model.num_kv_heads)) / tp
     if training.attention is Attention.EAGER:
         # softmax output 2as^2b, dropout mask as^2b, dropout output 2as^2b (all / t)
         core = a / tp * s_keys * (b + ((MASK_BYTES + b) if p_a else 0))
@@ -134,8 +191,11 @@ def _megatron_layer(model: ModelConfig, training: TrainingConfig, tp: FloatArray
     def body(width: int, width_in: int) -> float:
         return b * width_in + lin * width  # activation input, fc2 input (both / t)
 
-    dense = (ln + lin * h + mask) * rep + body(f, f_in) / tp
-    moe_mlp = np.asarray(0.0)
+    # dense MLP: pre-MLP norm fused into linear_fc1; mlp recompute keeps the checkpoint's input (the norm's input)
+    mlp_drop = (stats + lin * h) * rep + body(f, f_in) / tp
+    dense = attn + core + (ln + lin * h + mask) * rep + body(f, f_in) / tp
+    moe = 0.0 * tp
+    act_drop = moe_norm_drop = zero
     if model.moe is not None:
         m = model.moe
         routed = ex.routed
@@ -145,10 +205,29 @@ def _megatron_layer(model: ModelConfig, training: TrainingConfig, tp: FloatArray
         shared = body(fs, 2 * fs if model.mlp.gated else fs) / tp if fs else 0.0
         # router logits and probabilities (fp32); per routed token (gathered over etp): permuted input,
         # expert activation input and fc2 input (/ etp), unpermute input kept for the probability gradient.
-        moe_mlp = (ln + b * h + mask + 2 * FP32 * m.num_experts) * rep + shared + routed * (
+        moe = attn + core + (ln + b * h + mask + 2 * FP32 * m.num_experts) * rep + shared + routed * (
             lin * h + body(fe, fe_in) / ex.etp + b * h)
-    layer_in = b * h * rep
-    return attn + core + dense, attn + core + moe_mlp, np.asarray(core), np.asarray(layer_in)
+        # moe_act (experts.py, TEGroupedMLP): the activation runs without grad and its output, fc2's input, is
+        # freed after fc2; its input (fc1's output) stays as the checkpoint's input.
+        act_drop = routed * lin * fe / ex.etp
+        # layernorm: the MoE layer's pre_mlp_layernorm is a module of its own (router and shared expert read it)
+        moe_norm_drop = (stats + b * h) * rep
+    chosen = set(training.recompute_modules)
+    M = RecomputeModule  # noqa: N806 (short alias)
+    parts_dense = {M.CORE_ATTN: core + zero, M.LAYERNORM: norm_drop, M.MLA_UP_PROJ: up_drop, M.MLP: mlp_drop}
+    parts_moe = {M.CORE_ATTN: core + zero, M.LAYERNORM: norm_drop + moe_norm_drop, M.MLA_UP_PROJ: up_drop,
+                 M.MOE_ACT: act_drop}
+
+    def dropped(parts: dict[RecomputeModule, FloatArray]) -> tuple[FloatArray, FloatArray]:
+        """What the chosen modules drop together, and the largest one module rebuilds (one at a time)."""
+        picked = [np.asarray(v) for k, v in parts.items() if k in chosen]
+        total = sum(picked, zero)
+        return np.asarray(total), np.asarray(functools.reduce(np.maximum, picked, zero))
+
+    drop_d, work_d = dropped(parts_dense)
+    drop_m, work_m = dropped(parts_moe)
+    return _MegatronLayer(dense=np.asarray(dense), moe=np.asarray(moe), drop_dense=drop_d, drop_moe=drop_m,
+                          work_dense=work_d, work_moe=work_m, layer_input=np.asarray(b * h * rep))
 
 
 def layer_activations(model: ModelConfig, training: TrainingConfig, *, tp: npt.ArrayLike, sp: npt.ArrayLike,
@@ -161,7 +240,9 @@ def layer_activations(model: ModelConfig, training: TrainingConfig, *, tp: npt.A
     tokens = s_loc * np.asarray(micro_batch_size, dtype=np.float64)
     if training.framework is Framework.TORCH:
         t = torch_layer(model, training, tp_a, s_loc, np.asarray(micro_batch_size, dtype=np.float64))
-        return LayerActivations(dense=tokens * t.dense, moe=tokens * t.moe, core_dense=tokens * t.core,
+        core_t = tokens * t.core
+        return LayerActivations(dense=tokens * t.dense, moe=tokens * t.moe, core_dense=core_t, core_moe=core_t,
+                                work_dense=core_t, work_moe=core_t,
                                 dispatch=np.zeros_like(tokens), score_grad=tokens * t.score_grad,
                                 layer_input=tokens * t.layer_input, kind_excess=tokens * t.kind_excess,
                                 cache_delta=tokens * t.cache_delta, kv_cache=tokens * t.kv_cache,
@@ -169,7 +250,7 @@ def layer_activations(model: ModelConfig, training: TrainingConfig, *, tp: npt.A
                                 freed_before_core=tokens * t.freed_before_core, masks=tokens * t.masks)
     rep = np.where(np.asarray(sp, dtype=bool), 1.0 / tp_a, 1.0)
     ex = expert_shard(model, training, tp_a, etp, ep)
-    dense, moe, core, inp = _megatron_layer(model, training, tp_a, rep, s_loc, ex)
+    mg = _megatron_layer(model, training, tp_a, rep, s_loc, ex)
     dispatch = np.zeros_like(tokens)
     if model.moe is not None:
         # token_dispatcher.py: the all-to-all output and sort_chunks_by_idxs' copy live together within the layer
@@ -180,9 +261,10 @@ def layer_activations(model: ModelConfig, training: TrainingConfig, *, tp: npt.A
         softmax_bytes = FP32 if training.precision.is_amp else _bytes(training)[1]
         score_grad = model.num_attention_heads / tp_a * s_loc * softmax_bytes * tokens
     zero = np.zeros_like(tokens)
-    dense_t, moe_t = tokens * dense, tokens * moe
-    return LayerActivations(dense=dense_t, moe=moe_t, core_dense=tokens * core, dispatch=dispatch,
-                            score_grad=score_grad, layer_input=tokens * inp, kind_excess=zero, cache_delta=zero,
+    return LayerActivations(dense=tokens * mg.dense, moe=tokens * mg.moe, core_dense=tokens * mg.drop_dense,
+                            core_moe=tokens * mg.drop_moe, work_dense=tokens * mg.work_dense,
+                            work_moe=tokens * mg.work_moe, dispatch=dispatch, score_grad=score_grad,
+                            layer_input=tokens * mg.layer_input, kind_excess=zero, cache_delta=zero,
                             kv_cache=zero, kv_extra=zero, mlp_grad=zero, freed_before_core=zero, masks=zero)
 
 
@@ -247,8 +329,12 @@ def logit_bytes(model: ModelConfig, training: TrainingConfig, *, tp: npt.ArrayLi
         # vocab_parallel_cross_entropy: logits.float() then exp/normalise in place; the fp32 softmax is saved and
         # turned into the gradient in place; the head's input gradient is cast back to the activation dtype.
         up = FP32 if bm != FP32 else 0
-        return LogitBytes(saved=FP32 * v, forward_peak=(bm + up) * v, backward_peak=(FP32 + (bm if up else 0)) * v,
-                          returned=0.0 * v)
+        # --cross-entropy-loss-fusion (fused_cross_entropy.py, native): the same steps under torch.compile
+        # (jit_fuser); the compiled gradient (calculate_gradients) functionalises the in-place index_put on the
+        # saved softmax into one more fp32 buffer of its size before the bf16 cast (inductor's generated code).
+        fused = FP32 if training.cross_entropy_fusion else 0
+        return LogitBytes(saved=FP32 * v, forward_peak=(bm + up) * v,
+                          backward_peak=(FP32 + fused + (bm if up else 0)) * v, returned=0.0 * v)
     # The output holds the head's logits in the matmul dtype (no family returns an upcast copy in Transformers 5).
     returned = bm * v if model.lm_head else bs * model.hidden_size * tokens + 0 * tp_a
     # Gemma 2's final soft-capping: logits / cap -> tanh (its output saved) -> * cap, before the loss.

@@ -241,9 +241,12 @@ def _activations(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
         k_eff = np.where(k > 0, k, 1.0)
         full_saved = np.ceil(n_grad / k_eff) * layer.layer_input
         full_work = np.minimum(k_eff, n_grad) * biggest_layer - layer.layer_input
-    saved_layers = np.where(modes.full, full_saved,
-                            np.where(modes.selective, full_layers - n_grad * layer.core_dense, full_layers))
-    work = np.where(modes.full, full_work, np.where(modes.selective, layer.core_dense, 0.0))
+    # selective: each layer a gradient flows through drops what its kind's recomputed modules rebuild
+    n_moe_grad = (shape.num_moe_layers - shape.num_nograd_moe_layers).astype(np.float64) if model.moe else 0.0 * n
+    selective_saved = full_layers - (n_grad - n_moe_grad) * layer.core_dense - n_moe_grad * layer.core_moe
+    selective_work = np.where(n_moe_grad > 0, np.maximum(layer.work_dense, layer.work_moe), layer.work_dense)
+    saved_layers = np.where(modes.full, full_saved, np.where(modes.selective, selective_saved, full_layers))
+    work = np.where(modes.full, full_work, np.where(modes.selective, selective_work, 0.0))
     work = np.where(n_grad > 0, np.maximum(work, 0.0), 0.0)
     if layers.dequant is not None:
         work = work + np.where(n_grad > 0, layers.dequant, 0.0)

@@ -25,6 +25,8 @@ class OverheadModel(FrozenModel):
     megatron_workspace_source: str
     megatron_moe_workspace_bytes: int
     megatron_moe_workspace_source: str
+    megatron_ub_workspace_bytes: int
+    megatron_ub_workspace_source: str
     cuda_context_bytes: int
     cuda_context_source: str
     nccl_per_communicator_bytes: int
@@ -49,7 +51,8 @@ def workspace_bytes(model: ModelConfig, training: TrainingConfig) -> int:
     """Kernel workspaces that live in the caching allocator (counted in ``peak_bytes``)."""
     m = overhead_model()
     if training.framework is Framework.MEGATRON:
-        return m.megatron_workspace_bytes + (m.megatron_moe_workspace_bytes if model.moe is not None else 0)
+        return (m.megatron_workspace_bytes + (m.megatron_moe_workspace_bytes if model.moe is not None else 0)
+                + (m.megatron_ub_workspace_bytes if training.tp_comm_overlap else 0))
     return m.torch_workspace_bytes
 
 

@@ -58,6 +58,12 @@ def layer_constants(model: ModelConfig) -> LayerConstants:
     row_bias = h if model.linear_bias else 0
     attn_split = dense.attention - row_bias - qk_norms
     attn_repl = row_bias + qk_norms + dense.norms
+    if model.mla is not None:
+        # latent attention's down projections and latent norms are whole on every tp rank (Megatron-Core
+        # multi_latent_attention.py: TELinear with parallel_mode 'duplicated'; only the up projections split)
+        ranks = (model.mla.q_lora_rank or 0) + model.mla.kv_lora_rank
+        whole = h * (ranks + model.mla.qk_rope_head_dim) + ranks
+        attn_split, attn_repl = attn_split - whole, attn_repl + whole
     mlp_s, mlp_r = _mlp_split(model, model.ffn_hidden_size)
     sh_s = sh_r = router = experts = 0
     largest = max(h * (q + 2 * kv), model.ffn_hidden_size * h * (2 if model.mlp.gated else 1))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from frenzy_core.config.architecture import ArchKind, MLPKind, MoEConfig, PositionEmbedding, RopeScaling
+from frenzy_core.config.architecture import ArchKind, MLAConfig, MLPKind, MoEConfig, PositionEmbedding, RopeScaling
 from frenzy_core.config.megatron.args import FlagReader
 from frenzy_core.config.megatron.pattern import moe_layer_pattern, moe_placement
 from frenzy_core.config.megatron.tables import (
@@ -30,6 +30,8 @@ _NORM_EPSILON = 1e-5  # TransformerConfig.layernorm_epsilon (--norm-epsilon) def
 _ROPE_SCALING_FACTOR = 8.0  # arguments.py: --rope-scaling-factor default
 # rotary_pos_embedding.py: --use-rope-scaling is Llama 3's scaling with these fixed parameters.
 LLAMA3_ROPE: dict[str, Any] = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+# arguments.py (_add_mla_args): --kv-lora-rank, --qk-head-dim, --qk-pos-emb-head-dim, --v-head-dim defaults
+_MLA_DEFAULTS = {"--kv-lora-rank": 32, "--qk-head-dim": 128, "--qk-pos-emb-head-dim": 64, "--v-head-dim": 128}
 _MOE_DETAILS = ("--moe-router-topk", "--moe-ffn-hidden-size", "--moe-shared-expert-intermediate-size",
                 "--moe-layer-freq", "--moe-expert-capacity-factor", "--moe-shared-expert-gate")
 
@@ -46,10 +48,11 @@ def read_model(r: FlagReader, model_type: str, tp: int, problems: Problems) -> M
     add_bias = not r.switch("--disable-bias-linear")
     bert = model_type == "bert"
     binary_head = bert and not r.switch("--bert-no-binary-head")
+    mla = _mla(r, add_bias, problems)
     return ModelConfig(
         arch=ArchKind.ENCODER if bert else ArchKind.DECODER,
         num_layers=num_layers, hidden_size=hidden, num_attention_heads=heads, num_kv_heads=_kv_heads(r, heads),
-        head_dim=_head_dim(r, hidden, heads), ffn_hidden_size=ffn, mlp=mlp,
+        head_dim=mla.qk_head_dim if mla else _head_dim(r, hidden, heads), ffn_hidden_size=ffn, mlp=mlp, mla=mla,
         norm=next(k for k, v in NORM_NAMES.items() if v == r.choice("--normalization", "LayerNorm",
                                                                      tuple(NORM_NAMES.values()))),
         vocab_size=_vocab_size(r, model_type, tp),
@@ -58,12 +61,40 @@ def read_model(r: FlagReader, model_type: str, tp: int, problems: Problems) -> M
         type_vocab_size=2 if binary_head else 0, pooler=binary_head,
         tied_embeddings=not r.switch("--untie-embeddings-and-output-weights"),
         qkv_bias=add_bias or r.switch("--add-qkv-bias"),  # validate_args: add_bias_linear implies add_qkv_bias
-        linear_bias=add_bias, qk_norm=r.switch("--qk-layernorm"),
+        linear_bias=add_bias, qk_norm=r.switch("--qk-layernorm") and mla is None,
         hidden_dropout=_dropout(r, "--hidden-dropout"), attention_dropout=_dropout(r, "--attention-dropout"),
         moe=_moe(r, num_layers, ffn, tp, problems),
         norm_eps=r.number("--norm-epsilon", _NORM_EPSILON),
         **_positions(r, problems),
     )
+
+
+def _mla(r: FlagReader, add_bias: bool, problems: Problems) -> MLAConfig | None:
+    """--multi-latent-attention: the latent ranks and head widths (Megatron ignores --kv-channels with it). The
+    latent norms exist only with --qk-layernorm (gpt_layer_specs.py: q/kv up projections with fused norms)."""
+    if not r.switch("--multi-latent-attention"):
+        r.used.update(("--q-lora-rank", *_MLA_DEFAULTS))
+        return None
+    r.used.add("--kv-channels")
+    flag = "--multi-latent-attention"
+    if _positions(r, [])["position_embedding"] is not PositionEmbedding.ROTARY:
+        raise ConfigError(f"{flag} with learned or no position embeddings is not modelled (latent attention applies "
+                          "rotary positions to its rotary head part)", field=flag, value=True,
+                          hint="add --position-embedding-type rope")
+    if add_bias:
+        raise ConfigError(f"{flag} with linear biases is not modelled", field=flag, value=True,
+                          hint="add --disable-bias-linear")
+    if not r.switch("--qk-layernorm"):
+        problems.append(("--multi-latent-attention", "latent attention without --qk-layernorm (no latent norms) is "
+                                                     "not modelled"))
+    dims: dict[str, int] = {}
+    for flag, default in _MLA_DEFAULTS.items():
+        value = r.positive(flag, default)
+        assert value is not None
+        dims[flag] = value
+    return MLAConfig(q_lora_rank=r.positive("--q-lora-rank"), kv_lora_rank=dims["--kv-lora-rank"],
+                     qk_nope_head_dim=dims["--qk-head-dim"], qk_rope_head_dim=dims["--qk-pos-emb-head-dim"],
+                     v_head_dim=dims["--v-head-dim"])
 
 
 def _mlp(r: FlagReader) -> MLPKind:

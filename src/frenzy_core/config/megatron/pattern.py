@@ -5,10 +5,11 @@ from __future__ import annotations
 import ast
 import re
 
+from frenzy_core._base import FrozenModel
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.errors import ConfigError
 
-__all__ = ["moe_layer_flag", "moe_layer_pattern", "moe_placement"]
+__all__ = ["PipelineLayout", "moe_layer_flag", "moe_layer_pattern", "moe_placement", "pipeline_layout"]
 
 _MAX_PATTERN = 1 << 16  # longest --moe-layer-freq list read (a bound, not a Megatron limit)
 
@@ -92,3 +93,49 @@ def moe_layer_flag(model: ModelConfig) -> str | None:
     if model.moe is None or (not model.moe.first_dense_layers and model.moe.layer_interval == 1):
         return None
     return "[" + ",".join("1" if model.is_moe_layer(i) else "0" for i in range(model.num_layers)) + "]"
+
+
+class PipelineLayout(FrozenModel):
+    """What ``--pipeline-model-parallel-layout`` places: decoder layers per chunk (model order) and the MTP
+    layers' count (all on the last chunk of their rank)."""
+
+    vpp: int
+    chunk_layers: tuple[int, ...]
+    mtp_layers: int
+
+
+_LAYOUT_CHARS = {"E": "embedding", "L": "loss", "t": "decoder", "m": "mtp"}
+
+
+def pipeline_layout(value: object, pp: int, num_layers: int) -> PipelineLayout:
+    """Parse a layout such as ``Et*3|(tt|)*6mL`` as Megatron-Core's ``PipelineParallelLayerLayout`` does
+    (``parse_str_to_list``: commas dropped, ``(...)*n`` then ``x*n`` unrolled, ``|`` between chunks; chunk i of
+    the string is virtual stage i // pp of rank i % pp) and check what its ``validate_layer_layout`` asserts."""
+    flag = "--pipeline-model-parallel-layout"
+    text = str(value).replace(",", "").strip()
+    if len(text) > _MAX_PATTERN:
+        raise ConfigError(f"{flag} is longer than {_MAX_PATTERN} characters", field=flag, value=value)
+    for pattern in (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)"):
+        text = re.sub(pattern, lambda m: m.group(1) * min(int(m.group(2)), _MAX_PATTERN), text)
+        if len(text) > _MAX_PATTERN:
+            raise ConfigError(f"{flag} unrolls to more than {_MAX_PATTERN} characters", field=flag, value=value)
+    chunks = text.split("|")
+    bad = sorted({c for c in text if c not in _LAYOUT_CHARS and c != "|"})
+    if bad:
+        raise ConfigError(f"{flag}: unknown layer characters {bad} in {value!r}", field=flag, value=value,
+                          hint="use E (embedding), t (transformer layer), m (MTP layer), L (loss) and |")
+    if len(chunks) % pp != 0:
+        raise ConfigError(f"{flag} has {len(chunks)} chunks, not a multiple of --pipeline-model-parallel-size={pp}",
+                          field=flag, value=value)
+    flat = "".join(chunks)
+    if not flat.startswith("E") or not flat.endswith("L") or flat.count("E") != 1 or flat.count("L") != 1:
+        raise ConfigError(f"{flag} must start with the embedding E and end with the loss L, once each; got "
+                          f"{value!r}", field=flag, value=value)
+    if flat.count("t") != num_layers:
+        raise ConfigError(f"{flag} places {flat.count('t')} transformer layers; --num-layers is {num_layers}",
+                          field=flag, value=value)
+    mtp = flat.count("m")
+    if mtp and ("t" in flat[flat.index("m"):] or any("m" in c for c in chunks[:-pp])):
+        raise ConfigError(f"{flag}: MTP layers must follow every transformer layer, in a last virtual chunk",
+                          field=flag, value=value)
+    return PipelineLayout(vpp=len(chunks) // pp, chunk_layers=tuple(c.count("t") for c in chunks), mtp_layers=mtp)

@@ -15,6 +15,7 @@ from frenzy_core._base import FrozenModel
 from frenzy_core.config.layout import validate_layout
 from frenzy_core.config.megatron.args import OFF_VALUES, FlagReader, MegatronArgs, flag_table
 from frenzy_core.config.megatron.model_flags import read_model
+from frenzy_core.config.megatron.pattern import PipelineLayout, pipeline_layout
 from frenzy_core.config.megatron.tables import FIELD_FLAGS
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.parallel import ParallelConfig
@@ -26,6 +27,7 @@ from frenzy_core.config.training import (
     Precision,
     Recompute,
     RecomputeMethod,
+    RecomputeModule,
     TrainingConfig,
 )
 from frenzy_core.errors import ConfigError
@@ -144,7 +146,23 @@ def _parallel(r: FlagReader, world_size: int) -> ParallelConfig:
     return ParallelConfig(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=None if etp in (None, tp) else etp)
 
 
+def _layout(r: FlagReader, pp: int) -> PipelineLayout | None:
+    """--pipeline-model-parallel-layout (validate_args: it excludes the other ways to cut the pipeline)."""
+    if not r.has("--pipeline-model-parallel-layout"):
+        return None
+    others = [f for f in ("--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
+                          *_UNEVEN_STAGE_FLAGS[:2], *_UNEVEN_STAGE_FLAGS[3:]) if r.has(f)]
+    if others:
+        raise ConfigError(f"--pipeline-model-parallel-layout cannot be combined with {others[0]}", field=others[0],
+                          hint="give the layout alone: it fixes the virtual stages and every chunk's layers")
+    r.used.add("--pipeline-model-parallel-layout")
+    return pipeline_layout(r.raw["--pipeline-model-parallel-layout"], pp, r.required("--num-layers"))
+
+
 def _virtual_stages(r: FlagReader, pp: int) -> int:
+    layout = _layout(r, pp)
+    if layout is not None:
+        return layout.vpp
     per_stage = r.positive("--num-layers-per-virtual-pipeline-stage")
     stages = r.positive("--num-virtual-stages-per-pipeline-rank")
     if per_stage is not None and stages is not None:
@@ -187,7 +205,7 @@ def _training(r: FlagReader, parallel: ParallelConfig, problems: list[tuple[str,
         raise ConfigError("--seq-length is required", field="--seq-length")
     mbs = r.required("--micro-batch-size")
     gbs = r.positive("--global-batch-size")
-    recompute, recompute_method, recompute_layers = _recompute(r, problems)
+    recompute, recompute_method, recompute_layers, recompute_modules = _recompute(r, problems)
     return TrainingConfig(
         seq_len=seq,
         micro_batch_size=mbs,
@@ -202,11 +220,35 @@ def _training(r: FlagReader, parallel: ParallelConfig, problems: list[tuple[str,
         recompute=recompute,
         recompute_method=recompute_method,
         recompute_num_layers=recompute_layers,
+        recompute_modules=recompute_modules,
+        cross_entropy_fusion=_cross_entropy_fusion(r),
         attention=_attention(r),
         # validate_args switches sequence parallelism off when tp == 1.
         sequence_parallel=r.switch("--sequence-parallel") and parallel.tp > 1,
+        tp_comm_overlap=_tp_comm_overlap(r, parallel),
         framework=Framework.MEGATRON,
     )
+
+
+def _tp_comm_overlap(r: FlagReader, parallel: ParallelConfig) -> bool:
+    """--tp-comm-overlap; validate_args asserts sequence parallelism (switched off at tp = 1)."""
+    overlap = r.switch("--tp-comm-overlap")
+    if overlap and not (r.switch("--sequence-parallel") and parallel.tp > 1):
+        raise ConfigError("--tp-comm-overlap needs --sequence-parallel with --tensor-model-parallel-size > 1 "
+                          "(Megatron-LM's validate_args asserts it)", field="--tp-comm-overlap", value=True,
+                          hint="add --sequence-parallel, or drop --tp-comm-overlap")
+    return overlap
+
+
+def _cross_entropy_fusion(r: FlagReader) -> bool:
+    """--cross-entropy-loss-fusion with --cross-entropy-fusion-impl native (the default; validate_args refuses
+    'te')."""
+    fused = r.switch("--cross-entropy-loss-fusion")
+    impl = r.choice("--cross-entropy-fusion-impl", "native", ("native", "te"))
+    if fused and impl == "te":
+        raise ConfigError("--cross-entropy-fusion-impl te is refused by Megatron-LM's validate_args (stability)",
+                          field="--cross-entropy-fusion-impl", value=impl, hint="use native")
+    return fused
 
 
 def _precision(r: FlagReader) -> Precision:
@@ -236,23 +278,32 @@ def _optimizer(r: FlagReader, problems: list[tuple[str, str]]) -> Optimizer:
     return Optimizer.ADAMW
 
 
-def _recompute(r: FlagReader, problems: list[tuple[str, str]]) -> tuple[Recompute, RecomputeMethod, int | None]:
-    """(mode, method, layers) from --recompute-granularity/-method/-num-layers/-modules."""
+_Recompute = tuple[Recompute, RecomputeMethod, int | None, tuple[RecomputeModule, ...]]
+
+
+def _recompute(r: FlagReader, problems: list[tuple[str, str]]) -> _Recompute:
+    """(mode, method, layers, modules) from --recompute-granularity/-method/-num-layers/-modules."""
     granularity = r.choice("--recompute-granularity", None, ("full", "selective"))
     if r.switch("--recompute-activations"):  # validate_args: --recompute-activations means selective
         granularity = "selective"
     method = r.choice("--recompute-method", None, ("uniform", "block"))
     num_layers = r.positive("--recompute-num-layers")
-    modules = r.words("--recompute-modules")
+    words = r.words("--recompute-modules")
+    if r.raw.get("--recompute-modules") is True:  # the flag with no value: an empty list (nargs='*')
+        words = []
+    default = (RecomputeModule.CORE_ATTN,)
     if granularity == "selective":
-        if modules is not None and modules != ["core_attn"]:
-            problems.append(
-                (
-                    "--recompute-modules",
-                    f"selective recompute of {modules} (only core_attn, the default, is modelled)",
-                )
-            )
-        return Recompute.SELECTIVE, RecomputeMethod.UNIFORM, None
+        # transformer_config.py: only read under selective granularity; default ["core_attn"]
+        modelled = {m.value: m for m in RecomputeModule}
+        unknown = [w for w in (words or []) if w not in modelled]
+        if unknown:
+            problems.append(("--recompute-modules", f"selective recompute of {unknown} is not modelled (modelled: "
+                                                    f"{sorted(modelled)})"))
+        modules = default if words is None else tuple(modelled[w] for w in dict.fromkeys(words) if w in modelled)
+        if RecomputeModule.MOE_ACT in modules and not r.switch("--moe-grouped-gemm"):
+            raise ConfigError("--recompute-modules moe_act needs --moe-grouped-gemm (Megatron-Core raises "
+                              "otherwise)", field="--recompute-modules", value=words)
+        return Recompute.SELECTIVE, RecomputeMethod.UNIFORM, None, modules
     if granularity == "full":
         if method is None:
             raise ConfigError(
@@ -263,8 +314,8 @@ def _recompute(r: FlagReader, problems: list[tuple[str, str]]) -> tuple[Recomput
             raise ConfigError(
                 "--recompute-granularity full needs --recompute-num-layers", field="--recompute-num-layers"
             )
-        return Recompute.FULL, RecomputeMethod(method), num_layers
-    return Recompute.NONE, RecomputeMethod.UNIFORM, None
+        return Recompute.FULL, RecomputeMethod(method), num_layers, default
+    return Recompute.NONE, RecomputeMethod.UNIFORM, None, default
 
 
 def _attention(r: FlagReader) -> Attention:
@@ -288,7 +339,12 @@ def _microbatch_group(r: FlagReader, parallel: ParallelConfig) -> int | None:
 
 
 def _stage_split(r: FlagReader, num_layers: int, pp: int, vpp: int) -> tuple[int, ...] | None:
-    """Chunk layer counts of an uneven Megatron pipeline (None: even), see :func:`megatron_split`."""
+    """Chunk layer counts of an uneven Megatron pipeline (None: even), see :func:`megatron_split`, or as
+    --pipeline-model-parallel-layout places them."""
+    layout = _layout(r, pp)
+    if layout is not None:
+        even = len(set(layout.chunk_layers)) == 1
+        return None if even else layout.chunk_layers
     first = r.integer("--decoder-first-pipeline-num-layers")
     last = r.integer("--decoder-last-pipeline-num-layers")
     embedding = r.switch("--account-for-embedding-in-pipeline-split")
@@ -346,6 +402,9 @@ def _check_megatron_layout(r: FlagReader, model: ModelConfig, training: Training
         raise ConfigError(
             f"--num-layers={model.num_layers} is not divisible by --pipeline-model-parallel-size x virtual stages "
             f"= {parallel.pp} x {parallel.vpp}", field="--num-layers", value=model.num_layers)
+    if RecomputeModule.MLA_UP_PROJ in training.recompute_modules and model.mla is None:
+        raise ConfigError("--recompute-modules mla_up_proj needs --multi-latent-attention (Megatron-Core raises "
+                          "otherwise)", field="--recompute-modules", value="mla_up_proj")
     if training.seq_len > model.max_position_embeddings:
         raise ConfigError(
             f"--max-position-embeddings={model.max_position_embeddings} is less than --seq-length={training.seq_len}",

@@ -21,7 +21,7 @@ from frenzy_core.config.megatron.tables import (
 )
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.parallel import ParallelConfig
-from frenzy_core.config.training import Attention, Optimizer, Recompute, TrainingConfig
+from frenzy_core.config.training import Attention, Optimizer, Recompute, RecomputeModule, TrainingConfig
 from frenzy_core.errors import ConfigError
 
 __all__ = ["MegatronLaunch", "megatron_launch", "to_megatron_args"]
@@ -122,8 +122,20 @@ def _model_flags(model: ModelConfig, divisible_by: int) -> list[str]:
         out += ["--disable-bias-linear", *(["--add-qkv-bias"] if model.qkv_bias else [])]
     out += ["--hidden-dropout", repr(model.hidden_dropout), "--attention-dropout", repr(model.attention_dropout)]
     out += ["--qk-layernorm"] if model.qk_norm else []
+    out += _mla_flags(model)
     out += ["--bert-no-binary-head"] if model.arch is ArchKind.ENCODER and not model.pooler else []
     return out + _moe_flags(model)
+
+
+def _mla_flags(model: ModelConfig) -> list[str]:
+    """Latent attention: its ranks and head widths; --qk-layernorm gives it the latent norms."""
+    mla = model.mla
+    if mla is None:
+        return []
+    out = ["--multi-latent-attention", "--qk-layernorm"]
+    out += ["--q-lora-rank", str(mla.q_lora_rank)] if mla.q_lora_rank is not None else []
+    return out + ["--kv-lora-rank", str(mla.kv_lora_rank), "--qk-head-dim", str(mla.qk_nope_head_dim),
+                  "--qk-pos-emb-head-dim", str(mla.qk_rope_head_dim), "--v-head-dim", str(mla.v_head_dim)]
 
 
 def _rope_flags(model: ModelConfig) -> list[str]:
@@ -168,18 +180,24 @@ def _training_flags(training: TrainingConfig) -> list[str]:
         out += ["--use-torch-fsdp2", "--no-gradient-accumulation-fusion", "--ckpt-format", "torch_dist"]
     if training.recompute is Recompute.SELECTIVE:
         out += ["--recompute-granularity", "selective"]
+        if training.recompute_modules != (RecomputeModule.CORE_ATTN,):
+            out += ["--recompute-modules", *(m.value for m in training.recompute_modules)]
+            # transformer_config.py: moe_act is recomputed only within TE's grouped GEMM experts
+            out += ["--moe-grouped-gemm"] if RecomputeModule.MOE_ACT in training.recompute_modules else []
     elif training.recompute is Recompute.FULL:
         out += ["--recompute-granularity", "full", "--recompute-method", training.recompute_method.value,
                 "--recompute-num-layers", str(training.recompute_num_layers or 1)]
+    out += ["--cross-entropy-loss-fusion"] if training.cross_entropy_fusion else []
     # auto: Transformer Engine picks flash or cuDNN fused attention (neither keeps the score matrix)
     out += ["--attention-backend", "unfused" if training.attention is Attention.EAGER else "auto"]
     out += ["--sequence-parallel"] if training.sequence_parallel else []
+    out += ["--tp-comm-overlap"] if training.tp_comm_overlap else []
     return out
 
 
-def split_flags(num_layers: int, parallel: ParallelConfig) -> list[str] | None:
-    """The flags that make Megatron-LM cut the layers as ``parallel.stage_layers`` (``[]`` for the even split),
-    or None when no flag combination does."""
+def split_flags(num_layers: int, parallel: ParallelConfig) -> list[str]:
+    """The flags that make Megatron-LM cut the layers as ``parallel.stage_layers`` (``[]`` for the even split):
+    --decoder-first/last-pipeline-num-layers or --account-for-* where they do, else the layout."""
     if parallel.stage_layers is None:
         return []
     pp, vpp, split = parallel.pp, parallel.vpp, parallel.stage_layers
@@ -197,16 +215,19 @@ def split_flags(num_layers: int, parallel: ParallelConfig) -> list[str] | None:
                 return flags
         except ConfigError:
             continue
-    return None
+    chunks = ["t" * n for n in split]
+    chunks[0], chunks[-1] = "E" + chunks[0], chunks[-1] + "L"
+    return ["--pipeline-model-parallel-layout", "|".join(chunks)]
 
 
 def _parallel_flags(parallel: ParallelConfig, num_layers: int) -> list[str]:
     out = ["--tensor-model-parallel-size", str(parallel.tp), "--pipeline-model-parallel-size", str(parallel.pp)]
-    if parallel.vpp > 1:
+    split = split_flags(num_layers, parallel)
+    if parallel.vpp > 1 and "--pipeline-model-parallel-layout" not in split:  # a layout fixes the virtual stages
         out += ["--num-virtual-stages-per-pipeline-rank", str(parallel.vpp)]
     if parallel.microbatch_group_size is not None:
         out += ["--microbatch-group-size-per-virtual-pipeline-stage", str(parallel.microbatch_group_size)]
-    out += split_flags(num_layers, parallel) or []
+    out += split
     out += ["--context-parallel-size", str(parallel.cp)]
     out += ["--expert-tensor-parallel-size", str(parallel.etp)] if parallel.etp is not None else []
     return out + (["--expert-model-parallel-size", str(parallel.ep)] if parallel.ep > 1 else [])
@@ -258,9 +279,6 @@ def _blockers(model: ModelConfig, training: TrainingConfig, parallel: ParallelCo
          "Megatron's backends are flash/fused or unfused"),
         (parallel.schedule.value == "gpipe", "parallel.schedule", parallel.schedule.value,
          "Megatron runs 1F1B or interleaved 1F1B"),
-        (split_flags(model.num_layers, parallel) is None, "parallel.stage_layers", parallel.stage_layers,
-         "Megatron's flags cut uneven stages only as --decoder-first/last-pipeline-num-layers or "
-         "--account-for-embedding/loss-in-pipeline-split do"),
     ]
 
 

@@ -18,7 +18,7 @@ PACKAGE = Path(frenzy_core.__file__).parent
 
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"errors"}),
-    frozenset({"_limits"}),
+    frozenset({"_limits", "_distinct"}),
     frozenset({"_files"}),
     frozenset({"_base"}),
     frozenset({"_data"}),

@@ -9,9 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from frenzy_core._distinct import distinct
 from frenzy_core.config import ModelConfig, MoEConfig, ParallelConfig, PipelineSchedule, Recompute, TrainingConfig
+from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.errors import ConfigError
 from frenzy_core.memory import batch, estimate_memory, estimate_memory_batch
+from frenzy_core.memory.kernel import state_keys
 from golden.cases import random_configs
 
 DENSE = ModelConfig(num_layers=12, hidden_size=512, num_attention_heads=8, num_kv_heads=4, vocab_size=32000,
@@ -123,20 +126,94 @@ RECIPES = [
 ]
 
 
+def _share(patch: pytest.MonkeyPatch, shared: bool) -> None:
+    """Make the batch estimator share state terms between rows whatever their number and repeats (True), or
+    never (False)."""
+    patch.setattr(batch, "SHARED_MIN_ROWS", 0 if shared else 2**62)
+    patch.setattr(batch, "SHARED_MIN_REPEATS", 0)
+
+
 @settings(max_examples=8, deadline=None)
 @given(model=st.sampled_from([DENSE, MOE, BERT]), recipe=st.sampled_from(RECIPES), seed=st.integers(0, 2**32 - 1),
-       block=st.sampled_from([3, 64, batch.BLOCK_ELEMENTS]))
+       block=st.sampled_from([3, 64, batch.BLOCK_ELEMENTS]), shared=st.booleans())
 def test_batch_equals_scalar_over_recipes(model: ModelConfig, recipe: dict[str, object], seed: int,
-                                          block: int) -> None:
+                                          block: int, shared: bool) -> None:
     """Every valid row equals the scalar estimate, whatever the recipe's zero terms (kept outputs or not, tied
-    head or not, dense or MoE, QLoRA, frozen layers, offload, Megatron) and the block size."""
+    head or not, dense or MoE, QLoRA, frozen layers, offload, Megatron), the block size and whether rows share
+    their state terms."""
     training = TrainingConfig(seq_len=512, **recipe)  # type: ignore[arg-type]
     cfg = random_configs(8, seed=seed)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(batch, "BLOCK_ELEMENTS", block)
+        _share(patch, shared)
         out = estimate_memory_batch(model, cfg, training)
     for i in np.flatnonzero(out.valid):
         est = _scalar(model, training, cfg, int(i))
         assert (out.peak_bytes[i], out.device_bytes[i], out.busiest_stage[i], out.host_bytes[i]) == (
             est.peak_bytes, est.device_bytes, est.busiest_stage, est.host_bytes)
         assert {k: int(v[i]) for k, v in out.breakdown.items()} == est.breakdown
+
+
+def _arrays(out: batch.BatchEstimate) -> dict[str, np.ndarray]:
+    return {"peak": out.peak_bytes, "device": out.device_bytes, "stage": out.busiest_stage, "valid": out.valid,
+            "host": out.host_bytes, **out.breakdown}
+
+
+def _cross_product(model: ModelConfig) -> dict[str, np.ndarray]:
+    """A planner's table: every combination of a few values per column, so each state key (sharding, pipeline
+    position, micro-batches) repeats over micro-batch sizes, sequences, recompute modes and sequence parallelism."""
+    axes = {"dp": [1, 2, 4], "tp": [1, 2], "pp": [1, 3], "vpp": [1, 2], "zero_stage": [0, 3],
+            "num_microbatches": [1, 4], "micro_batch_size": [1, 2], "seq_len": [256, 512, 1024], "recompute": [0, 1, 2],
+            "sequence_parallel": [0, 1]}
+    grids = np.meshgrid(*axes.values(), indexing="ij")
+    return {k: g.ravel() for k, g in zip(axes, grids)}
+
+
+@pytest.mark.parametrize("framework,precision", [("torch", "amp-bf16"), ("megatron", "bf16-mixed")])
+@pytest.mark.parametrize("model", [DENSE, MOE], ids=["dense", "moe"])
+def test_shared_state_terms_change_no_array(model: ModelConfig, framework: str, precision: str) -> None:
+    """Rows that repeat their state keys many times (a cross product, 72 per key) give the same arrays, value and
+    dtype, with the state terms shared between them as computed per row; and rows checked one by one equal the
+    scalar estimate."""
+    training = TrainingConfig(framework=framework, precision=precision, attention="eager", seq_len=512)
+    cfg = _cross_product(model)
+    if framework == "torch":  # refused at tp > 1 (tests/test_memory_torch_sp.py)
+        cfg["sequence_parallel"] = cfg["sequence_parallel"] * (cfg["tp"] == 1)
+    first, _ = distinct(*state_keys(LayoutArrays.from_columns(cfg, training)))
+    assert len(cfg["dp"]) >= 20 * len(first)  # the rows do repeat their keys
+    results = {}
+    for shared in (True, False):
+        with pytest.MonkeyPatch.context() as patch:
+            _share(patch, shared)
+            results[shared] = _arrays(estimate_memory_batch(model, cfg, training))
+    assert results[True]["valid"].sum() >= 100
+    for name, values in results[False].items():
+        assert values.dtype == results[True][name].dtype and np.array_equal(values, results[True][name]), name
+    out = results[True]
+    for i in np.flatnonzero(out["valid"])[::97]:
+        est = _scalar(model, training, {**cfg, "cp": np.ones_like(cfg["dp"]), "ep": np.ones_like(cfg["dp"]),
+                                        "schedule": np.where(cfg["vpp"] > 1, 2, 0),
+                                        "recompute_num_layers": np.zeros_like(cfg["dp"])}, int(i))
+        assert (out["peak"][i], out["device"][i], out["stage"][i]) == (est.peak_bytes, est.device_bytes,
+                                                                    est.busiest_stage)
+
+
+def test_distinct_rows_share_nothing_and_change_no_array() -> None:
+    """Rows whose state keys are all distinct give the same arrays with sharing forced (one key per row) as
+    without; the estimator does not share there by itself, however many rows (no key repeats)."""
+    training = TrainingConfig(framework="torch", precision="bf16", seq_len=512)
+    n = 48
+    cfg = {"dp": np.arange(1, n + 1), "global_batch_size": np.arange(1, n + 1) * 8, "micro_batch_size": 1}
+    lay = LayoutArrays.from_columns(cfg, training)
+    assert len(distinct(*state_keys(lay))[0]) == n
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(batch, "SHARED_MIN_ROWS", 0)
+        assert batch._shared_terms(DENSE, training, lay, 2) is None
+    results = {}
+    for shared in (True, False):
+        with pytest.MonkeyPatch.context() as patch:
+            _share(patch, shared)
+            results[shared] = _arrays(estimate_memory_batch(DENSE, cfg, training))
+    assert results[True]["valid"].all()
+    for name, values in results[False].items():
+        assert values.dtype == results[True][name].dtype and np.array_equal(values, results[True][name]), name

@@ -12,13 +12,14 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from frenzy_core._distinct import distinct, gather
 from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.config.layout import layout_mask
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.trainable import check_trainable
 from frenzy_core.config.training import TrainingConfig
 from frenzy_core.errors import require_instance
-from frenzy_core.memory.kernel import stage_arrays, unmodelled_rows
+from frenzy_core.memory.kernel import StateTerms, stage_arrays, state_keys, state_terms, unmodelled_rows
 from frenzy_core.memory.overhead import overhead_bytes
 from frenzy_core.memory.result import MEMORY_CATEGORIES
 
@@ -92,16 +93,21 @@ def estimate_memory_batch(model: ModelConfig, configs: LayoutArrays | Mapping[st
     rows = _blocks(n, BLOCK_ELEMENTS // 2)
     valid = np.concatenate([_modelled(model, training, flat.take(sl)) for sl in rows])
     count = _stage_count(model, flat, valid, training)
-    rows = _blocks(n, max(BLOCK_ELEMENTS // count, 1))
     out = {name: np.full(n, -1, dtype=np.int64) for name in ("peak", "device", "stage", "host")}
     breakdown = {cat: np.full(n, -1, dtype=np.int64) for cat in MEMORY_CATEGORIES}
-    for sl in rows:
-        ok = valid[sl]
-        block = _block(model, training, flat.take(sl).masked(ok), count)
-        valid[sl] = ok = ok & block.pop("in_range").astype(bool)
+    # only the rows the rules accept are evaluated (a planner's table holds many it rejects: they read -1)
+    accepted = np.flatnonzero(valid)
+    kept = flat.take(accepted)
+    shared = _shared_terms(model, training, kept, count)
+    for sl in _blocks(len(accepted), max(BLOCK_ELEMENTS // count, 1)):
+        picked = accepted[sl]
+        terms = None if shared is None else gather(shared[0], shared[1][sl])
+        block = _block(model, training, kept.take(sl), count, terms)
+        ok = block.pop("in_range").astype(bool)
+        valid[picked] = ok
         for name, values in block.items():
             target = breakdown[name] if name in breakdown else out[name]
-            target[sl] = np.where(ok, values, -1)
+            target[picked] = np.where(ok, values, -1)
     return BatchEstimate(
         peak_bytes=out["peak"].reshape(shape), device_bytes=out["device"].reshape(shape),
         busiest_stage=out["stage"].reshape(shape), valid=valid.reshape(shape),
@@ -113,13 +119,37 @@ def _modelled(model: ModelConfig, training: TrainingConfig, layouts: LayoutArray
     return np.asarray(layout_mask(model, layouts) & ~unmodelled_rows(training, layouts), dtype=np.bool_)
 
 
-def _block(model: ModelConfig, training: TrainingConfig, arrays: LayoutArrays, count: int) -> dict[str, IntArray]:
-    """The busiest stage of each row of ``arrays`` (valid rows, or the trivial layout): peak, device and host
-    bytes, the stage, its categories, and ``in_range`` (0 where a stage's total exceeds 2^60 bytes)."""
+SHARED_MIN_ROWS = 1024
+"""Fewer accepted rows than this are evaluated without sharing terms (:func:`_shared_terms`): the pass that finds
+the distinct keys would cost more than it saves."""
+SHARED_MIN_REPEATS = 4
+"""Terms are shared only where the rows repeat their state keys this many times on average: the gathers cost
+about what the terms do at a few rows per key (docs/benchmarks.md, vectorised memory estimator)."""
+
+
+def _shared_terms(model: ModelConfig, training: TrainingConfig, arrays: LayoutArrays, count: int
+                  ) -> tuple[StateTerms, npt.NDArray[np.intp]] | None:
+    """The state terms (:func:`~frenzy_core.memory.kernel.state_terms`) of each distinct
+    :func:`~frenzy_core.memory.kernel.state_keys` of ``arrays`` at its candidate stages, and each row's key
+    number, to gather per block; None where most rows are distinct (or few): then each block computes its own."""
+    if len(arrays) < max(SHARED_MIN_ROWS, 1):
+        return None
+    first, inverse = distinct(*state_keys(arrays))
+    if SHARED_MIN_REPEATS * len(first) > len(arrays):
+        return None
+    keys = arrays.take(first)
+    return state_terms(model, training, keys, _candidate_stages(keys, count, count != 2)), inverse
+
+
+def _block(model: ModelConfig, training: TrainingConfig, arrays: LayoutArrays, count: int,
+           terms: StateTerms | None = None) -> dict[str, IntArray]:
+    """The busiest stage of each row of ``arrays`` (rows the rules accept): peak, device and host
+    bytes, the stage, its categories, and ``in_range`` (0 where a stage's total exceeds 2^60 bytes); ``terms``:
+    their state terms at the candidate stages, where shared (:func:`_shared_terms`)."""
     stages = _candidate_stages(arrays, count, count != 2)
-    if count == 2 and not np.any(arrays.pp > 1):
+    if terms is None and count == 2 and not np.any(arrays.pp > 1):
         stages = stages[:1]  # one stage: the first is the last
-    st = stage_arrays(model, training, arrays, stages)
+    st = stage_arrays(model, training, arrays, stages, terms)
     over = overhead_bytes(st.peak_bytes, st.communicators)
     devices = st.peak_bytes + sum(over.values())
     best_device, best_peak, best_stage = devices[0], st.peak_bytes[0], stages[0]

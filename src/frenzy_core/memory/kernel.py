@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections import Counter
 from collections.abc import Callable
@@ -28,9 +29,19 @@ from frenzy_core.memory.overhead import workspace_bytes
 from frenzy_core.memory.recipe import state_bytes
 from frenzy_core.memory.result import MEMORY_CATEGORIES
 from frenzy_core.memory.shards import StageParams, StageShape, stage_params, stage_shape
-from frenzy_core.memory.states import comm_buffers, gradients, layer_params, model_states, plus, sharding
+from frenzy_core.memory.states import (
+    Gradients,
+    States,
+    comm_buffers,
+    gradients,
+    layer_params,
+    model_states,
+    plus,
+    sharding,
+)
 
-__all__ = ["PHASES", "TORCH_SP_REFUSAL", "Refusal", "StageArrays", "refusal", "stage_arrays", "unmodelled_rows"]
+__all__ = ["PHASES", "TORCH_SP_REFUSAL", "Refusal", "StageArrays", "StateTerms", "refusal", "stage_arrays", "state_keys",
+           "state_terms", "unmodelled_rows"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -201,14 +212,14 @@ def _layers(model: ModelConfig, training: TrainingConfig, shape: StageShape, lay
 
 
 def _activations(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays, modes: _Modes, shape: StageShape,
-                 held: StageParams, stage: IntArray) -> _Activations:
-    """Saved activations, recompute working set and autocast copies of one stage (docs/memory-model.md, 3)."""
+                 held: StageParams | None, inflight: FloatArray) -> _Activations:
+    """Saved activations, recompute working set and autocast copies of one stage (docs/memory-model.md, 3)
+    with ``inflight`` micro-batches live (:func:`_inflight`)."""
     kw: dict[str, npt.ArrayLike] = {"tp": lay.tp, "sp": lay.active_sequence_parallel, "cp": lay.cp,
                                     "seq_len": lay.seq_len, "micro_batch_size": lay.micro_batch_size}
     layer = layer_activations(model, training, **kw, etp=lay.etp, ep=lay.ep)
     edge = edge_activations(model, training, **kw)
     n = shape.num_layers.astype(np.float64)
-    inflight = _inflight(stage, lay, modes, shape)
     # (Megatron's layers have none of the eager-torch terms: KV cache, masks, kinds of layer, MLP gradient
     # temporaries are 0 there and left out)
     torch = training.framework is Framework.TORCH
@@ -265,6 +276,7 @@ def _activations(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
         kv_extra = np.where(modes.full, 0.0, layer.kv_extra)
         acts_fwd = acts_fwd + n * kv_extra  # the cache this forward fills, beyond what its layers save
     if training.precision.is_amp:
+        assert held is not None  # kept under autocast (StateTerms.held)
         copies = _autocast_copies(model, training, lay, modes, shape, held, n_grad)
         acts_fwd, acts, work = acts_fwd + copies.forward, acts + copies.backward, work + copies.work
 
@@ -517,9 +529,24 @@ def refusal(training: TrainingConfig, lay: LayoutArrays) -> Refusal | None:
     return next((r for r, rows in _REFUSALS if np.broadcast_to(rows(training, lay), lay.shape)[0]), None)
 
 
-def stage_arrays(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays, stage: IntArray) -> StageArrays:
-    """Memory of pipeline stage ``stage`` for each layout in ``lay`` (training gives the fixed recipe)."""
-    modes = _Modes.of(lay)
+@dataclass(frozen=True)
+class StateTerms:
+    """What a stage holds of the model and its states, when its gradients and buffers exist, and how many
+    micro-batches are in flight: the terms that read only the columns of :func:`state_keys`."""
+
+    shape: StageShape
+    """The stage's layers (``chunk_sizes`` left empty: only ``inflight`` reads them)."""
+    held: StageParams | None
+    """Parameters the stage holds, where a term beyond these reads them (autocast's weight copies), else None."""
+    states: States
+    comm_passes: FloatArray
+    comm_step: FloatArray
+    grads: Gradients
+    inflight: FloatArray
+
+
+def state_terms(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays, stage: IntArray) -> StateTerms:
+    """The :class:`StateTerms` of stage ``stage`` of each layout in ``lay``."""
     per_param = state_bytes(training)
     shape = stage_shape(model, lay, stage, training)
     held = stage_params(model, shape, lay.tp, training)
@@ -528,7 +555,33 @@ def stage_arrays(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
     layer = layer_params(model, training, sh)
     comm_passes, comm_step = comm_buffers(per_param, training, lay, shape, states, layer, sh)
     grads = gradients(model, training, per_param, lay, shape, states, layer, sh)
-    act = _activations(model, training, lay, modes, shape, held, stage)
+    inflight = _inflight(stage, lay, modes=_Modes.of(lay), shape=shape)
+    # (what no later term reads is dropped: the batch estimator gathers every array left, row by row)
+    return StateTerms(shape=dataclasses.replace(shape, chunk_sizes=()),
+                      held=held if training.precision.is_amp else None, states=states, comm_passes=comm_passes,
+                      comm_step=comm_step, grads=grads, inflight=inflight)
+
+
+def state_keys(lay: LayoutArrays) -> tuple[IntArray | BoolArray, ...]:
+    """Every column :func:`state_terms` reads of a layout besides the stage, or what of it it reads: layers per
+    stage (pp, vpp, split), the tensor, expert and ZeRO sharding (etp 0 and the micro-batch group 0 stand for tp
+    and pp, both in the key), whether there are data-parallel replicas (torch DDP's buckets), the micro-batches
+    and their schedule, the recompute chunk. Layouts that differ only in
+    micro-batch size, sequence, recompute mode, sequence or context parallelism beyond these share their terms."""
+    return (lay.pp, lay.vpp, lay.stage_split, lay.tp, lay.etp, lay.ep, lay.shard_group, lay.effective_zero_stage,
+            lay.dp * lay.cp > 1, lay.num_microbatches, lay.schedule, lay.microbatch_group_size,
+            lay.recompute_num_layers)
+
+
+def stage_arrays(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays, stage: IntArray,
+                 terms: StateTerms | None = None) -> StageArrays:
+    """Memory of pipeline stage ``stage`` for each layout in ``lay`` (training gives the fixed recipe);
+    ``terms``: its :func:`state_terms` where the caller has them (computed per distinct :func:`state_keys`)."""
+    modes = _Modes.of(lay)
+    t = state_terms(model, training, lay, stage) if terms is None else terms
+    shape, held, states, grads = t.shape, t.held, t.states, t.grads
+    comm_passes, comm_step = t.comm_passes, t.comm_step
+    act = _activations(model, training, lay, modes, shape, held, t.inflight)
     logits_others, logits_fwd, logits_bwd, returned = _logits(model, training, lay, modes, shape)
     out = _outputs(training, act, returned)
     acts = act.backward

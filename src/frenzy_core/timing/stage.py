@@ -13,6 +13,7 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from frenzy_core._distinct import distinct
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.training import RecomputeMethod, TrainingConfig
 from frenzy_core.hardware.gpu import GPUSpec, Links
@@ -26,35 +27,6 @@ __all__ = ["StageTerms", "distinct", "recomputed_layers", "stage_terms"]
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
-
-
-def distinct(*columns: npt.NDArray[np.int64] | BoolArray) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
-    """Index of one row of each distinct combination of the (non-negative integer) columns, and each row's
-    combination number: ``x[first][inverse] == x`` for every column ``x``. Linear time: columns are ranked
-    through small lookup tables (layout degrees take few values), not sorted."""
-    n = columns[0].size
-    key = np.zeros(columns[0].shape, dtype=np.int64)
-    size = 1
-    for col in columns:
-        c = col.astype(np.int64)
-        low, high = int(c.min()), int(c.max())
-        if low == high:
-            continue
-        present = np.zeros(high - low + 1, dtype=bool)
-        present[c - low] = True
-        rank = np.cumsum(present) - 1
-        key = key * int(rank[-1] + 1) + rank[c - low]
-        size *= int(rank[-1] + 1)
-    if size > 4 * n + 1_000_000:  # too many combinations for a table: sort instead
-        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-        return first, inverse.reshape(key.shape)
-    present = np.zeros(size, dtype=bool)
-    present[key] = True
-    ids = np.cumsum(present) - 1
-    inverse = ids[key]
-    first = np.empty(int(ids[-1] + 1), dtype=np.intp)
-    first[inverse] = np.arange(n, dtype=np.intp).reshape(key.shape)
-    return first, inverse
 
 
 class StageTerms(NamedTuple):

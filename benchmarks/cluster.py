@@ -221,7 +221,7 @@ def full_trace(trace: Path, throughput: PlannedThroughput, policies: list[str], 
               f"{(result.p99_jct_s or 0) / 3600:.2f} |", flush=True)
         if records_out is not None:
             records_out.mkdir(parents=True, exist_ok=True)
-            (records_out / f"{policy}.json").write_text(
+            (records_out / f"{policy.replace('/', '_')}.json").write_text(  # frenzy-core/mix: one file
                 json.dumps([r.model_dump(mode="json") for r in result.jobs]), encoding="utf-8")
 
 

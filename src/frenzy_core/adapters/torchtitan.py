@@ -44,8 +44,22 @@ def stage_layer_counts(plan: Plan) -> tuple[int, ...]:
 
 
 def _check(plan: Plan) -> None:
-    """ConfigError where torchtitan cannot run the plan as written: stages of different tp, virtual stages."""
+    """ConfigError where torchtitan cannot run the plan as written: stages of different tp, virtual stages,
+    replica groups with their own micro-batch counts, context or expert parallelism (not written here)."""
     p = plan.parallel
+    if plan.grouped and plan.stages[0].pipeline_stage is None:
+        raise ConfigError(
+            "torchtitan gives every data-parallel rank one local batch, but the plan's replica groups run their own "
+            f"micro-batch counts ({', '.join(str(s.micro_batches) for s in plan.stages)})",
+            field="plan.stages", value=[s.micro_batches for s in plan.stages],
+            hint="launch it with torchrun, slurm or kubernetes and a script that reads FRENZY_GRAD_ACCUM_STEPS, or "
+                 "plan with plan_job(..., uneven_dp=False) on one GPU type")
+    if p.cp > 1 or p.ep > 1:
+        raise ConfigError(
+            f"only the pipeline and tensor-parallel degrees are written for torchtitan, not {p.describe()}'s "
+            "context or expert parallelism", field="plan.parallel", value=p.describe(),
+            hint="set the config's context_parallel_degree / expert_parallel_degree to the plan's, or plan with "
+                 "constraints={'cp': 1} and no experts")
     tps = sorted({s.tp for s in plan.stages})
     if len(tps) > 1:
         raise ConfigError(

@@ -13,13 +13,14 @@ from dataclasses import dataclass
 
 from frenzy_core.config.finetune import AdapterDtype, LoRAConfig, LoRATarget
 from frenzy_core.config.model import ModelConfig
-from frenzy_core.config.training import Framework, TrainingConfig
+from frenzy_core.config.training import Framework, RecomputeModule, TrainingConfig
 from frenzy_core.errors import ConfigError
 
 __all__ = [
     "AdapterCounts",
     "adapter_counts",
     "adapter_params_per_layer",
+    "check_recipe",
     "check_trainable",
     "first_trainable_layer",
     "fp32_adapters",
@@ -142,6 +143,23 @@ def nograd_layers(model: ModelConfig, training: TrainingConfig) -> int:
     (LoRA freezes them), since nothing before them needs a gradient."""
     frozen_embeddings = training.freeze_embeddings or training.lora is not None
     return first_trainable_layer(model, training) if frozen_embeddings else 0
+
+
+def check_recipe(model: ModelConfig, training: TrainingConfig) -> None:
+    """ConfigError for a recipe this model cannot run, checked by every estimator entry point: the frozen set
+    (:func:`check_trainable`) and Megatron-Core recompute modules that need a part the model lacks (its
+    ``transformer_config.py`` raises on ``mla_up_proj`` without multi-latent attention; ``moe_act`` rebuilds the
+    experts' activation, which a dense model has not)."""
+    check_trainable(model, training)
+    modules = training.recompute_modules
+    if RecomputeModule.MLA_UP_PROJ in modules and model.mla is None:
+        raise ConfigError("recompute_modules names mla_up_proj, but the model has no multi-latent attention",
+                          field="training.recompute_modules", value=[m.value for m in modules],
+                          hint="drop mla_up_proj (it applies to MLA models such as DeepSeek-V3)")
+    if RecomputeModule.MOE_ACT in modules and model.moe is None:
+        raise ConfigError("recompute_modules names moe_act, but the model has no experts",
+                          field="training.recompute_modules", value=[m.value for m in modules],
+                          hint="drop moe_act (it applies to mixture-of-experts models), or recompute 'mlp'")
 
 
 def check_trainable(model: ModelConfig, training: TrainingConfig) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from typing import Annotated
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from frenzy_core import _limits as limits
 from frenzy_core._base import CodedEnum, FrozenModel
@@ -198,6 +198,7 @@ class TrainingConfig(FrozenModel):
         default=None, gt=0, description="Layers per chunk/block; None: 1/all.")
     recompute_modules: tuple[RecomputeModule, ...] = Field(default=(RecomputeModule.CORE_ATTN,), description=(
         "What selective recomputation rebuilds (Megatron --recompute-modules); framework torch: core_attn only."))
+
     cross_entropy_fusion: bool = Field(default=False, description=(
         "Megatron --cross-entropy-loss-fusion (native, compiled): one more fp32 logits-sized buffer while the loss "
         "gradient is computed; bf16 activations only."))
@@ -248,6 +249,14 @@ class TrainingConfig(FrozenModel):
     moe_load_imbalance: float | None = Field(default=None, ge=1.0, description=(
         "Tokens the busiest expert-parallel rank receives over its fair share. None: the capacity factor when there "
         "is one (no rank takes more), else 1.0."))
+
+    @field_validator("recompute_modules")
+    @classmethod
+    def _in_module_order(cls, modules: tuple[RecomputeModule, ...]) -> tuple[RecomputeModule, ...]:
+        """One spelling per set of modules (the order Megatron is given them in changes nothing), so that equal
+        recipes compare and hash equal."""
+        order = list(RecomputeModule)
+        return tuple(sorted(modules, key=order.index))
 
     @model_validator(mode="after")
     def _check(self) -> TrainingConfig:

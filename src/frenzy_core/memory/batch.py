@@ -16,7 +16,7 @@ from frenzy_core._distinct import distinct, gather
 from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.config.layout import layout_mask
 from frenzy_core.config.model import ModelConfig
-from frenzy_core.config.trainable import check_trainable
+from frenzy_core.config.trainable import check_recipe
 from frenzy_core.config.training import TrainingConfig
 from frenzy_core.errors import require_instance
 from frenzy_core.memory.kernel import StateTerms, stage_arrays, state_keys, state_terms, unmodelled_rows
@@ -87,7 +87,7 @@ def estimate_memory_batch(model: ModelConfig, configs: LayoutArrays | Mapping[st
     require_instance("model", model, ModelConfig, "use ModelConfig.preset(name) or ModelConfig(...)")
     require_instance("training", training, TrainingConfig)
     layouts = configs if isinstance(configs, LayoutArrays) else LayoutArrays.from_columns(configs, training)
-    check_trainable(model, training)
+    check_recipe(model, training)
     shape, flat = layouts.shape, layouts.flat()
     n = len(flat)
     rows = _blocks(n, BLOCK_ELEMENTS // 2)
@@ -173,7 +173,7 @@ def stage_device_bytes(model: ModelConfig, training: TrainingConfig, layouts: La
     """Device bytes of pipeline stage ``stage`` of each layout (its own layers, tp, in-flight micro-batches and
     ends): ``estimate_memory(...).stages[stage].device_bytes`` per row; -1 where the layout rules refuse the
     row (or the estimator does not model it) or the estimate exceeds 2^60 bytes."""
-    check_trainable(model, training)
+    check_recipe(model, training)
     valid = _modelled(model, training, layouts)
     arrays = layouts.masked(valid)
     st = stage_arrays(model, training, arrays, np.asarray(stage, dtype=np.int64))

@@ -8,7 +8,7 @@ from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.config.layout import validate_layout
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.parallel import ParallelConfig
-from frenzy_core.config.trainable import check_trainable
+from frenzy_core.config.trainable import check_recipe
 from frenzy_core.config.training import TrainingConfig
 from frenzy_core.errors import ConfigError, require_instance
 from frenzy_core.memory.kernel import PHASES, refusal, stage_arrays
@@ -29,7 +29,7 @@ def estimate_memory(model: ModelConfig, training: TrainingConfig,
     require_instance("training", training, TrainingConfig)
     require_instance("parallel", parallel, ParallelConfig)
     validate_layout(model, training, parallel)
-    check_trainable(model, training)
+    check_recipe(model, training)
     layouts = LayoutArrays.from_configs(training, parallel)
     refused = refusal(training, layouts)
     if refused is not None:

@@ -244,7 +244,11 @@ def _activations(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
     # selective: each layer a gradient flows through drops what its kind's recomputed modules rebuild
     n_moe_grad = (shape.num_moe_layers - shape.num_nograd_moe_layers).astype(np.float64) if model.moe else 0.0 * n
     selective_saved = full_layers - (n_grad - n_moe_grad) * layer.core_dense - n_moe_grad * layer.core_moe
-    selective_work = np.where(n_moe_grad > 0, np.maximum(layer.work_dense, layer.work_moe), layer.work_dense)
+    # the largest module rebuilt at a time, over the kinds of layer the stage's gradient flows through (Megatron
+    # recomputes `mlp` on dense layers only: a stage of MoE layers has no dense working set)
+    n_dense_grad = n_grad - n_moe_grad
+    selective_work = np.maximum(np.where(n_dense_grad > 0, layer.work_dense, 0.0),
+                                np.where(n_moe_grad > 0, layer.work_moe, 0.0))
     saved_layers = np.where(modes.full, full_saved, np.where(modes.selective, selective_saved, full_layers))
     work = np.where(modes.full, full_work, np.where(modes.selective, selective_work, 0.0))
     work = np.where(n_grad > 0, np.maximum(work, 0.0), 0.0)
@@ -512,6 +516,11 @@ _REFUSALS: tuple[tuple[Refusal, Callable[[TrainingConfig, LayoutArrays], npt.NDA
              "leave moe_load_imbalance unset for framework 'torch', or use framework='megatron', whose dispatcher "
              "terms follow the busiest expert-parallel rank"),
      lambda t, lay: (np.asarray(lay.ep) > 1) & (t.framework is Framework.TORCH and t.moe_load_imbalance is not None)),
+    (Refusal("training.tp_comm_overlap",
+             "tp_comm_overlap needs sequence parallelism over tp > 1: Megatron-LM switches sequence parallelism off "
+             "at tp = 1 and then refuses --tp-comm-overlap (validate_args), so no such run allocates the workspaces",
+             "set tp_comm_overlap=False for tp = 1, or use tp > 1"),
+     lambda t, lay: ~np.asarray(lay.active_sequence_parallel, dtype=bool) & t.tp_comm_overlap),
 )
 
 

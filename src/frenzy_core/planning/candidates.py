@@ -180,6 +180,10 @@ def _batch_rows(grid: np.ndarray, gbs: int, adjustable: bool, uneven: bool, *, e
         padded = -(-m // np.maximum(dp, 1)) * mbs * dp
         odd = (gbs % mbs == 0) & (dp <= m) & (m % np.maximum(dp, 1) != 0)
         odd &= ~(kept & (even == padded))  # a moved batch as slow per step and larger trains more per second
+        # ranks with k + 1 and k micro-batches must issue the same collectives: not so for expert parallelism
+        # (an all-to-all per micro-batch among data-parallel ranks) nor ZeRO-3 (a gather per micro-batch), whose
+        # ranks would wait on each other forever; the replica mix leaves them out alike (mixed._replica_layouts)
+        odd &= (grid[:, 4] == 1) & (grid[:, 8] != 3)
         if not every:  # search policy: the fewest ranks that run ceil(M / dp) micro-batches each
             per_rank = padded // np.maximum(mbs * dp, 1)
             odd &= dp == -(-m // np.maximum(per_rank, 1))

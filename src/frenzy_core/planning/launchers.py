@@ -49,7 +49,7 @@ class LaunchScope(FrozenModel):
     mixed: bool = Field(default=False, description=(
         "Whether it launches plans spanning GPU types (replica groups with their own micro-batch counts), with "
         "any placement: it writes one part per GPU type and node size, so the placement rule is for single-type "
-        "plans."))
+        "plans. Also whether data-parallel ranks may run different micro-batch counts (Search.uneven)."))
     stages: bool = Field(default=False, description=(
         "Whether it launches a pipeline whose stages run on different GPU types with their own tp and layer "
         "counts (issue 12, form a): every stage's ranks with that stage's environment; an adapter may still "

@@ -21,6 +21,7 @@ import time
 
 import numpy as np
 
+from frenzy_core._distinct import distinct
 from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.config.parallel import ParallelConfig
 from frenzy_core.errors import ConfigError
@@ -40,7 +41,6 @@ from frenzy_core.planning.mixed_solve import (
 )
 from frenzy_core.planning.request import Objective
 from frenzy_core.planning.search import Search
-from frenzy_core.timing.stage import distinct
 
 __all__ = ["MAX_MIXED_ROWS", "mixable_types", "mixed_search", "one_collective_library"]
 
@@ -64,7 +64,8 @@ def _capacities(search: Search, gpu_type: str, tp: np.ndarray, per_replica_group
 
 
 def _replica_layouts(search: Search) -> LayoutArrays:
-    """Distinct layouts of one replica among those the single-type search enumerates (experts: not mixed)."""
+    """Distinct layouts of one replica among those the single-type search enumerates (experts and ZeRO-3: not
+    mixed)."""
     c = search.constraints
     allowed = [t for t in search.pool.gpu_types if c.gpu_types is None or t in c.gpu_types]
     total = sum(search.pool.free_gpus(t) for t in allowed)
@@ -77,7 +78,9 @@ def _replica_layouts(search: Search) -> LayoutArrays:
     # bytes, a sixth of plan_job's CPU time at 1,024 GPUs of 6 types)
     _, combination = distinct(*(getattr(lay, k) for k in _RECIPE))
     keep = np.sort(np.unique(combination, return_index=True)[1])
-    keep = keep[lay.ep[keep] == 1]
+    # replica groups run different micro-batch counts: no per-micro-batch collective may span them (expert
+    # parallelism's all-to-all, ZeRO-3's gathers)
+    keep = keep[(lay.ep[keep] == 1) & (lay.zero_stage[keep] != 3)]
     return lay.take(keep)
 
 

@@ -112,7 +112,8 @@ class Plan(FrozenModel):
     time: TimeEstimate
     links: Links | None = Field(default=None, description=(
         "Node size and links the time was estimated with: where its placement puts the job "
-        "(estimate_iteration_time(..., cluster=plan.links) reproduces plan.time)."))
+        "(estimate_iteration_time(..., cluster=plan.links) reproduces plan.time for a plan of one group; a grouped "
+        "plan's groups are re-estimated with plan.stage_training(group))."))
     default_batch: DefaultBatch | None = Field(default=None, description=(
         "The default global batch when the request gave none; training.global_batch_size is it, or it moved "
         "(by at most 5 %) to split into whole, equal micro-batches per data-parallel rank."))
@@ -136,8 +137,9 @@ class Plan(FrozenModel):
     alternatives: list[Alternative] = Field(default_factory=list, description="Runners-up, best first.")
     rejected: list[Rejection] = Field(default_factory=list, description="Every other GPU type, and why it lost.")
     stages: tuple[StagePlan, ...] = Field(default=(), description=(
-        "The plan's GPU groups, one per GPU type and layer range (one for a single-type plan; filled in from "
-        "the plan's own fields when not given)."))
+        "The plan's GPU groups: one per GPU type and layer range, or per micro-batch count where data-parallel "
+        "ranks run one more than others (one for a plan of equal ranks on one type; filled in from the plan's own "
+        "fields when not given)."))
     gpu_types: tuple[str, ...] = Field(default=(), description="GPU types the plan uses, its groups' order "
                                        "(one entry for a single-type plan).")
 

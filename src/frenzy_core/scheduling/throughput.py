@@ -293,8 +293,10 @@ def _mixed_plan(model: ModelConfig, training: TrainingConfig, offers: tuple[Offe
             [{**shape, "gpus_per_node": rest}] if rest else [])
     cluster = Cluster.from_dict({"name": "offers", "nodes": nodes})
     try:
+        # equal micro-batch counts per replica group's ranks, as every run the scheduler holds (uneven_dp=False):
+        # the single-type plans a mix must beat are ones a run can use
         plan = plan_job(model, cluster, training, objective="throughput", constraints={"max_gpus": max_gpus},
-                        top_k=0, time_limit_s=MIXED_TIME_LIMIT_S, mixed_types=True)
+                        top_k=0, time_limit_s=MIXED_TIME_LIMIT_S, mixed_types=True, uneven_dp=False)
     except InfeasiblePlanError:
         return None
     cut_short = not plan.optimal or any("time limit" in note for note in plan.notes)

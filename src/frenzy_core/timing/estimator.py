@@ -21,6 +21,7 @@ from collections.abc import Mapping
 import numpy as np
 import numpy.typing as npt
 
+from frenzy_core._distinct import distinct
 from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.config.finetune import nf4_bytes_per_param
 from frenzy_core.config.layout import BOUND_RULES, layout_rule, require_rows, validate_layout
@@ -54,7 +55,7 @@ from frenzy_core.timing.layer import Rates
 from frenzy_core.timing.overlap import data_parallel_exposure, fsdp_exposure, pipelined_hidden
 from frenzy_core.timing.params import TimeModelParams, default_time_model_params
 from frenzy_core.timing.result import TIME_CATEGORIES, TimeEstimate, TimeEstimateBatch
-from frenzy_core.timing.stage import StageTerms, distinct, recomputed_layers, stage_terms
+from frenzy_core.timing.stage import StageTerms, recomputed_layers, stage_terms
 from frenzy_core.timing.traffic import FP8_CAST_BYTES, grad_reduce_bytes, optimizer_bytes_per_param
 
 __all__ = [

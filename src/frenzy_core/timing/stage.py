@@ -13,7 +13,6 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from frenzy_core._distinct import distinct
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.training import RecomputeMethod, TrainingConfig
 from frenzy_core.hardware.gpu import GPUSpec, Links
@@ -22,7 +21,7 @@ from frenzy_core.timing.efficiency import GemmHardware
 from frenzy_core.timing.layer import Rates, layer_terms
 from frenzy_core.timing.params import TimeModelParams
 
-__all__ = ["StageTerms", "distinct", "recomputed_layers", "stage_terms"]
+__all__ = ["StageTerms", "recomputed_layers", "stage_terms"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]

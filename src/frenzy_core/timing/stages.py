@@ -28,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from frenzy_core._base import FrozenModel
+from frenzy_core._distinct import distinct
 from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.config.layout import validate_layout
 from frenzy_core.config.model import ModelConfig
@@ -51,7 +52,7 @@ from frenzy_core.timing.estimator import (
 from frenzy_core.timing.flops import training_flops
 from frenzy_core.timing.params import TimeModelParams, default_time_model_params
 from frenzy_core.timing.result import TIME_CATEGORIES, TimeEstimate
-from frenzy_core.timing.stage import StageTerms, distinct, recomputed_layers, stage_terms
+from frenzy_core.timing.stage import StageTerms, recomputed_layers, stage_terms
 
 __all__ = ["PipelineStage", "PipelineTime", "StageMicrobatch", "estimate_pipeline_time", "pipeline_step_s",
            "stage_microbatch_batch", "stage_tail_batch"]

@@ -156,7 +156,13 @@ def _layout(r: FlagReader, pp: int) -> PipelineLayout | None:
         raise ConfigError(f"--pipeline-model-parallel-layout cannot be combined with {others[0]}", field=others[0],
                           hint="give the layout alone: it fixes the virtual stages and every chunk's layers")
     r.used.add("--pipeline-model-parallel-layout")
-    return pipeline_layout(r.raw["--pipeline-model-parallel-layout"], pp, r.required("--num-layers"))
+    layout = pipeline_layout(r.raw["--pipeline-model-parallel-layout"], pp, r.required("--num-layers"))
+    if layout.mtp_layers:  # as --mtp-num-layers: their memory is not modelled, so they may not drop out silently
+        raise ConfigError("--pipeline-model-parallel-layout places multi-token-prediction layers (m), which are not "
+                          "modelled", field="--pipeline-model-parallel-layout",
+                          value=r.raw["--pipeline-model-parallel-layout"],
+                          hint="remove the m entries to estimate the run without MTP")
+    return layout
 
 
 def _virtual_stages(r: FlagReader, pp: int) -> int:

@@ -163,6 +163,9 @@ def _moe_flags(model: ModelConfig) -> list[str]:
     out += ["--moe-layer-freq", pattern] if pattern else []
     if moe.capacity_factor is not None:
         out += ["--moe-expert-capacity-factor", repr(moe.capacity_factor)]
+    # the estimate counts TE's grouped-GEMM experts (their workspaces, data/memory_overhead.yaml, and the
+    # activation moe_act recomputes), so the launch runs them
+    out += ["--moe-grouped-gemm"]
     return out
 
 
@@ -182,8 +185,6 @@ def _training_flags(training: TrainingConfig) -> list[str]:
         out += ["--recompute-granularity", "selective"]
         if training.recompute_modules != (RecomputeModule.CORE_ATTN,):
             out += ["--recompute-modules", *(m.value for m in training.recompute_modules)]
-            # transformer_config.py: moe_act is recomputed only within TE's grouped GEMM experts
-            out += ["--moe-grouped-gemm"] if RecomputeModule.MOE_ACT in training.recompute_modules else []
     elif training.recompute is Recompute.FULL:
         out += ["--recompute-granularity", "full", "--recompute-method", training.recompute_method.value,
                 "--recompute-num-layers", str(training.recompute_num_layers or 1)]

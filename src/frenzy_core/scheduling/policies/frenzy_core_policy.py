@@ -271,7 +271,9 @@ class FrenzyCore(QueuePolicy):
             if len(offered) < 2 or bound <= 0 or not now + job.total_tokens / bound < wait_end:
                 continue
             plan = place_mixed(planned, job, offered, most, free)
-            if plan is None or not now + job.total_tokens / plan.tokens_per_s < wait_end:
+            # a mix within the job's own counts (its single-type options run from ELASTIC_FACTOR below the request)
+            if plan is None or plan.num_gpus < int(table.count[lo:hi].min()) \
+                    or not now + job.total_tokens / plan.tokens_per_s < wait_end:
                 continue
             least_area = float((table.count[lo:hi] * table.run_s[lo:hi]).min())
             if (plan.num_gpus * job.total_tokens / plan.tokens_per_s > self.stretch * least_area

@@ -212,6 +212,10 @@ CASES: tuple[Case, ...] = (
         r"step_s='abc' is not a finite number"),
     Case("calibrate: a 140k-character run-table cell", lambda t: f.calibrate(_write(
         t / "runs.csv", b"model,gpu,step_s\ngpt2,h100,\"" + b"x" * 140_000 + b"\"\n")), r"line 2: not CSV"),
+    # found by the 10,000-example campaign: a name longer than the OS allows made Path.exists() raise OSError
+    Case("calibrate: a run table naming a 5,000-character model", lambda t: f.calibrate(_write(
+        t / "runs.csv", b"model,gpu,seq_len,global_batch_size,step_s\n" + b"9" * 5000 + b",h100,1024,8,0.5\n")),
+        r"unknown model"),
     Case("calibrate(fit=[[]])", lambda t: f.calibrate(_write(
         t / "runs.csv", b"model,gpu,seq_len,global_batch_size,step_s\ngpt2,h100,1024,8,0.5\n"), fit=[[]]),  # type: ignore[list-item]
         r"cannot fit \[\[\]\]"),

@@ -26,6 +26,9 @@ DENSE = ModelConfig(num_layers=4, hidden_size=64, num_attention_heads=4, ffn_hid
 MOE = DENSE.model_copy(update={"moe": MoEConfig(num_experts=4, top_k=2, expert_ffn_hidden_size=128,
                                                 num_shared_experts=1, shared_expert_ffn_hidden_size=64,
                                                 first_dense_layers=1)})
+ALL_MOE = DENSE.model_copy(update={"moe": MoEConfig(num_experts=4, top_k=2, expert_ffn_hidden_size=128,
+                                                    first_dense_layers=0)})
+"""Every layer an MoE one: ``mlp`` (dense layers only in Megatron-Core) has nothing to rebuild on any stage."""
 MLA = ModelConfig(num_layers=4, hidden_size=64, num_attention_heads=4, ffn_hidden_size=256, vocab_size=512,
                   mlp="swiglu", norm="rmsnorm", hidden_dropout=0.0, attention_dropout=0.0, max_position_embeddings=S,
                   position_embedding="rotary", mla=MLAConfig(q_lora_rank=32, kv_lora_rank=16, qk_nope_head_dim=16,
@@ -97,13 +100,13 @@ _SUBSETS = st.sets(st.sampled_from(list(RecomputeModule)))
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(model=st.sampled_from([DENSE, MOE, MLA]), small=_SUBSETS, extra=_SUBSETS, tp=st.sampled_from([1, 2]),
+@given(model=st.sampled_from([DENSE, MOE, ALL_MOE, MLA]), small=_SUBSETS, extra=_SUBSETS, tp=st.sampled_from([1, 2]),
        pp=st.sampled_from([1, 2]), sp=st.booleans(), mbs=st.sampled_from([1, 2]))
 def test_recomputing_more_modules_never_needs_more_memory(model: ModelConfig, small: set[RecomputeModule],
                                                           extra: set[RecomputeModule], tp: int, pp: int, sp: bool,
                                                           mbs: int) -> None:
-    if model.mla is None:
-        small, extra = small - {M.MLA_UP_PROJ}, extra - {M.MLA_UP_PROJ}
+    lacks = ({M.MLA_UP_PROJ} if model.mla is None else set()) | ({M.MOE_ACT} if model.moe is None else set())
+    small, extra = small - lacks, extra - lacks  # modules of parts the model has not are refused (check_recipe)
     order = list(RecomputeModule)
     fewer = tuple(sorted(small, key=order.index))
     more = tuple(sorted(small | extra, key=order.index))

@@ -18,7 +18,8 @@ import yaml
 
 from frenzy_core.errors import ConfigError, short_repr
 
-__all__ = ["MAX_FILE_BYTES", "MAX_JSON_INT_DIGITS", "MAX_YAML_NODES", "load_csv_rows", "load_json", "load_yaml",
+__all__ = ["MAX_FILE_BYTES", "MAX_JSON_INT_DIGITS", "MAX_YAML_NODES", "exists", "is_dir", "is_file", "load_csv_rows",
+           "load_json", "load_yaml",
            "load_yaml_mapping", "read_text"]
 
 MAX_FILE_BYTES = 16 * 2**20
@@ -32,6 +33,30 @@ walk. A 440-byte alias bomb expands to 9^8 = 43 million; a real cluster file of 
 MAX_JSON_INT_DIGITS = 30
 """Longest integer literal read from JSON: every count frenzy_core takes is far below 10^30 (bounds in
 config/limits.py), and Python refuses to parse integers beyond 4,300 digits at all."""
+
+
+def _looks(path: Path, test: str) -> bool:
+    """``getattr(path, test)()``, False where the OS cannot even look the name up (longer than a file name may
+    be, a NUL byte): no file has such a name, so the caller says so with its own ConfigError, not an OSError."""
+    try:
+        return bool(getattr(path, test)())
+    except (OSError, ValueError):
+        return False
+
+
+def exists(path: Path) -> bool:
+    """``path.exists()`` that never raises (:func:`_looks`)."""
+    return _looks(path, "exists")
+
+
+def is_file(path: Path) -> bool:
+    """``path.is_file()`` that never raises (:func:`_looks`)."""
+    return _looks(path, "is_file")
+
+
+def is_dir(path: Path) -> bool:
+    """``path.is_dir()`` that never raises (:func:`_looks`)."""
+    return _looks(path, "is_dir")
 
 
 def read_text(path: str | os.PathLike[str], what: str, max_bytes: int = MAX_FILE_BYTES) -> str:

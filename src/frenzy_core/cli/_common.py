@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from frenzy_core._files import exists, is_file
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.errors import ConfigError, FrenzyError, InfeasiblePlanError, UnknownNameError, short_repr
 from frenzy_core.hardware.cluster import DEFAULT_PRESET, Cluster, cluster_preset_info
@@ -78,14 +79,14 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def _looks_like_path(value: str, suffixes: tuple[str, ...]) -> bool:
     path = Path(value)
-    return path.suffix.lower() in suffixes or "/" in value or "\\" in value or path.exists()
+    return path.suffix.lower() in suffixes or "/" in value or "\\" in value or exists(path)
 
 
 def load_model_arg(model: str) -> ModelConfig:
     """A preset name, or a path to a Hugging Face ``config.json`` (or the folder holding one)."""
     if _looks_like_path(model, (".json",)):
         path = Path(model)
-        if not path.exists():
+        if not exists(path):
             raise ConfigError(
                 f"model file {model!r} does not exist",
                 field="MODEL",
@@ -157,7 +158,7 @@ def load_cluster_arg(value: str | None, scale: int | None = None) -> ClusterArg:
         )
     if _looks_like_path(value, (".yaml", ".yml")):
         path = Path(value)
-        if not path.is_file():
+        if not is_file(path):
             raise ConfigError(
                 f"cluster file {value!r} does not exist",
                 field="--cluster",
@@ -243,7 +244,7 @@ def plot_target(path: Path | None, option: str = "--plot") -> Path | None:
 
 def require_file(path: Path | None, option: str, hint: str) -> None:
     """ConfigError naming ``option`` before any work when ``path`` is given but is not a file."""
-    if path is not None and not path.is_file():
+    if path is not None and not is_file(path):
         raise ConfigError(f"{option} {str(path)!r} does not exist", field=option, value=str(path), hint=hint)
 
 

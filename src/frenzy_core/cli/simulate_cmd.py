@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from frenzy_core._files import is_file
 from frenzy_core.cli import options as opt
 from frenzy_core.cli._common import (
     console,
@@ -110,7 +111,7 @@ def simulate(
     if unknown:
         raise ConfigError(f"unknown policies {unknown}", field="--policies", value=unknown,
                           hint="use some of " + ", ".join(POLICIES))
-    if not trace.is_file():
+    if not is_file(trace):
         raise ConfigError(f"trace file {str(trace)!r} does not exist", field="TRACE", value=str(trace))
     where = load_cluster_arg(cluster, scale)
     if on_error not in ("skip", "fail"):

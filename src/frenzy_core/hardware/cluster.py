@@ -17,7 +17,7 @@ from pydantic import Field, PrivateAttr, field_validator, model_validator
 from frenzy_core import _limits as limits
 from frenzy_core._base import FrozenModel
 from frenzy_core._data import data_yaml_files
-from frenzy_core._files import load_yaml_mapping, read_text
+from frenzy_core._files import is_file, load_yaml_mapping, read_text
 from frenzy_core._limits import at_most, beyond_message
 from frenzy_core.errors import ConfigError, UnknownNameError, require_name, require_number, short_repr
 from frenzy_core.hardware.gpu import GPUSpec, LinkKind, Links
@@ -161,9 +161,10 @@ class Cluster(FrozenModel):
         if not isinstance(text, (str, Path)):
             raise ConfigError(f"Cluster.from_yaml takes YAML text or a path, got {type(text).__name__}",
                               field="text", value=text, hint="use Cluster.from_dict for a mapping")
-        if isinstance(text, Path) or ("\n" not in text and (text.endswith((".yaml", ".yml")) or _is_file(text))):
+        # a path, else YAML text (so is a name no file can have: is_file says False rather than raising)
+        if isinstance(text, Path) or ("\n" not in text and (text.endswith((".yaml", ".yml")) or is_file(Path(text)))):
             path = Path(text)
-            if not path.is_file():
+            if not is_file(path):
                 raise ConfigError(f"Cluster: no such file {short_repr(str(path))}", field="path", value=str(path))
             text = read_text(path, "cluster file")
         data = load_yaml_mapping(text, "Cluster")
@@ -256,12 +257,6 @@ class Cluster(FrozenModel):
         """The GPU - node - switch graph (see :func:`frenzy_core.hardware.topology.build_topology`)."""
         return build_topology(self)
 
-
-def _is_file(text: str) -> bool:
-    try:
-        return Path(text).is_file()
-    except (OSError, ValueError):  # not a usable path (too long, NUL bytes): YAML text
-        return False
 
 
 def scale_counts(counts: list[int], gpus_per_node: list[int], types: list[str], total_gpus: int) -> list[int]:

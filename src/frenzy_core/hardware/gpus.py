@@ -14,7 +14,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from frenzy_core._files import load_yaml_mapping, read_text
+from frenzy_core._files import is_dir, is_file, load_yaml_mapping, read_text
 from frenzy_core.errors import ConfigError, UnknownNameError, require_name, short_repr
 from frenzy_core.hardware.gpu import GPUSpec
 
@@ -61,9 +61,9 @@ def _extra_files(extra_dirs: Iterable[str | Path]) -> list[Path]:
             raise ConfigError(f"extra_dirs holds {type(item).__name__} {short_repr(item)}, not a path",
                               field="extra_dirs", value=item)
         path = Path(item)
-        if path.is_dir():
+        if is_dir(path):
             files.extend(sorted(path.glob("*.yaml")) + sorted(path.glob("*.yml")))
-        elif path.is_file():
+        elif is_file(path):
             files.append(path)
         else:
             raise ConfigError(f"extra_dirs: {str(path)!r} is neither a directory nor a file",

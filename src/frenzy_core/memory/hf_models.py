@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from frenzy_core import _limits as limits
-from frenzy_core._files import load_json, read_text
+from frenzy_core._files import is_dir, is_file, load_json, read_text
 from frenzy_core._limits import beyond_message
 from frenzy_core.config.layout import num_microbatches
 from frenzy_core.config.model import ModelConfig
@@ -101,9 +101,9 @@ def _read_config(source: Mapping[str, Any] | str | PathLike[str]) -> tuple[dict[
         raise ConfigError(f"a Hugging Face config must be a dict or a path, got {type(source).__name__}",
                           field="config", value=source, hint="pass a config.json file, a folder holding one, or a dict")
     path = Path(source)
-    if path.is_dir():
+    if is_dir(path):
         path = path / "config.json"
-    if not path.is_file():
+    if not is_file(path):
         raise ConfigError(f"no Hugging Face config at {path}", field="config", value=str(source),
                           hint="pass a config.json file, a folder holding one, or the parsed dict")
     data = load_json(read_text(path, "Hugging Face config"), str(path))  # size, UTF-8, NaN, depth: ConfigError

@@ -244,10 +244,8 @@ def _activations(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
     # selective: each layer a gradient flows through drops what its kind's recomputed modules rebuild
     n_moe_grad = (shape.num_moe_layers - shape.num_nograd_moe_layers).astype(np.float64) if model.moe else 0.0 * n
     selective_saved = full_layers - (n_grad - n_moe_grad) * layer.core_dense - n_moe_grad * layer.core_moe
-    # the largest module rebuilt at a time, over the kinds of layer the stage's gradient flows through (Megatron
-    # recomputes `mlp` on dense layers only: a stage of MoE layers has no dense working set)
-    n_dense_grad = n_grad - n_moe_grad
-    selective_work = np.maximum(np.where(n_dense_grad > 0, layer.work_dense, 0.0),
+    # the largest module rebuilt at once, of the kinds of layer with a gradient (`mlp` is dense layers' only)
+    selective_work = np.maximum(np.where(n_grad > n_moe_grad, layer.work_dense, 0.0),
                                 np.where(n_moe_grad > 0, layer.work_moe, 0.0))
     saved_layers = np.where(modes.full, full_saved, np.where(modes.selective, selective_saved, full_layers))
     work = np.where(modes.full, full_work, np.where(modes.selective, selective_work, 0.0))
@@ -259,8 +257,7 @@ def _activations(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
     dispatch = np.where(shape.num_moe_layers > 0, layer.dispatch, 0.0) if model.moe is not None else None
     if dispatch is not None:
         work = np.maximum(work, dispatch)
-    first = shape.is_first.astype(np.float64)
-    last = shape.is_last.astype(np.float64)
+    first, last = shape.is_first.astype(np.float64), shape.is_last.astype(np.float64)
     saved_layers, offloaded = _offload(training, saved_layers, n_grad)
     embeddings_train, head_trains = trains(model, training)
     head = edge.head if head_trains else edge.head - frozen_activations(model, training, **kw).head
@@ -276,8 +273,7 @@ def _activations(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
         acts_fwd = acts_fwd + np.where(n > 0, layers.dequant, 0.0)
     kv_layer = kv_extra = 0.0 * n
     if torch:
-        kv_layer = np.where(modes.full, 0.0, layer.kv_cache)
-        kv_extra = np.where(modes.full, 0.0, layer.kv_extra)
+        kv_layer, kv_extra = np.where(modes.full, 0.0, layer.kv_cache), np.where(modes.full, 0.0, layer.kv_extra)
         acts_fwd = acts_fwd + n * kv_extra  # the cache this forward fills, beyond what its layers save
     if training.precision.is_amp:
         assert held is not None  # kept under autocast (StateTerms.held)

@@ -6,6 +6,7 @@ from os import PathLike
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from frenzy_core._files import is_dir
 from frenzy_core.errors import ConfigError, OptionalDependencyError, short_repr
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ def check_plot_path(path: str | Path, field: str = "path") -> Path:
     if out.suffix.lower() not in PLOT_SUFFIXES:
         raise ConfigError(f"{field} {str(out)!r} must end in " + ", ".join(PLOT_SUFFIXES[:-1]) + " or "
                           + PLOT_SUFFIXES[-1], field=field, value=str(out), hint="e.g. plan.png or plan.svg")
-    if not out.parent.is_dir():
+    if not is_dir(out.parent):
         raise ConfigError(f"{field} {short_repr(str(out), 200)}: the folder {short_repr(str(out.parent), 200)} does "
                           "not exist", field=field, value=str(out), hint="create it first, or give a path in an "
                           "existing folder")

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from frenzy_core._files import load_csv_rows, load_json, read_text
+from frenzy_core._files import exists, load_csv_rows, load_json, read_text
 from frenzy_core.config.layout import global_batch_size
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.parallel import ParallelConfig
@@ -42,8 +42,8 @@ def _model(value: object, base: Path | None) -> ModelConfig:
     if not isinstance(value, str) or not value:
         raise ConfigError(f"model must be a preset name or a config.json path, got {value!r}", field="model")
     path = Path(value) if base is None or Path(value).is_absolute() else base / value
-    if value.endswith(".json") or path.exists():
-        if not path.exists():
+    if value.endswith(".json") or exists(path):
+        if not exists(path):
             raise ConfigError(f"model file {str(path)!r} does not exist", field="model", value=value)
         return ModelConfig.from_hf_config(path)
     return ModelConfig.preset(value)

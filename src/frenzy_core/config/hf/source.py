@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from frenzy_core import _limits as limits
-from frenzy_core._files import load_json, read_text
+from frenzy_core._files import is_dir, is_file, load_json, read_text
 from frenzy_core._limits import beyond_message
 from frenzy_core.config.architecture import ArchKind, MLPKind, NormKind, PositionEmbedding
 from frenzy_core.errors import ConfigError, short_repr
@@ -155,10 +155,10 @@ def load_source(config: dict[str, Any] | str | os.PathLike[str]) -> HFSource:
                           field="config", value=config, hint="pass a config.json file, a folder holding one, or a dict")
     path = Path(config)
     folder_name = None
-    if path.is_dir():
+    if is_dir(path):
         folder_name = path.resolve().name
         path = path / "config.json"
-    if not path.is_file():
+    if not is_file(path):
         raise ConfigError(f"no Hugging Face config at {path}", field="config", value=str(config),
                           hint="pass a config.json file, a folder holding one, or the parsed dict")
     try:

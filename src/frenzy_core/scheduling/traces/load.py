@@ -25,6 +25,7 @@ from typing import IO, Any, TypeVar
 import numpy as np
 
 from frenzy_core import _limits as limits
+from frenzy_core._files import is_file
 from frenzy_core._limits import beyond_message
 from frenzy_core.errors import ConfigError, require_seed, short_repr
 from frenzy_core.scheduling.traces._base import Excluded, TraceReader
@@ -227,7 +228,7 @@ def read_trace(path: str | Path, format: TraceFormat | str = TraceFormat.PHILLY,
         raise ConfigError(f"arrival_scale={short_repr(arrival_scale)} must be a number in [1e-6, 1e6] (2.0 doubles "
                           "the arrival rate)", field="arrival_scale", value=arrival_scale)
     file = Path(path)
-    if not file.is_file():
+    if not is_file(file):
         raise ConfigError(f"no such trace file {str(file)!r}", field="path", value=str(file),
                           hint="public traces are not shipped with frenzy_core; download them (see docs/traces.md)")
     parsed, skipped, excluded, rows_read = _parse_file(file, READERS[fmt], mode)

@@ -464,8 +464,9 @@ def test_plan_job(preset: str, cluster: dict[str, Any], constraints: dict[str, A
     if plan is None:
         return
     finite_numbers(plan)
-    again = f.estimate_memory(model, plan.training, plan.parallel)
-    assert again.device_bytes == plan.memory.device_bytes <= plan.usable_bytes
+    for stage in plan.stages:  # each group (type, micro-batch count) re-estimated from the plan alone
+        again = f.estimate_memory(model, plan.stage_training(stage), plan.parallel)
+        assert again.device_bytes == stage.device_bytes <= stage.usable_bytes
 
 
 def _jobs(n: int, work: Any, submit: Any) -> list[Any]:

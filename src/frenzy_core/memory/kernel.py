@@ -516,7 +516,8 @@ _REFUSALS: tuple[tuple[Refusal, Callable[[TrainingConfig, LayoutArrays], npt.NDA
              "tp_comm_overlap needs sequence parallelism over tp > 1: Megatron-LM switches sequence parallelism off "
              "at tp = 1 and then refuses --tp-comm-overlap (validate_args), so no such run allocates the workspaces",
              "set tp_comm_overlap=False for tp = 1, or use tp > 1"),
-     lambda t, lay: ~np.asarray(lay.active_sequence_parallel, dtype=bool) & t.tp_comm_overlap),
+     lambda t, lay: (~np.asarray(lay.active_sequence_parallel, dtype=bool) if t.tp_comm_overlap
+                     else np.zeros((), dtype=bool))),
 )
 
 

@@ -6,11 +6,6 @@ tests/test_consumers.py and tests/test_consumers_slurm.py."""
 
 from __future__ import annotations
 
-import json
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +21,7 @@ from frenzy_core.config import ParallelConfig, TrainingConfig
 from frenzy_core.config.megatron import from_megatron_args
 from frenzy_core.errors import ConfigError
 from frenzy_core.planning import LAUNCH_SCOPES, Plan
+from local_torchrun import run_lines
 
 torchrun = ADAPTERS["torchrun"]
 PROBE = Path(__file__).resolve().parent / "fixtures" / "adapters" / "stage_probe.py"
@@ -187,17 +183,7 @@ def test_the_lines_of_a_pipeline_over_two_types_train_one_step_equal_to_the_full
     every stage's layers after one step equal one full-batch step on one process."""
     pytest.importorskip("torch.distributed.pipelining")
     plan = stage_uneven()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    data = torchrun(plan, torchrun=[sys.executable, "-m", "torch.distributed.run"], script=str(PROBE),
-                    script_args=[str(tmp_path)], hosts={name: "127.0.0.1" for name in plan.placement},
-                    rdzv_port=port, rdzv_id="frenzy-test")
-    procs = [subprocess.Popen(node["argv"], env={**os.environ, **node["env"], "OMP_NUM_THREADS": "1"},
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for node in data["nodes"]]
-    errors = [proc.communicate(timeout=300)[1] for proc in procs]
-    assert [proc.returncode for proc in procs] == [0] * len(procs), "\n".join(e[-3000:] for e in errors)
-    records = sorted((json.loads(p.read_text()) for p in tmp_path.glob("rank*.json")), key=lambda r: r["rank"])
+    records = run_lines(plan, PROBE, tmp_path)
     assert [r["rank"] for r in records] == list(range(plan.num_gpus))
     expected = [(s.pipeline_stage, d, [s.first_layer, s.first_layer + s.num_layers], s.gpu_type)
                 for s in plan.stages for d in range(s.dp)]

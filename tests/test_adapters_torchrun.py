@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ from adapter_plans import GPT2, cpu_dp2, make_plan, mixed_small, mixed_uneven, m
 from frenzy_core.adapters import ADAPTERS
 from frenzy_core.config import ParallelConfig, TrainingConfig
 from frenzy_core.errors import ConfigError
+from local_torchrun import free_port, run_lines
 
 PROBE = Path(__file__).resolve().parent / "fixtures" / "adapters" / "rank_probe.py"
 torchrun = ADAPTERS["torchrun"]
@@ -102,18 +102,12 @@ def test_text_has_one_command_per_node() -> None:
     assert len(commands) == 2 and all("torchrun --nnodes=2" in c for c in commands)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_emitted_command_runs_two_ranks_on_cpu(tmp_path: Path) -> None:
     """Run the emitted torchrun command (gloo, 2 processes, 1 node): every rank sees what the plan prescribes."""
     pytest.importorskip("torch")
     plan = cpu_dp2()
     data = torchrun(plan, torchrun=[sys.executable, "-m", "torch.distributed.run"], script=str(PROBE),
-                    script_args=[str(tmp_path)], rdzv_host="127.0.0.1", rdzv_port=_free_port(),
+                    script_args=[str(tmp_path)], rdzv_host="127.0.0.1", rdzv_port=free_port(),
                     rdzv_id="frenzy-test")
     (node,) = data["nodes"]
     env = {**os.environ, **node["env"], "OMP_NUM_THREADS": "1"}
@@ -161,14 +155,7 @@ def test_a_grouped_plans_lines_run_one_data_parallel_step_equal_to_the_full_batc
     replica groups of two types, and ranks of one type that differ by one micro-batch (two lines for one node)."""
     pytest.importorskip("torch")
     plan = make()
-    data = torchrun(plan, torchrun=[sys.executable, "-m", "torch.distributed.run"], script=str(PROBE),
-                    script_args=[str(tmp_path)], hosts={name: "127.0.0.1" for name in plan.placement},
-                    rdzv_port=_free_port(), rdzv_id="frenzy-test")
-    procs = [subprocess.Popen(node["argv"], env={**os.environ, **node["env"], "OMP_NUM_THREADS": "1"},
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for node in data["nodes"]]
-    errors = [proc.communicate(timeout=300)[1] for proc in procs]
-    assert [proc.returncode for proc in procs] == [0] * len(procs), "\n".join(e[-2000:] for e in errors)
-    records = sorted((json.loads(p.read_text()) for p in tmp_path.glob("rank*.json")), key=lambda r: r["rank"])
+    records = run_lines(plan, PROBE, tmp_path)
     assert [r["rank"] for r in records] == list(range(plan.num_gpus))
     ranks = [(str(g), s) for g, s in enumerate(plan.stages) for _ in range(s.num_gpus)]
     for r, (group, stage) in zip(records, ranks):

@@ -4,13 +4,18 @@ JSON round trip mid-run; decisions repeat and ``simulate`` equals the online sch
 
 from __future__ import annotations
 
+import copy
+import json
 import os
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from frenzy_core import Cluster, ModelConfig
+from frenzy_core import Cluster, ModelConfig, TrainingConfig
+from frenzy_core.errors import ConfigError
 from frenzy_core.hardware.gpus import get_gpu_spec
 from frenzy_core.scheduling import GPURequest, OnlineScheduler, PlannedThroughput, TrainingJob, simulate
 from frenzy_core.scheduling.check import PlacementCheck
@@ -97,6 +102,14 @@ def test_the_check_refuses_corrupted_mixed_placements() -> None:
     # micro-batches that no longer make the global batch
     short = (a.model_copy(update={"micro_batches": a.micro_batches + 1}), v)
     assert "global batch" in str(check(job, plan.model_copy(update={"groups": short})))
+    # a group's own claims: its memory, its step, and the layout's memory (the busiest group's)
+    assert "memory model gives" in str(check(job, plan.model_copy(update={"groups": (
+        a.model_copy(update={"device_bytes": a.device_bytes - 1}), v)})))
+    assert "time model gives" in str(check(job, plan.model_copy(update={"groups": (
+        a, v.model_copy(update={"iteration_s": v.iteration_s * (1 - 1e-6)}))})))
+    assert plan.layout is not None
+    assert "busiest group" in str(check(job, plan.model_copy(update={"layout": plan.layout.model_copy(
+        update={"device_bytes": plan.layout.device_bytes + 1})})))
     # one type only, or a group missing from the placement's GPUs
     assert "one group per type" in str(check(job, plan.model_copy(update={"groups": (a,)})))
     assert "groups' GPUs" in str(check(job, plan.model_copy(update={"nodes": a.nodes})))
@@ -175,6 +188,34 @@ def test_a_mixed_run_survives_a_json_round_trip_mid_run() -> None:
     assert restored.state.free.tolist() == sched.state.free.tolist() == [0, 8, 0, 8]
 
 
+def test_a_saved_mixed_run_whose_groups_were_edited_is_refused_on_load() -> None:
+    sched = OnlineScheduler(CLUSTER, FrenzyCore(mixing=True), throughput=THROUGHPUT)
+    for job in _jobs()[:2]:
+        sched.submit(job)
+    sched.advance(0.0)
+    sched.submit(_jobs()[2])
+    sched.advance(10.0)
+    saved = json.loads(sched.to_json())
+    (run,) = [r for r in saved["running"] if r["job_id"] == "big"]
+    a, v = run["plan"]["groups"]
+
+    def load(edit: Callable[[dict[str, Any]], None]) -> str:
+        data = copy.deepcopy(saved)
+        (entry,) = [r for r in data["running"] if r["job_id"] == "big"]
+        edit(entry["plan"])
+        with pytest.raises(ConfigError) as err:
+            OnlineScheduler.from_json(json.dumps(data), throughput=THROUGHPUT)
+        return str(err.value)
+
+    def swap(plan: dict[str, Any]) -> None:  # each group on the other type's nodes
+        plan["groups"][0]["nodes"], plan["groups"][1]["nodes"] = v["nodes"], a["nodes"]
+
+    assert "running job 'big': the plan placed 'big' on node 1 (a100-80gb" in load(swap)
+    assert "same GPUs" in load(lambda plan: plan["groups"][0].update(nodes={}))
+    assert "one group per type" in load(lambda plan: plan.update(groups=[a]))
+    assert "two groups" in load(lambda plan: plan["groups"][1].update(nodes=a["nodes"]))
+
+
 def test_mixed_decisions_repeat_and_simulate_equals_the_online_scheduler() -> None:
     events: list[Event] = []
     first = simulate(_jobs(), CLUSTER, FrenzyCore(mixing=True), throughput=THROUGHPUT, progress=False, events=events)
@@ -215,3 +256,94 @@ def test_mixing_is_a_saved_policy_option(mixing: bool) -> None:
     sched = OnlineScheduler(CLUSTER, FrenzyCore(mixing=mixing), throughput=THROUGHPUT)
     restored = OnlineScheduler.from_json(sched.to_json(), throughput=THROUGHPUT)
     assert isinstance(restored.policy, FrenzyCore) and restored.policy.mixing is mixing
+
+
+# -- a job that only a mix of types holds --------------------------------------------------------------------
+PAPER_LIKE = Cluster.from_dict({"nodes": [{"gpu": g, "gpus_per_node": 8, "count": 4}
+                                          for g in ("a100-80gb", "h100-sxm", "v100-32gb")]})
+"""frenzy-paper's 4 nodes of 8 A100-80GB and of 8 V100-32GB, with its 4 nodes of RTX 3090 (24 GB) swapped for
+H100: GPT-3 175B fits no 32 GPUs of one type (issue 12's acceptance: it needs 55 A100 at the least), and 32 A100
++ 32 H100 in two replica groups hold it (ZeRO shards the optimizer states over both)."""
+SMALL_MIXED = Cluster.from_dict({"nodes": [{"gpu": g, "gpus_per_node": 4} for g in ("a100-80gb", "h100-sxm")]})
+"""The same case at a size CI can afford (each planner question about a third of a second): Llama-2-13B fits
+neither 4 A100-80GB nor 4 H100, and one replica group of each holds it."""
+
+
+def _only_mixed_jobs(big: ModelConfig, training: TrainingConfig, asked: int, held: int) -> list[TrainingJob]:
+    """A small job pinned to the H100s, asking for ``held`` of them (the most it may get here), holds them for
+    a while; ``big``, asking for ``asked`` GPUs, arrives after it and waits for the H100s its mix needs."""
+    small = default_training(SMALL, V100)
+    return [TrainingJob(id="hold-h100", submit_time_s=0.0, model=SMALL, training=small, work_tokens=10**10,
+                        request=GPURequest(num_gpus=held, gpu_type="h100-sxm")),
+            TrainingJob(id="big", submit_time_s=5.0, model=big, training=training, work_iterations=20,
+                        request=GPURequest(num_gpus=asked))]
+
+
+def _small_jobs() -> list[TrainingJob]:
+    return _only_mixed_jobs(ModelConfig.preset("llama-2-13b"), TrainingConfig(seq_len=2048, global_batch_size=16),
+                            8, 4)
+
+
+def _check_only_mixed_run(cluster: Cluster, jobs: list[TrainingJob]) -> None:
+    """``big`` is queued (not rejected), starts on a mix of A100 and H100 when the holder ends, passes every
+    check and finishes; the online scheduler fed the same events decides the same."""
+    events: list[Event] = []
+    result = simulate(jobs, cluster, FrenzyCore(mixing=True), throughput=THROUGHPUT, progress=False, events=events)
+    big = {r.id: r for r in result.jobs}["big"]
+    hold = {r.id: r for r in result.jobs}["hold-h100"]
+    assert result.violations == 0 and result.finished == 2  # every placement passed the check
+    assert big.gpu_type is not None and set(big.gpu_type.split("+")) == {"a100-80gb", "h100-sxm"}
+    assert hold.finish_time_s is not None and big.start_time_s == hold.finish_time_s
+    assert big.finish_time_s is not None and big.finish_time_s > big.start_time_s
+    recorded = [e.actions for e in events if e.kind == "advance"]
+    assert replay(OnlineScheduler(cluster, FrenzyCore(mixing=True), throughput=THROUGHPUT), events) == recorded
+
+
+def test_a_job_only_a_mix_holds_is_queued_started_and_finished_identically_online() -> None:
+    _check_only_mixed_run(SMALL_MIXED, _small_jobs())
+
+
+@pytest.mark.slow
+def test_gpt3_175b_on_frenzy_paper_like_nodes_is_queued_started_and_finished_identically_online() -> None:
+    _check_only_mixed_run(PAPER_LIKE, _only_mixed_jobs(GPT3 := ModelConfig.preset("gpt3-175b"),
+                                                       TrainingConfig(seq_len=2048, global_batch_size=64), 64, 8))
+    # frenzy-paper itself: its GPUs hold less than GPT-3 175B needs, mixed or not
+    sched = OnlineScheduler(Cluster.preset("frenzy-paper"), FrenzyCore(mixing=True), throughput=THROUGHPUT)
+    sched.submit(_only_mixed_jobs(GPT3, TrainingConfig(seq_len=2048, global_batch_size=64), 64, 8)[1])
+    sched.advance(5.0)
+    (record,) = sched.records()
+    assert record.status == "unschedulable" and "fits in memory on none" in str(record.reason)
+
+
+def test_without_mixing_a_job_only_a_mix_holds_is_rejected_saying_mixing_would_accept_it() -> None:
+    result = simulate(_small_jobs(), SMALL_MIXED, FrenzyCore(mixing=False), throughput=THROUGHPUT, progress=False)
+    big = {r.id: r for r in result.jobs}["big"]
+    assert big.start_time_s is None and "fits in memory on none" in str(big.reason)
+    assert "mixing=True would accept it" in str(big.reason) and "a100-80gb + h100-sxm" in str(big.reason)
+
+
+def test_a_job_no_mix_holds_is_rejected_without_the_mixing_hint() -> None:
+    # Llama-2-70B on the same 8 GPUs: 140 GB of weights alone, more than all of them hold usable with its states
+    sched = OnlineScheduler(SMALL_MIXED, FrenzyCore(mixing=True), throughput=THROUGHPUT)
+    sched.submit(_only_mixed_jobs(ModelConfig.preset("llama-2-70b"), TrainingConfig(seq_len=2048, global_batch_size=16),
+                                  8, 4)[1])
+    sched.advance(5.0)
+    (record,) = sched.records()
+    assert record.status == "unschedulable" and "fits in memory on none" in str(record.reason)
+    assert "mixing=True" not in str(record.reason)
+
+
+def test_a_queued_job_only_a_mix_holds_survives_a_json_round_trip() -> None:
+    sched = OnlineScheduler(SMALL_MIXED, FrenzyCore(mixing=True), throughput=THROUGHPUT)
+    hold, big = _small_jobs()
+    sched.submit(hold)
+    sched.advance(0.0)
+    sched.submit(big)
+    assert sched.advance(5.0) == []  # the H100s are held: no mix fits yet
+    restored = OnlineScheduler.from_json(sched.to_json(), throughput=THROUGHPUT)
+    assert restored.to_json() == sched.to_json()
+    end = sched.expected_end_s("hold-h100")
+    for s in (sched, restored):
+        s.job_finished("hold-h100")
+    (start,) = sched.advance(end)
+    assert restored.advance(end) == [start] and start.job_id == "big" and len(start.plan.gpu_types) == 2

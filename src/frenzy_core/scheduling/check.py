@@ -12,9 +12,11 @@ the largest node. With a plain throughput function the rate must be what the fun
 A placement spanning GPU types (replica groups, :mod:`frenzy_core.scheduling.mixed`) must have one group per type
 on nodes of that type, disjoint and together the placement's nodes, whole tensor-parallel groups per node, the
 groups' replicas adding up to the layout's dp and their micro-batches to its global batch; each group's memory
-(the layout at that dp with the group's micro-batches, ``estimate_memory``) must fit its own type; and the rate
-claimed must be the global batch over the slowest group's step (``estimate_iteration_time`` on its type with the
-links of where it lands, :func:`~frenzy_core.scheduling.mixed.group_links`).
+(the layout at that dp with the group's micro-batches, ``estimate_memory``) must fit its own type and be what
+the group claims (the layout's, the busiest group's); each group's step must be what it claims
+(``estimate_iteration_time`` on its type with the links of where it lands,
+:func:`~frenzy_core.scheduling.mixed.group_links`); and the rate claimed must be the global batch over the
+slowest group's step.
 """
 
 from __future__ import annotations
@@ -129,11 +131,19 @@ class PlacementCheck:
             if device > usable:
                 return (f"the {g.gpu_type} group of {layout.describe()} needs {device / 2**30:.2f} GiB per GPU; "
                         f"{g.gpu_type} has {usable / 2**30:.2f}")
+            if g.device_bytes != device:
+                return (f"the {g.gpu_type} group claims {g.device_bytes} bytes per GPU; the memory model gives "
+                        f"{device} for its {g.micro_batches} micro-batches")
             links = group_links(state, par.tp, g.nodes, list(plan.nodes))
             key = (job.model, recipe, par, g.gpu_type, links)
             if key not in self._time:
                 self._time[key] = estimate_iteration_time(job.model, recipe, par, spec, cluster=links).iteration_s
+            if abs(g.iteration_s - self._time[key]) > self._time[key] * RATE_TOLERANCE:
+                return (f"the {g.gpu_type} group claims {g.iteration_s:.6g} s per step; the time model gives "
+                        f"{self._time[key]:.6g} s where it lands")
             step = max(step, self._time[key])
+        if layout.device_bytes != max(g.device_bytes for g in plan.groups):
+            return f"the layout claims {layout.device_bytes} bytes per GPU, not its busiest group's"
         rate = gbs * training.seq_len / step
         if abs(plan.tokens_per_s - rate) > rate * RATE_TOLERANCE:
             return f"claims {plan.tokens_per_s:.6g} tokens/s; its groups' slowest step gives {rate:.6g} there"

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
+
 from frenzy_core import _limits as limits
 from frenzy_core._files import load_json
 from frenzy_core.errors import ConfigError, FrenzyError, require_instance, require_number, require_seed, short_repr
@@ -262,22 +264,28 @@ class OnlineScheduler:
 
     # -- actions -------------------------------------------------------------------------------------------------
     def _check_plan(self, job_id: str, plan: Placement) -> None:
-        name, job = self.policy.name, self.jobs[job_id]
+        problem = self._plan_problem(job_id, plan, self.state.free)
+        if problem is not None:
+            raise SchedulerError(f"policy {self.policy.name!r} {problem}")
+
+    def _plan_problem(self, job_id: str, plan: Placement, free: np.ndarray) -> str | None:
+        """Why ``plan`` cannot run ``job_id`` on the ``free`` GPUs per node (each node, or group's node, of its
+        type, none asked beyond what is free), or None."""
+        job = self.jobs[job_id]
         if plan.job_id != job_id:
-            raise SchedulerError(f"policy {name!r}: action for {job_id!r} carries the plan of {plan.job_id!r}")
+            return f"sent for {job_id!r} the plan of {plan.job_id!r}"
         asked = None if job.request is None else job.request.gpu_type
         if asked is not None and plan.gpu_types != (asked,):
-            raise SchedulerError(f"policy {name!r} placed {job_id!r} on {' + '.join(plan.gpu_types)}; it asked for "
-                                 f"{asked}")
+            return f"placed {job_id!r} on {' + '.join(plan.gpu_types)}; it asked for {asked}"
         wanted = ({n: g.gpu_type for g in plan.groups for n in g.nodes} if plan.groups
                   else dict.fromkeys(plan.nodes, plan.gpu_type))
         for node, count in plan.nodes.items():
             ok = 0 <= node < len(self.state.node_types)
             gpu_type = wanted.get(node)
-            if not ok or self.state.node_types[node] != gpu_type or not 0 < count <= self.state.free[node]:
-                have = (f"{self.state.node_types[node]}, {self.state.free[node]} free" if ok else "no such node")
-                raise SchedulerError(f"policy {name!r} placed {job_id!r} on node {node} ({have}) asking {count} "
-                                     f"{gpu_type or 'GPUs of no group'}")
+            if not ok or self.state.node_types[node] != gpu_type or not 0 < count <= free[node]:
+                have = (f"{self.state.node_types[node]}, {free[node]} free" if ok else "no such node")
+                return f"placed {job_id!r} on node {node} ({have}) asking {count} {gpu_type or 'GPUs of no group'}"
+        return None
 
     def _apply(self, action: Action) -> None:
         job_id = action.job_id
@@ -400,8 +408,13 @@ class OnlineScheduler:
             out.books[job_id] = JobBooks(**entry, last=None if last is None else Placement.model_validate(last))
         for entry in data["running"]:
             plan = Placement.model_validate(entry.pop("plan"))
-            out.state.take(plan.nodes)
             job_id = entry.pop("job_id")
+            problem = out._plan_problem(job_id, plan, out.state.free)
+            if problem is not None:
+                raise ConfigError(f"scheduler state: running job {job_id!r}: the plan {problem}",
+                                  field="running.plan", hint="restore a state saved by OnlineScheduler.to_json, "
+                                  "unedited")
+            out.state.take(plan.nodes)
             out.running[job_id] = RunningJob(job=out.jobs[job_id], plan=plan, **entry)
         policy.restore(data["policy_state"])
         for job_id, tokens in data["queue"]:

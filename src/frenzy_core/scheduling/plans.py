@@ -4,7 +4,7 @@ form b: data-parallel replica groups of different types) lists its groups (``Pla
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from frenzy_core._base import FrozenModel
 from frenzy_core.config.parallel import ParallelConfig
@@ -64,6 +64,27 @@ class Placement(FrozenModel):
     layout: RunLayout | None = None
     groups: tuple[PlacementGroup, ...] = Field(default=(), description="Replica groups, one per GPU type, when "
                                                "the placement spans types (empty otherwise).")
+
+    @model_validator(mode="after")
+    def _check_groups(self) -> Placement:
+        """A placement spanning types has two or more groups of distinct types, the first of ``gpu_type``, whose
+        GPUs are disjoint and together exactly ``nodes`` (so a saved one is whole when loaded)."""
+        if not self.groups:
+            return self
+        types = [g.gpu_type for g in self.groups]
+        if len(types) < 2 or len(set(types)) != len(types) or types[0] != self.gpu_type:
+            raise ValueError(f"groups on {types} with gpu_type {self.gpu_type!r}: a placement spanning types has "
+                             "one group per type, two at least, the first of gpu_type")
+        seen: dict[int, int] = {}
+        for g in self.groups:
+            for node, count in g.nodes.items():
+                if node in seen or count <= 0:
+                    raise ValueError(f"node {node} is in two groups or given {count} GPUs; each group takes "
+                                     "GPUs of its own nodes")
+                seen[node] = count
+        if seen != self.nodes:
+            raise ValueError(f"the groups take {seen}, the placement {self.nodes}: they must be the same GPUs")
+        return self
 
     @property
     def num_gpus(self) -> int:

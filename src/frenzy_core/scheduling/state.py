@@ -65,6 +65,15 @@ class ClusterState:
         out._up_type = self._up_type.copy()
         return out
 
+    def idle(self) -> ClusterState:
+        """A copy with every node up and offering all its GPUs (the most of the cluster a job could ever get)."""
+        out = self.copy()
+        out.free = self.initial_free.copy()
+        out.up[:] = True
+        out._free_type = np.array([self._usable[t] for t in self.gpu_types], dtype=np.int64)
+        out._up_type = out._free_type.copy()
+        return out
+
     def assign(self, other: ClusterState) -> None:
         """Take ``other``'s free GPUs (a copy of this state that a policy changed while trying a move)."""
         self.free[:] = other.free

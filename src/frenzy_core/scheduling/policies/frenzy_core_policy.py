@@ -16,6 +16,12 @@ Per scheduling round (every arrival or completion):
 3. With ``mixing``: jobs the round left waiting because their fastest option's type has too few free GPUs may
    start on the GPUs left free on two or more types, with the planner's replica groups of several types (issue
    12, form b), when that ends the job sooner than waiting for its best single-type option (``_mix``).
+4. With ``mixing``, a job that fits in memory on no single type but whose mixed plan fits the whole idle cluster
+   is queued apart (``mixed_only``), not rejected: it starts on the round's first free GPUs of two or more types
+   where the planner's mix within its counts fits. Such jobs are weighed oldest first, before the others once
+   they starve (then the oldest that cannot start reserves the types of its whole-cluster mix, so they drain
+   towards it), else on what the round leaves free; no run grows onto the types such a job may use. Without
+   ``mixing`` the rejection stays and says that ``mixing=True`` would accept the job.
 
 Options are every type the job may use with counts from :func:`._queue.elastic_counts` (half to twice the
 request), kept where the planner's candidate table finds a layout that fits in memory; the job runs at that
@@ -24,10 +30,12 @@ layout's throughput. With ``preemption``, long runs make room for starving jobs 
 
 from __future__ import annotations
 
+import bisect
 from typing import Any
 
 import numpy as np
 
+from frenzy_core.planning.plan import Plan
 from frenzy_core.scheduling.jobs import TrainingJob
 from frenzy_core.scheduling.messages import Action, Start
 from frenzy_core.scheduling.mixed import offers, place_mixed
@@ -84,6 +92,10 @@ class FrenzyCore(QueuePolicy):
         """The runs that could grow at all (rebuilt from the running jobs on restore)."""
         self._last: list[Action] = []
         """The last round's actions (noted in ``_below`` at the next round, once the scheduler applied them)."""
+        self.mixed_only: list[TrainingJob] = []
+        """Queued jobs that only a mix of GPU types holds, in arrival order (they have no single-type options)."""
+        self._whole: dict[str, Plan] = {}
+        """Each such job's mixed plan on the whole idle cluster (its fastest run, and the types it drains)."""
 
     def params(self) -> dict[str, float | bool]:
         return {"starvation_factor": self.starvation_factor, "round_budget": self.round_budget,
@@ -191,20 +203,30 @@ class FrenzyCore(QueuePolicy):
 
     def _round(self, now: float) -> list[Action]:
         free = self.state.copy()
-        if not self.queue:
-            return self._grow(free, now) if self.preemption else []
+        placements, drained = self._serve_mixed_only(free, set(), now, starving=True)
+        more, grow = self._queue_round(free, drained, now) if self.queue else ([], True)
+        placements += more
+        placements += self._serve_mixed_only(free, drained, now, starving=False)[0]
+        if self.preemption and grow:
+            placements += self._grow(free, now)
+        return placements
+
+    def _queue_round(self, free: ClusterState, drained: set[int], now: float) -> tuple[list[Action], bool]:
+        """The round for the jobs with single-type options (steps 1 to 3), never on the ``drained`` types
+        (reserved by a starving job of ``mixed_only``); the placements (dequeued), and whether runs may grow."""
         left = self.free_per_type(free)
+        left[list(drained)] = 0
         table = self.table()
         # a mix may start a job whose options all fit no single type's free GPUs
         fits = bool((table.count <= left[table.gpu]).any()) or (
             self.mixing and self.rates.planned is not None and int((left > 0).sum()) >= 2)
         if not fits and not (self.preemption and self.running):
-            return []  # nothing can start, and a reservation would change nothing this round
+            return [], False  # nothing can start, and a reservation would change nothing this round
         fast = table.per_job_min(table.run_s)
         waited = now - table.submit_s
         starving = waited >= self.starvation_factor * fast
         if not fits and not starving.any():
-            return self._grow(free, now)  # nothing starts or reserves this round: only growth can move
+            return [], True  # nothing starts or reserves this round: only growth can move
         area = table.per_job_min(table.count * table.run_s)
         expected = self._expected_finish(table, area, now)
         placements: list[Action] = []
@@ -217,6 +239,8 @@ class FrenzyCore(QueuePolicy):
                     placements += moves
                     reserved = set()
                     left = self.free_per_type(free)
+                    left[list(drained)] = 0
+        reserved |= drained
         for g in reserved:
             left[g] = 0
         if left.any():
@@ -233,9 +257,7 @@ class FrenzyCore(QueuePolicy):
         if self.mixing:
             placements += self._mix(table, free, reserved, expected, {a.job_id for a in placements}, now)
         self.dequeue({a.job_id for a in placements if isinstance(a, Start)})
-        if self.preemption:
-            placements += self._grow(free, now)
-        return placements
+        return placements, True
 
     def _mix(self, table: QueueTable, free: ClusterState, reserved: set[int], expected: np.ndarray,
              started: set[str], now: float) -> list[Action]:
@@ -287,6 +309,58 @@ class FrenzyCore(QueuePolicy):
                 break
         return out
 
+    def _serve_mixed_only(self, free: ClusterState, drained: set[int], now: float, starving: bool
+                          ) -> tuple[list[Action], set[int]]:
+        """Start the jobs of ``mixed_only`` that are (or are not) ``starving``, oldest first, each on the
+        planner's mix of the free GPUs of the types not ``drained``, within its counts, when one fits (at most
+        :data:`MIX_CANDIDATES` questions a round). The oldest starving job that cannot start drains the types
+        of its whole-cluster mix. Returns the placements (dequeued) and the drained types."""
+        planned = self.rates.planned
+        if not self.mixed_only or planned is None:
+            return [], drained
+        out: list[Action] = []
+        weighed = 0
+        for job in list(self.mixed_only):
+            whole = self._whole[job.id]
+            waited = now - job.submit_time_s
+            if (waited >= self.starvation_factor * job.total_tokens / whole.time.tokens_per_s) != starving:
+                continue
+            left = self.free_per_type(free)
+            left[list(drained)] = 0
+            lo, most = self._mix_counts(job)
+            types = [t for g, t in enumerate(self.state.gpu_types) if left[g] > 0]
+            plan = None
+            if len(types) >= 2 and int(left.sum()) >= lo and weighed < MIX_CANDIDATES:
+                weighed += 1
+                plan = place_mixed(planned, job, offers(free, types, most), most, free)
+            if plan is not None and plan.num_gpus >= lo:
+                free.take(plan.nodes)
+                out.append(Start(job_id=job.id, plan=plan))
+            elif starving and not drained:
+                drained = {self.state.gpu_types.index(t) for t in whole.gpu_types}
+        started = {a.job_id for a in out}
+        self.mixed_only = [j for j in self.mixed_only if j.id not in started]
+        for job_id in started:
+            del self._whole[job_id]
+        return out, drained
+
+    def _mix_counts(self, job: TrainingJob) -> tuple[int, int]:
+        """The fewest and most GPUs a mix of every type may give ``job`` (its counts over the whole cluster;
+        (0, 0) when even the fewest exceeds the cluster)."""
+        counts = elastic_counts(job, self.state.usable_gpus())
+        return (counts[0], counts[-1]) if counts else (0, 0)
+
+    def _whole_mix(self, job: TrainingJob) -> Plan | None:
+        """The planner's mixed plan for ``job`` on the whole idle cluster, within its counts; None when none fits
+        (or the job is pinned to one type, or the rates are a plain function, which cannot plan a mix)."""
+        planned = self.rates.planned
+        if planned is None or (job.request is not None and job.request.gpu_type is not None):
+            return None
+        lo, most = self._mix_counts(job)
+        offered = offers(self.state.idle(), self.state.gpu_types, most) if most else ()
+        plan = planned.mixed_plan(job.model, job.training, offered, most) if len(offered) >= 2 else None
+        return plan if plan is not None and plan.num_gpus >= lo else None
+
     def _contested(self, table: QueueTable, gpu_types: tuple[str, ...], besides: set[str]) -> bool:
         """Whether a queued job other than those in ``besides`` has an option on one of ``gpu_types``."""
         on = np.isin(table.gpu, [self.state.gpu_types.index(t) for t in gpu_types])
@@ -303,6 +377,8 @@ class FrenzyCore(QueuePolicy):
         idle = self.free_per_type(free)
         if self.queue:
             idle[self.table().gpu] = 0
+        for plan in self._whole.values():  # the types a job that only a mix holds drains towards
+            idle[[self.state.gpu_types.index(t) for t in plan.gpu_types]] = 0
         seen = np.asarray(self._idle_seen or [0] * idle.size)
         types = [t for g, t in enumerate(self.state.gpu_types) if idle[g] > seen[g]]
         moves = grow(self, free, now, types, self._counts, self.min_gain) if self._below.any_on(types) else []
@@ -321,6 +397,27 @@ class FrenzyCore(QueuePolicy):
     def submit(self, job: TrainingJob, now: float) -> None:
         self._below.drop(job.id)  # back from a run (preempted or interrupted)
         super().submit(job, now)
+        reason = self.rejected.get(job.id)
+        whole = None if reason is None else self._whole_mix(job)
+        if reason is None or whole is None:
+            return
+        words = f"{whole.num_gpus} GPUs of {' + '.join(whole.gpu_types)} together hold it"
+        if not self.mixing:
+            self.rejected[job.id] = f"{reason}; mixing=True would accept it ({words})"
+            return
+        del self.rejected[job.id]
+        self._whole[job.id] = whole
+        number = self._arrival.setdefault(job.id, len(self._arrival))
+        at = bisect.bisect([self._arrival[j.id] for j in self.mixed_only], number)
+        self.mixed_only.insert(at, job)
+
+    def cancel(self, job_id: str) -> None:
+        super().cancel(job_id)
+        self.mixed_only = [j for j in self.mixed_only if j.id != job_id]
+        self._whole.pop(job_id, None)
+
+    def queued(self) -> list[TrainingJob]:
+        return sorted([*self.queue, *self.mixed_only], key=lambda j: self._arrival[j.id])
 
     def on_finish(self, job_id: str, now: float) -> None:
         self._below.drop(job_id)

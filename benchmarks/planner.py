@@ -8,9 +8,10 @@ the distributed optimizer are searched too). Times are wall-clock medians of ``p
 Targets (reported, not asserted): median <= 100 ms for 1,024 GPUs of 6 types; <= 1 s for 16,384 GPUs of 8 types;
 CP-SAT >= 20x faster than the exhaustive reference at 4,096 GPUs with the same objective.
 
-Mixed GPU types (issue 12): ``--mixed`` times ``plan_job`` with and without the mixed-type search, alternated
-under the same load (targets: <= 1 s at 1,024 GPUs of 6 types, <= 5 s at 16,384 GPUs of 8 types), and compares
-the mixed plan with the best single-type plan on 200 random fragmented clusters.
+Mixed GPU types (issue 12): ``--mixed`` times ``plan_job`` on one type, with the replica mix (form b, the default)
+and with pipeline stages on different types too (form a, ``mixed_stages=True``), alternated under the same load
+(targets: <= 1 s at 1,024 GPUs of 6 types, <= 5 s at 16,384 GPUs of 8 types), and compares both mixed forms with
+the best single-type plan on 200 random fragmented clusters (``--instances N``).
 
 Run: ``python benchmarks/planner.py [--runs 20] [--quick] [--mixed]`` (``--quick``: fewer sizes and runs).
 """
@@ -26,10 +27,11 @@ import statistics
 import time
 from collections.abc import Callable
 from datetime import date
+from typing import Any
 
 from frenzy_core import Framework, InfeasiblePlanError, ModelConfig, Precision, TrainingConfig
 from frenzy_core.hardware import Cluster
-from frenzy_core.planning import PlanConstraints, assess_baseline, marp_plan, plan_job
+from frenzy_core.planning import Plan, PlanConstraints, assess_baseline, marp_plan, plan_job
 from frenzy_core.planning.placement import solve_cp_sat, solve_exhaustive
 from frenzy_core.planning.search import make_search
 
@@ -146,38 +148,69 @@ def quality() -> None:
         print(f"| {preset} | {recipe} | " + " | ".join(cells) + " |")
 
 
+FORMS: dict[str, dict[str, bool]] = {
+    "single type": {"mixed_types": False, "mixed_stages": False},
+    "replica mix (b)": {"mixed_types": True, "mixed_stages": False},
+    "+ pipeline stages (a)": {"mixed_types": True, "mixed_stages": True}}
+"""The planner's searches timed side by side: one type, the replica mix (form b, the default), and form (a) too."""
+
+
 def mixed_timing(runs: int, cases: list[tuple[int, int]]) -> None:
-    """plan_job with and without the mixed-type search (issue 12), alternated run by run under the same load:
-    wall and CPU (``time.process_time``, which other processes' load barely moves) medians, load average."""
-    print(f"\n## Planning time with the mixed-type search (median of {runs} runs each, alternated, ms: wall / CPU)\n")
-    print("| GPUs | types | mixed_types=False | mixed_types=True | chosen | load average |")
-    print("|---:|---:|---:|---:|---|---|")
+    """plan_job with each search of :data:`FORMS` (issue 12), alternated run by run under the same load: wall and
+    CPU (``time.process_time``, which other processes' load barely moves) medians, load average."""
+    print(f"\n## Planning time with the mixed-type searches (median of {runs} runs each, alternated, ms: wall / CPU)\n")
+    print("| GPUs | types | " + " | ".join(FORMS) + " | chosen (a) | load average |")
+    print("|---:|---:|" + "---:|" * len(FORMS) + "---|---|")
     for size, num_types in cases:
         cluster = make_cluster(size, num_types)
         plan_job(MODEL, cluster, TRAINING)
-        times: dict[bool, tuple[list[float], list[float]]] = {False: ([], []), True: ([], [])}
+        times: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in FORMS}
         load = os.getloadavg()[0]
         for _ in range(runs):
-            for flag in (False, True):
+            for name, flags in FORMS.items():
                 wall, cpu = time.perf_counter(), time.process_time()
-                plan = plan_job(MODEL, cluster, TRAINING, mixed_types=flag)
-                times[flag][0].append(time.perf_counter() - wall)
-                times[flag][1].append(time.process_time() - cpu)
-        cells = [" / ".join(f"{1000 * statistics.median(xs):,.0f}" for xs in times[flag]) for flag in (False, True)]
-        chosen = f"{plan.num_gpus} x {' + '.join(plan.gpu_types)}"
-        print(f"| {size:,} | {num_types} | {cells[0]} | {cells[1]} | {chosen} | {load:.1f}-{os.getloadavg()[0]:.1f} |")
+                plan = plan_job(MODEL, cluster, TRAINING, mixed_types=flags["mixed_types"],
+                                mixed_stages=flags["mixed_stages"])
+                times[name][0].append(time.perf_counter() - wall)
+                times[name][1].append(time.process_time() - cpu)
+        cells = [" / ".join(f"{1000 * statistics.median(xs):,.0f}" for xs in times[name]) for name in FORMS]
+        chosen = f"{plan.num_gpus} x {' + '.join(plan.gpu_types)}" + (
+            f" ({len(plan.stages)} stages)" if plan.stages and plan.stages[0].pipeline_stage is not None else "")
+        print(f"| {size:,} | {num_types} | " + " | ".join(cells)
+              + f" | {chosen} | {load:.1f}-{os.getloadavg()[0]:.1f} |")
 
 
 GAIN_MODELS = ("qwen2.5-0.5b", "gpt2", "qwen2.5-1.5b", "llama-2-7b")
 """Models of the mixed-gain study (small enough that fragments of a few nodes hold them)."""
 
 
+def _gain(objective: str, plan: Plan, base: Plan) -> float:
+    """How much better ``plan`` is than ``base`` on the objective (0: equal; negative: worse)."""
+    if objective == "throughput":
+        return plan.objective_value / base.objective_value - 1
+    return base.objective_value / plan.objective_value - 1
+
+
+def _plan_or_none(*args: Any, **kwargs: Any) -> Plan | None:
+    try:
+        return plan_job(*args, **kwargs)
+    except InfeasiblePlanError:
+        return None
+
+
 def mixed_gain(instances: int, seed: int = 0) -> None:
-    """Random fragmented mixed clusters (2-6 types, 2-12 nodes of 4 or 8 GPUs, 1-8 free each), several models at sequence 1,024
-    and every objective: how often mixing wins, the distribution of the gain, and that it is never worse."""
+    """Random fragmented mixed clusters (2-6 types, 2-12 nodes of 4 or 8 GPUs, 1-8 free each), several models at
+    sequence 1,024 and every objective: how often each mixed form wins over the best single-type plan, the
+    distribution of the gain, and that it is never worse (form (a) also never worse than form (b) alone)."""
     rng = random.Random(seed)
-    gains: dict[str, list[float]] = {"throughput": [], "gpus": [], "cost": [], "time_to_train": []}
-    worse = infeasible_single = mixed_only = 0
+    forms = ("replica mix (b)", "+ pipeline stages (a)")
+    gains: dict[str, dict[str, list[float]]] = {f: {"throughput": [], "gpus": [], "cost": [], "time_to_train": []}
+                                                for f in forms}
+    worse = {f: 0 for f in forms}
+    staged_worse_than_b = staged_chosen = 0
+    only_mixed = {f: 0 for f in forms}
+    infeasible = 0
+    seconds: dict[str, list[float]] = {f: [] for f in forms}
     for _ in range(instances):
         types = rng.sample(GPU_TYPES[:6], rng.randint(2, 6))
         nodes = []
@@ -187,34 +220,46 @@ def mixed_gain(instances: int, seed: int = 0) -> None:
         cluster = Cluster.from_dict({"nodes": nodes})
         model = ModelConfig.preset(rng.choice(GAIN_MODELS))
         training = TrainingConfig(seq_len=1024, global_batch_size=rng.choice([16, 32, 64]))
-        objective = rng.choice(list(gains))
+        objective = rng.choice(list(gains[forms[0]]))
         cons = {"token_budget": 10**9} if objective == "time_to_train" else None
-        try:
-            single = plan_job(model, cluster, training, objective=objective, constraints=cons, mixed_types=False)
-        except InfeasiblePlanError:
-            single = None
-        try:
-            plan = plan_job(model, cluster, training, objective=objective, constraints=cons)
-        except InfeasiblePlanError:
-            infeasible_single += single is None
+        single = _plan_or_none(model, cluster, training, objective=objective, constraints=cons, mixed_types=False)
+        plans: dict[str, Plan | None] = {}
+        for form in forms:
+            start = time.perf_counter()
+            plans[form] = _plan_or_none(model, cluster, training, objective=objective, constraints=cons,
+                                        mixed_stages=form == forms[1])
+            seconds[form].append(time.perf_counter() - start)
+        if plans[forms[1]] is None:
+            infeasible += 1
             continue
-        if single is None:
-            mixed_only += 1
-            continue
-        gain = (plan.objective_value / single.objective_value if objective == "throughput"
-                else single.objective_value / plan.objective_value) - 1
-        worse += gain < -1e-12
-        gains[objective].append(gain)
+        b, a = plans[forms[0]], plans[forms[1]]
+        staged_chosen += bool(a is not None and a.stages and a.stages[0].pipeline_stage is not None)
+        if b is not None and a is not None:
+            staged_worse_than_b += _gain(objective, a, b) < -1e-12
+        for form, plan in plans.items():
+            if plan is None:
+                continue
+            if single is None:
+                only_mixed[form] += 1
+                continue
+            gain = _gain(objective, plan, single)
+            worse[form] += gain < -1e-12
+            gains[form][objective].append(gain)
     print(f"\n## Mixed vs the best single-type plan on {instances} random fragmented clusters\n")
-    print("| objective | instances | mixed chosen | median gain when mixed | max gain |")
-    print("|---|---:|---:|---:|---:|")
-    for objective, values in gains.items():
-        won = [g for g in values if g > 0]
-        med = f"{statistics.median(won):+.1%}" if won else "-"
-        top = f"{max(won):+.1%}" if won else "-"
-        print(f"| {objective} | {len(values)} | {len(won)} | {med} | {top} |")
-    print(f"\nnever worse: {worse == 0} ({worse} worse); feasible only by mixing: {mixed_only}; "
-          f"infeasible either way: {infeasible_single}")
+    print("| form | objective | instances | mixed chosen | median gain when mixed | max gain |")
+    print("|---|---|---:|---:|---:|---:|")
+    for form in forms:
+        for objective, values in gains[form].items():
+            won = [g for g in values if g > 1e-12]
+            med = f"{statistics.median(won):+.1%}" if won else "-"
+            top = f"{max(won):+.1%}" if won else "-"
+            print(f"| {form} | {objective} | {len(values)} | {len(won)} | {med} | {top} |")
+    for form in forms:
+        print(f"\n{form}: never worse than single type: {worse[form] == 0} ({worse[form]} worse); feasible only "
+              f"by mixing: {only_mixed[form]}; planning time median {statistics.median(seconds[form]):.2f} s, "
+              f"max {max(seconds[form]):.2f} s")
+    print(f"\npipeline stages chosen: {staged_chosen}; (a) worse than (b) alone: {staged_worse_than_b}; "
+          f"infeasible either way: {infeasible}")
 
 
 def main() -> None:
@@ -222,12 +267,13 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--mixed", action="store_true", help="only the mixed-type tables (issue 12)")
+    parser.add_argument("--instances", type=int, default=200, help="random clusters of the mixed-gain table")
     args = parser.parse_args()
     print(f"machine: {platform.processor() or platform.machine()}, {platform.system()}, Python "
           f"{platform.python_version()}; date {date.today().isoformat()}")
     if args.mixed:
         mixed_timing(args.runs, [(1024, 6), (16384, 8)])
-        mixed_gain(200)
+        mixed_gain(args.instances)
         return
     if args.quick:
         scaling(3, [8, 1024], [1, 6])

@@ -315,7 +315,8 @@ def test_simulate_bad_input(tmp_path: Path) -> None:
 SURFACE = {
     "plan": {"--cluster", "--seq-len", "--global-batch", "--micro-batch", "--precision", "--optimizer", "--attention",
              "--framework", "--objective", "--tokens", "--max-gpus", "--num-gpus", "--gpu-types", "--max-price-per-hour",
-             "--keep-outputs", "--headroom", "--placement", "--mixed-types", "--tp", "--pp", "--time-limit", "--runners-up",
+             "--keep-outputs", "--headroom", "--placement", "--mixed-types", "--mixed-stages", "--tp", "--pp", "--time-limit",
+             "--runners-up",
              "--emit",
              "--emit-option", "--emit-to", "--json", "--time-model", "--plot"},
     "memory": {"--seq-len", "--micro-batch", "--global-batch", "--precision", "--optimizer", "--optimizer-impl",
@@ -381,6 +382,29 @@ def test_emit_to_writes_only_the_launcher_text(tmp_path: Path) -> None:
     (manifest,) = list(yaml.safe_load_all(target.read_text(encoding="utf-8")))
     assert manifest["kind"] == "PyTorchJob"
     assert_user_error(invoke("plan", "gpt2", "--emit-to", str(target)), 2, "--emit-to needs --emit")
+
+
+def _stage_request(tmp_path: Path) -> tuple[str, ...]:
+    """Llama-2-7B at seq 1024, batch 8, micro-batch 1 on 4 A10G + 4 L4 (24 GB each): no type alone and no replica
+    mix holds it, a pipeline over both types does."""
+    path = tmp_path / "stages.yaml"
+    path.write_text("nodes:\n  - {gpu: a10g, gpus_per_node: 4}\n  - {gpu: l4, gpus_per_node: 4}\n", encoding="utf-8")
+    return ("plan", "llama-2-7b", "--cluster", str(path), "--seq-len", "1024", "--global-batch", "8",
+            "--micro-batch", "1", "--runners-up", "0", "--emit", "torchrun")
+
+
+def test_plan_without_mixed_stages_keeps_pipelines_on_one_type(tmp_path: Path) -> None:
+    refused = invoke(*_stage_request(tmp_path), "--no-mixed-stages")
+    assert refused.exit_code == 1 and "Traceback" not in refused.output, refused.output
+
+
+@pytest.mark.slow  # the pipeline-stage search: about 2.5 s on the shared machine
+def test_plan_with_mixed_stages_emits_a_pipeline_over_types(tmp_path: Path) -> None:
+    out = ok_json(*_stage_request(tmp_path), "--mixed-stages")
+    plan = out["plan"]
+    assert plan["launcher"] == "torchrun" and sorted(plan["gpu_types"]) == ["a10g", "l4"]
+    assert [s["pipeline_stage"] for s in plan["stages"]] == list(range(len(plan["stages"])))
+    assert "stage" in json.dumps(out["launch"])
 
 
 def test_plan_mixes_gpu_types_unless_told_single_type(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from frenzy_core.config.layout import global_batch_size, num_microbatches
 from frenzy_core.errors import ConfigError
 from frenzy_core.hardware.gpu import GPUSpec
 from frenzy_core.hardware.gpus import get_gpu_spec
-from frenzy_core.planning.launchers import LAUNCH_SCOPES, LaunchScope, get_launch_scope
+from frenzy_core.planning.launchers import LaunchScope, get_launch_scope, launchers_where
 from frenzy_core.planning.plan import Plan, StagePlan
 
 __all__ = [
@@ -138,13 +138,14 @@ def _check_groups(plan: Plan, scope: LaunchScope) -> None:
     types; replica groups spanning GPU types, or ranks that differ by one micro-batch), or no launcher can (one
     process group over NVIDIA and AMD GPUs: NCCL and RCCL do not talk to each other)."""
     if plan.stages[0].pipeline_stage is not None and not scope.stages:
-        can = [name for name, s in LAUNCH_SCOPES.items() if s.stages]
+        can = launchers_where(lambda s: s.stages)
         raise ConfigError(
             f"{scope.name} cannot launch a plan spanning GPU types ({', '.join(plan.gpu_types)}): its pipeline "
             "stages run on different types with their own tp and layer counts, which it has no way to express",
             field="plan.stages", value=[s.gpu_type for s in plan.stages],
-            hint=f"launch it with {', '.join(can)}, or plan with mixed_stages=False (the default)")
-    can = [name for name, s in LAUNCH_SCOPES.items() if s.mixed]
+            hint=f"launch it with {', '.join(can)}, or plan with plan_job(..., launcher={scope.name!r}) (frenzy plan "
+                 f"--emit {scope.name}), which keeps a pipeline on one type for it, or mixed_stages=False")
+    can = launchers_where(lambda s: s.mixed)
     if plan.stages[0].pipeline_stage is None and not scope.mixed and not plan.mixed:
         raise ConfigError(
             f"{scope.name} cannot launch a plan whose data-parallel ranks run different micro-batch counts ("
@@ -171,8 +172,8 @@ def _check_groups(plan: Plan, scope: LaunchScope) -> None:
 
 def per_stage_tp_launchers() -> list[str]:
     """The launchers that run pipeline stages of different tp (each stage's ranks with its own environment):
-    those of ``LaunchScope.stages`` but megatron, whose one command has one --tensor-model-parallel-size."""
-    return [name for name, s in LAUNCH_SCOPES.items() if s.stages and name != "megatron"]
+    ``LaunchScope.stages`` and ``stage_tp``."""
+    return launchers_where(lambda s: s.stages and s.stage_tp)
 
 
 class _BlockDumper(yaml.SafeDumper):

@@ -20,6 +20,7 @@ from frenzy_core.adapters.base import per_stage_tp_launchers
 from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.config.parallel import PipelineSchedule
 from frenzy_core.errors import ConfigError
+from frenzy_core.planning.launchers import launchers_where
 from frenzy_core.planning.plan import Plan
 
 __all__ = ["module_fqns_per_model_part", "stage_layer_counts", "torchtitan_args"]
@@ -52,8 +53,8 @@ def _check(plan: Plan) -> None:
             "torchtitan gives every data-parallel rank one local batch, but the plan's replica groups run their own "
             f"micro-batch counts ({', '.join(str(s.micro_batches) for s in plan.stages)})",
             field="plan.stages", value=[s.micro_batches for s in plan.stages],
-            hint="launch it with torchrun, slurm or kubernetes and a script that reads FRENZY_GRAD_ACCUM_STEPS, or "
-                 "plan with plan_job(..., uneven_dp=False) on one GPU type")
+            hint=f"launch it with {', '.join(launchers_where(lambda s: s.mixed))} and a script that reads "
+                 "FRENZY_GRAD_ACCUM_STEPS, or plan with plan_job(..., uneven_dp=False) on one GPU type")
     if p.cp > 1 or p.ep > 1:
         raise ConfigError(
             f"only the pipeline and tensor-parallel degrees are written for torchtitan, not {p.describe()}'s "

@@ -155,6 +155,10 @@ Placement = Annotated[T, _field_option(("--placement",), PlanConstraints, "place
 MixedTypes = Annotated[bool, typer.Option("--mixed-types/--single-type", help=(
     "Let one job span several GPU types as data-parallel replica groups, taken only when it beats every "
     "single-type plan; --single-type plans on one type."))]
+MixedStages = Annotated[bool, typer.Option("--mixed-stages/--no-mixed-stages", help=(
+    "With --mixed-types, also plan pipelines whose stages run on different GPU types with uneven layer counts, "
+    "taken only when they beat every single-type plan and replica mix; with --emit, only for launchers that "
+    "start such pipelines."))]
 Objective = Annotated[T, typer.Option("--objective", help=(
     "What to optimise: tokens/s, dollars or wall time for --tokens, or the fewest GPUs that fit."))]
 TimeLimit = Annotated[T, typer.Option("--time-limit", help="Solver time limit in seconds.")]

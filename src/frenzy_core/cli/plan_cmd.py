@@ -28,7 +28,7 @@ from frenzy_core.cli.plan_view import plan_renderables
 from frenzy_core.config import Attention, Framework, Optimizer, Precision, TrainingConfig
 from frenzy_core.errors import ConfigError, InfeasiblePlanError, UnknownNameError
 from frenzy_core.planning.plan import Plan
-from frenzy_core.planning.request import DEFAULT_HEADROOM, Objective, PlacementMode, PlanConstraints
+from frenzy_core.planning.request import DEFAULT_HEADROOM, DEFAULT_MIXED_STAGES, Objective, PlacementMode, PlanConstraints
 
 __all__ = ["plan"]
 
@@ -56,6 +56,7 @@ def plan(
     headroom: opt.Headroom[float] = DEFAULT_HEADROOM,
     placement: opt.Placement[PlacementMode] = PlacementMode.ANY,
     mixed_types: opt.MixedTypes = True,
+    mixed_stages: opt.MixedStages = DEFAULT_MIXED_STAGES,
     tp: opt.Tp[int | None] = None,
     pp: opt.Pp[int | None] = None,
     time_limit: opt.TimeLimit[float] = 10.0,
@@ -133,7 +134,7 @@ def plan(
     try:
         result = plan_job(cfg, where.cluster, training, objective=objective, constraints=constraints,
                           time_limit_s=time_limit, top_k=runners_up, time_model=time_model, launcher=emit,
-                          mixed_types=mixed_types)
+                          mixed_types=mixed_types, mixed_stages=mixed_stages)
     except InfeasiblePlanError as exc:
         raise infeasible_in_option_words(exc) from None
     except UnknownNameError:

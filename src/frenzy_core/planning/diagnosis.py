@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from frenzy_core.planning.candidates import CandidateTable, TypeReport
+from frenzy_core.planning.launchers import launchers_where
 from frenzy_core.planning.nodes import NodePool
 from frenzy_core.planning.plan import Rejection, RejectReason
 from frenzy_core.planning.request import Objective, PlacementMode, PlanConstraints
@@ -76,8 +77,8 @@ def _outranked_message(table: CandidateTable, chosen: int, row: int) -> str:
 
 UNEVEN_REFUSAL = ("micro-batch x dp dividing the global batch (Megatron-LM asserts it in megatron/core/"
                   "num_microbatches_calculator.py, DeepSpeed's gradient_accumulation_steps and the launchers "
-                  "other than torchrun, slurm and kubernetes have one count per job; ranks that differ by one "
-                  "micro-batch are planned for framework 'torch' with those launchers only)")
+                  f"other than {', '.join(launchers_where(lambda s: s.mixed))} have one count per job; ranks that "
+                  "differ by one micro-batch are planned for framework 'torch' with those launchers only)")
 """Why a batch must split evenly where uneven splits are not searched."""
 
 

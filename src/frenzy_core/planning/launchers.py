@@ -24,7 +24,7 @@ from frenzy_core.errors import ConfigError, UnknownNameError
 from frenzy_core.hardware.gpu import GPUSpec
 from frenzy_core.planning.request import PlacementMode
 
-__all__ = ["LAUNCH_SCOPES", "LaunchScope", "get_launch_scope"]
+__all__ = ["LAUNCH_SCOPES", "LaunchScope", "get_launch_scope", "launchers_where"]
 
 BoolArray = npt.NDArray[np.bool_]
 LayoutCheck = Callable[[LayoutArrays], BoolArray]
@@ -51,9 +51,12 @@ class LaunchScope(FrozenModel):
         "any placement: it writes one part per GPU type and node size, so the placement rule is for single-type "
         "plans. Also whether data-parallel ranks may run different micro-batch counts (Search.uneven)."))
     stages: bool = Field(default=False, description=(
-        "Whether it launches a pipeline whose stages run on different GPU types with their own tp and layer "
-        "counts (issue 12, form a): every stage's ranks with that stage's environment; an adapter may still "
-        "refuse a plan whose split or per-stage tp its flags cannot say."))
+        "Whether it launches a pipeline whose stages run on different GPU types with their own layer counts "
+        "(issue 12, form a): every stage's ranks with that stage's environment; plan_job(..., launcher=...) "
+        "searches such pipelines only for these launchers."))
+    stage_tp: bool = Field(default=False, description=(
+        "With stages: whether each stage may run its own tensor-parallel degree (False: one tp on every stage, "
+        "as Megatron-LM's one --tensor-model-parallel-size)."))
 
     def check(self, training: TrainingConfig) -> None:
         """ConfigError naming the first fixed training field this launcher cannot express."""
@@ -113,9 +116,10 @@ _MEGATRON_PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed", "fp8-mixed")
 
 LAUNCH_SCOPES: dict[str, LaunchScope] = {scope.name: scope for scope in (
     # torchrun --nproc-per-node is given per node: uneven nodes are fine; each node's line carries its group
-    LaunchScope(name="torchrun", placement=PlacementMode.ANY, mixed=True, stages=True),
+    LaunchScope(name="torchrun", placement=PlacementMode.ANY, mixed=True, stages=True, stage_tp=True),
     # Megatron-LM's arguments are started by torchrun on each node (per-node counts may differ)
-    # pipeline stages on different types: one tp for all stages, else adapters/megatron.py refuses
+    # pipeline stages on different types: one --tensor-model-parallel-size for all stages (config/megatron/
+    # writer.py); the split through the first/last-stage flags or --pipeline-model-parallel-layout
     LaunchScope(name="megatron", placement=PlacementMode.ANY, frameworks=(Framework.MEGATRON,), stages=True,
                 recipe={"precision": _MEGATRON_PRECISIONS, "attention": ("eager", "flash"),
                         "optimizer": ("adamw", "adam", "sgd", "sgd-momentum")},
@@ -130,14 +134,20 @@ LAUNCH_SCOPES: dict[str, LaunchScope] = {scope.name: scope for scope in (
     # sbatch --ntasks-per-node / a pod per node / a TrainJob's numProcPerNode / SkyPilot's accelerators per
     # node: one count for every node; a mixed plan is a Slurm heterogeneous job or a JobSet, one component or
     # replicated job per (group, node size)
-    LaunchScope(name="slurm", placement=PlacementMode.EVEN, mixed=True, stages=True),
-    LaunchScope(name="kubernetes", placement=PlacementMode.EVEN, mixed=True, stages=True),
+    LaunchScope(name="slurm", placement=PlacementMode.EVEN, mixed=True, stages=True, stage_tp=True),
+    LaunchScope(name="kubernetes", placement=PlacementMode.EVEN, mixed=True, stages=True, stage_tp=True),
     LaunchScope(name="kubeflow-trainjob", placement=PlacementMode.EVEN),
     # Ray places one-GPU bundles anywhere (PACK keeps them together where it can)
     LaunchScope(name="ray", placement=PlacementMode.ANY),
     LaunchScope(name="skypilot", placement=PlacementMode.EVEN),
 )}
 """Launcher name -> what it can launch (the names of :data:`frenzy_core.adapters.LAUNCHERS`)."""
+
+
+def launchers_where(test: Callable[[LaunchScope], bool]) -> list[str]:
+    """The names of the launchers whose scope passes ``test`` (the lists refusals and hints name, derived from
+    the declarations above, never written by hand)."""
+    return [name for name, scope in LAUNCH_SCOPES.items() if test(scope)]
 
 
 def get_launch_scope(launcher: str | LaunchScope) -> LaunchScope:

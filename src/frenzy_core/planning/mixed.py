@@ -198,12 +198,15 @@ def _limits(search: Search, n_tokens_per_step: int) -> Limits:
 
 def mixable_types(search: Search) -> tuple[str, ...]:
     """Allowed types with free GPUs that run the request's recipe as given (one recipe across the groups:
-    a type that falls back to fp16 is not mixed with others), priced where the request needs prices."""
+    a type that falls back to fp16 is not mixed with others), priced where the request needs prices, and that the
+    launcher, if any, can run the recipe on."""
     c = search.constraints
     needs_price = search.objective is Objective.COST or c.max_price_per_hour_usd is not None
+    scope = search.scope
     return tuple(t for t in search.pool.gpu_types if (c.gpu_types is None or t in c.gpu_types)
                  and search.pool.free_gpus(t) > 0 and t not in search.precisions
-                 and not (needs_price and search.specs[t].price_per_gpu_hour_usd is None))
+                 and not (needs_price and search.specs[t].price_per_gpu_hour_usd is None)
+                 and (scope is None or scope.refusal(search.model, search.training, search.specs[t]) is None))
 
 
 def one_collective_library(search: Search, types: tuple[str, ...]) -> bool:

@@ -23,7 +23,7 @@ from frenzy_core.planning.mixed_solve import MixedChoice, score
 from frenzy_core.planning.nodes import Locality
 from frenzy_core.planning.placement import Solution, placement_options, solve_cp_sat, solve_exhaustive
 from frenzy_core.planning.plan import Plan, StagePlan
-from frenzy_core.planning.request import Objective, PlanConstraints
+from frenzy_core.planning.request import DEFAULT_MIXED_STAGES, Objective, PlanConstraints
 from frenzy_core.planning.runners_up import runners_up
 from frenzy_core.planning.search import ClusterLike, Search, make_search
 from frenzy_core.planning.shapes import shape_links
@@ -141,7 +141,7 @@ def plan_job(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig 
              constraints: PlanConstraints | Mapping[str, Any] | None = None, time_limit_s: float = 10,
              top_k: int = 5, solver: str = "cp-sat", estimator: LayoutEstimator | None = None,
              launcher: str | LaunchScope | None = None, time_model: str | Path | None = None,
-             mixed_types: bool = True, mixed_stages: bool = False, uneven_dp: bool = True) -> Plan:
+             mixed_types: bool = True, mixed_stages: bool = DEFAULT_MIXED_STAGES, uneven_dp: bool = True) -> Plan:
     """The best plan for training ``model`` on the free GPUs of ``cluster``.
 
     Fixed: what ``training`` sets (sequence length, global batch, precision, optimizer, framework, ...); without
@@ -157,8 +157,9 @@ def plan_job(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig 
     data-parallel replica groups of different GPU types (:mod:`frenzy_core.planning.mixed`), taken only when
     their objective beats the best single-type plan's (no launcher, placement ``any``). ``mixed_stages`` (with
     ``mixed_types``) also searches pipelines whose stages run on different GPU types with uneven layer counts
-    (:mod:`frenzy_core.planning.stages`), taken only where it beats both; off by default until its search
-    meets the planner's latency targets. ``uneven_dp`` also plans data-parallel ranks that differ by one
+    (:mod:`frenzy_core.planning.stages`), taken only where it beats both (default
+    :data:`~frenzy_core.planning.request.DEFAULT_MIXED_STAGES`); with ``launcher``, only for a launcher that
+    starts such pipelines (``LaunchScope.stages``). ``uneven_dp`` also plans data-parallel ranks that differ by one
     micro-batch where the batch does not split evenly (framework ``torch``, no launcher or one that passes each
     rank its count: :mod:`frenzy_core.planning.uneven`).
     """

@@ -15,6 +15,7 @@ from frenzy_core.config.training import Recompute
 __all__ = [
     "DEFAULT_HEADROOM",
     "DEFAULT_MICRO_BATCH_SIZES",
+    "DEFAULT_MIXED_STAGES",
     "SEARCHED_TRAINING_FIELDS",
     "Objective",
     "PlacementMode",
@@ -24,6 +25,10 @@ __all__ = [
 DEFAULT_HEADROOM = 0.05
 """Fraction of a GPU's usable memory kept free by default: a safety margin for allocator behaviour the
 estimator does not model (our choice, not a published figure; set ``headroom=0`` to use every byte)."""
+
+DEFAULT_MIXED_STAGES = False
+"""Whether ``plan_job`` (and ``frenzy plan``) searches pipelines whose stages run on different GPU types (issue 12,
+form a) unless told: off until its search meets the planner's latency targets (docs/benchmarks.md)."""
 
 DEFAULT_MICRO_BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8)
 """Micro-batch sizes searched when none is pinned (powers of two, as Megatron and torchtitan recipes use)."""

@@ -177,6 +177,8 @@ def _recipes(search: Search) -> LayoutArrays:
     keep = np.flatnonzero((lay.pp > 1) & (lay.vpp == 1) & (lay.cp == 1) & (lay.ep == 1)
                           & (lay.schedule == PipelineSchedule.ONE_F_ONE_B.code))
     lay = lay.take(keep)
+    if search.scope is not None:  # what the launcher can write (a stage launcher's rule reads recipe fields only)
+        lay = lay.take(np.flatnonzero(search.scope.allows(lay)))
     if not len(lay):
         return lay
     cols = np.stack([getattr(lay, k) for k in _RECIPE], axis=1)
@@ -377,7 +379,8 @@ def _enumerate(search: Search, recipes: LayoutArrays, tables: _Tables, deadline:
         for dp in dps[r]:
             for (ta, tb), tpa, tpb in ((pair, x, y) for pair in itertools.permutations(allowed, 2)
                                        if one_collective_library(search, pair)
-                                       for x in _tps(search, pair[0]) for y in _tps(search, pair[1])):
+                                       for x in _tps(search, pair[0]) for y in _tps(search, pair[1])
+                                       if search.scope is None or search.scope.stage_tp or x == y):
                 cap_a = int(search.pool.classes(ta).free_blocks(tpa)) // dp
                 cap_b = int(search.pool.classes(tb).free_blocks(tpb)) // dp
                 m = n // dp
@@ -557,11 +560,14 @@ def _why(rows: list[FloatArray], split: tuple[int, ...], caps: list[int], m: int
 def stage_search(search: Search, deadline: float, incumbent: tuple[int, ...] | None = None,
                  split_rule: SplitRule = best_split) -> tuple[LayoutArrays, StageChoice | None, list[str]]:
     """The best form (a) pipeline that beats ``incumbent`` (the best plan's key so far, in the mixed search's
-    units), the recipes it indexes, and notes on what the search left out. Only placement ``any``, no
-    launcher, no experts; configurations are taken best bound first until none can win or time runs out."""
+    units), the recipes it indexes, and notes on what the search left out. Only placement ``any`` (for mixed
+    plans: a launcher's rule is for single-type ones), no launcher or one that launches such pipelines
+    (``LaunchScope.stages``; one tp on every stage where its ``stage_tp`` says so), no experts; configurations
+    are taken best bound first until none can win or time runs out."""
     notes: list[str] = []
     allowed = mixable_types(search)
-    if (search.scope is not None or search.constraints.placement is not PlacementMode.ANY or len(allowed) < 2
+    if ((search.scope is not None and not search.scope.stages) or search.mixed_placement is not PlacementMode.ANY
+            or len(allowed) < 2
             or search.model.moe is not None or search.constraints.pp is not None
             or not isinstance(search.estimator, AnalyticEstimator)):
         return LayoutArrays.from_configs(search.training, ParallelConfig()).take(np.zeros(0, dtype=np.int64)), \

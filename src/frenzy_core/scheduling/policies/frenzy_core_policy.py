@@ -204,16 +204,18 @@ class FrenzyCore(QueuePolicy):
     def _round(self, now: float) -> list[Action]:
         free = self.state.copy()
         placements, drained = self._serve_mixed_only(free, set(), now, starving=True)
-        more, grow = self._queue_round(free, drained, now) if self.queue else ([], True)
+        more, grow, reserved = self._queue_round(free, drained, now) if self.queue else ([], True, drained)
         placements += more
-        placements += self._serve_mixed_only(free, drained, now, starving=False)[0]
+        placements += self._serve_mixed_only(free, reserved, now, starving=False)[0]
         if self.preemption and grow:
             placements += self._grow(free, now)
         return placements
 
-    def _queue_round(self, free: ClusterState, drained: set[int], now: float) -> tuple[list[Action], bool]:
+    def _queue_round(self, free: ClusterState, drained: set[int], now: float
+                     ) -> tuple[list[Action], bool, set[int]]:
         """The round for the jobs with single-type options (steps 1 to 3), never on the ``drained`` types
-        (reserved by a starving job of ``mixed_only``); the placements (dequeued), and whether runs may grow."""
+        (reserved by a starving job of ``mixed_only``); the placements (dequeued), whether runs may grow, and
+        the types reserved this round (``drained`` and a starving job's)."""
         left = self.free_per_type(free)
         left[list(drained)] = 0
         table = self.table()
@@ -221,12 +223,12 @@ class FrenzyCore(QueuePolicy):
         fits = bool((table.count <= left[table.gpu]).any()) or (
             self.mixing and self.rates.planned is not None and int((left > 0).sum()) >= 2)
         if not fits and not (self.preemption and self.running):
-            return [], False  # nothing can start, and a reservation would change nothing this round
+            return [], False, drained  # nothing can start, and a reservation would change nothing this round
         fast = table.per_job_min(table.run_s)
         waited = now - table.submit_s
         starving = waited >= self.starvation_factor * fast
         if not fits and not starving.any():
-            return [], True  # nothing starts or reserves this round: only growth can move
+            return [], True, drained  # nothing starts or reserves this round: only growth can move
         area = table.per_job_min(table.count * table.run_s)
         expected = self._expected_finish(table, area, now)
         placements: list[Action] = []
@@ -257,7 +259,7 @@ class FrenzyCore(QueuePolicy):
         if self.mixing:
             placements += self._mix(table, free, reserved, expected, {a.job_id for a in placements}, now)
         self.dequeue({a.job_id for a in placements if isinstance(a, Start)})
-        return placements, True
+        return placements, True, reserved
 
     def _mix(self, table: QueueTable, free: ClusterState, reserved: set[int], expected: np.ndarray,
              started: set[str], now: float) -> list[Action]:

@@ -6,6 +6,7 @@ The table is shared by every solver, so CP-SAT and the exhaustive reference see 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -301,6 +302,24 @@ class CandidateTable:
 
     def __len__(self) -> int:
         return int(self.layout.shape[0])
+
+    @functools.cached_property
+    def options(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+        """Rows representing each (type, tp, world, pool) option, sorted by (rank, order), and whether each can be
+        placed (its shape: :mod:`frenzy_core.planning.shapes`); read-only, computed on first use."""
+        if len(self) == 0:
+            rows, placeable = np.zeros(0, np.int64), np.zeros(0, bool)
+        else:
+            by_score = np.lexsort((self.order, self.rank))
+            group = dense_rank(np.stack([self.gpu, self.tp, self.world, self.pool]))[by_score]
+            first = np.zeros(len(by_score), dtype=bool)
+            _, where = np.unique(group, return_index=True)  # first occurrence in score order = best of its group
+            first[where] = True
+            rows = by_score[first]
+            placeable = self.level[rows] >= 0
+        rows.setflags(write=False)
+        placeable.setflags(write=False)
+        return rows, placeable
 
     def pool_of(self, row: int, pool: NodePool) -> NodePool:
         """Where candidate ``row`` may be placed: ``pool`` (the request's), or the host-capped copy of it whose

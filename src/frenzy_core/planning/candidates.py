@@ -140,23 +140,28 @@ def enumerate_rows(model: ModelConfig, training: TrainingConfig, constraints: Pl
     sps = [int(c.sequence_parallel)] if c.sequence_parallel is not None else ([0, 1] if megatron else [0])
 
     structure = [tps, pps, vpps, cps, eps, dps]
-    recipe = [mbss, recomputes, zeros, dist_opts, sps]
-    if any(not a for a in structure + recipe):
-        empty = np.zeros((0, len(structure + recipe)), dtype=np.int64)
+    recipe = [recomputes, zeros, dist_opts, sps]
+    if any(not a for a in structure + recipe + [mbss]):
+        empty = np.zeros((0, len(structure + recipe) + 1), dtype=np.int64)
         return _layouts(empty, training, np.zeros(0, np.int64)), np.zeros(0, np.int64)
-    # parallel degrees first (few combinations survive), then crossed with the recipe choices
+    # parallel degrees first (few combinations survive), then the micro-batch sizes that split the batch over
+    # them, then crossed with the other recipe choices (which the split does not read)
     grid = _product(structure)
     tp, pp, vpp, cp, ep, dp = grid.T
     world = dp * tp * pp * cp
     keep = (world <= max_world) if c.num_gpus is None else (world == c.num_gpus)
     # search policy: every stage gets the same number of layers (pp divides them; with vpp, every chunk too)
     keep &= (vpp == 1) | ((pp > 1) & (model.num_layers % np.maximum(pp * vpp, 1) == 0))
-    grid = grid[keep]
-    choices = _product(recipe)
-    grid = np.concatenate([np.repeat(grid, len(choices), axis=0), np.tile(choices, (len(grid), 1))], axis=1)
-    sp, tp = grid[:, 10], grid[:, 0]
-    grid = grid[(sp == 0) | (tp > 1)]  # search policy: sequence parallelism only where it has an effect
-    grid, batch, trained = _batch_rows(grid, gbs, adjustable_batch, uneven, every=c.num_gpus is not None)
+    grid, batch, trained = _batch_rows(_cross(grid[keep], [mbss]), gbs, adjustable_batch, uneven,
+                                       every=c.num_gpus is not None)
+    grid, per_row = _cross(grid, recipe), math.prod(len(a) for a in recipe)
+    batch, trained = np.repeat(batch, per_row), np.repeat(trained, per_row)
+    sp, tp, zero = grid[:, 10], grid[:, 0], grid[:, 8]
+    # search policy: sequence parallelism only where it has an effect; ranks with k + 1 and k micro-batches
+    # (trained != batch) must issue the same collectives, not so for ZeRO-3's gather per micro-batch
+    # (:func:`_batch_rows` leaves out expert parallelism alike)
+    keep = ((sp == 0) | (tp > 1)) & ((trained == batch) | (zero != 3))
+    grid, batch, trained = grid[keep], batch[keep], trained[keep]
     layouts = _layouts(grid, training, batch)
     ok = layout_mask(model, layouts)
     layouts, trained = layouts.take(ok), trained[ok]
@@ -166,12 +171,18 @@ def enumerate_rows(model: ModelConfig, training: TrainingConfig, constraints: Pl
     return layouts.take(order), trained[order]
 
 
+def _cross(grid: np.ndarray, axes: list[list[int]]) -> np.ndarray:
+    """Every row of ``grid`` with every combination of ``axes`` appended (the combinations fastest)."""
+    choices = _product(axes)
+    return np.concatenate([np.repeat(grid, len(choices), axis=0), np.tile(choices, (len(grid), 1))], axis=1)
+
+
 def _batch_rows(grid: np.ndarray, gbs: int, adjustable: bool, uneven: bool, *, every: bool
                 ) -> tuple[np.ndarray, npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """The rows of ``grid`` (dp column 5, micro-batch column 6) that split the batch ``gbs`` into whole
-    micro-batches per rank, with each row's global batch (moved where ``adjustable``; the slowest rank's view
-    for an uneven split) and the samples it trains; ``every``: every uneven degree, else the fewest ranks per
-    count (:func:`enumerate_rows`)."""
+    """The rows of ``grid`` (ep column 4, dp column 5, micro-batch column 6) that split the batch ``gbs`` into
+    whole micro-batches per rank, with each row's global batch (moved where ``adjustable``; the slowest rank's
+    view for an uneven split) and the samples it trains; ``every``: every uneven degree, else the fewest ranks
+    per count (:func:`enumerate_rows`, which also leaves ZeRO-3 out of uneven rows)."""
     dp, mbs = grid[:, 5], grid[:, 6]
     even = adjusted_batch(gbs, mbs * dp) if adjustable else np.full_like(dp, gbs)
     kept = np.abs(even - gbs) <= BATCH_ADJUST_TOLERANCE * gbs if adjustable else gbs % (mbs * dp) == 0
@@ -182,9 +193,10 @@ def _batch_rows(grid: np.ndarray, gbs: int, adjustable: bool, uneven: bool, *, e
         odd = (gbs % mbs == 0) & (dp <= m) & (m % np.maximum(dp, 1) != 0)
         odd &= ~(kept & (even == padded))  # a moved batch as slow per step and larger trains more per second
         # ranks with k + 1 and k micro-batches must issue the same collectives: not so for expert parallelism
-        # (an all-to-all per micro-batch among data-parallel ranks) nor ZeRO-3 (a gather per micro-batch), whose
-        # ranks would wait on each other forever; the replica mix leaves them out alike (mixed._replica_layouts)
-        odd &= (grid[:, 4] == 1) & (grid[:, 8] != 3)
+        # (an all-to-all per micro-batch among data-parallel ranks) nor ZeRO-3 (a gather per micro-batch, left
+        # out by the caller), whose ranks would wait on each other forever; the replica mix leaves them out
+        # alike (mixed._replica_layouts)
+        odd &= grid[:, 4] == 1
         if not every:  # search policy: the fewest ranks that run ceil(M / dp) micro-batches each
             per_rank = padded // np.maximum(mbs * dp, 1)
             odd &= dp == -(-m // np.maximum(per_rank, 1))

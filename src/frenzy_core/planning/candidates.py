@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from frenzy_core._distinct import distinct
 from frenzy_core.config.arrays import LAYOUT_COLUMNS, LayoutArrays
 from frenzy_core.config.layout import layout_mask
 from frenzy_core.config.model import ModelConfig
@@ -316,14 +317,21 @@ class CandidateTable:
         return int(self.layout.shape[0])
 
     @functools.cached_property
+    def by_score(self) -> npt.NDArray[np.intp]:
+        """Every candidate row, best first: by (rank, order); read-only, computed on first use."""
+        rows = np.lexsort((self.order, self.rank))
+        rows.setflags(write=False)
+        return rows
+
+    @functools.cached_property
     def options(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
         """Rows representing each (type, tp, world, pool) option, sorted by (rank, order), and whether each can be
         placed (its shape: :mod:`frenzy_core.planning.shapes`); read-only, computed on first use."""
         if len(self) == 0:
             rows, placeable = np.zeros(0, np.int64), np.zeros(0, bool)
         else:
-            by_score = np.lexsort((self.order, self.rank))
-            group = dense_rank(np.stack([self.gpu, self.tp, self.world, self.pool]))[by_score]
+            by_score = self.by_score
+            group = distinct(self.gpu, self.tp, self.world, self.pool)[1][by_score]
             first = np.zeros(len(by_score), dtype=bool)
             _, where = np.unique(group, return_index=True)  # first occurrence in score order = best of its group
             first[where] = True
@@ -398,15 +406,17 @@ def _within_launcher(scope: LaunchScope, layouts: LayoutArrays) -> npt.NDArray[n
 
 def _shapes(pool: NodePool, name: str, tp: np.ndarray, world: np.ndarray, mode: PlacementMode
             ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`placement_shapes` of each (tp, world), computed once per distinct pair."""
-    level = np.full(tp.shape, -1, dtype=np.int64)
-    per_node = np.zeros(tp.shape, dtype=np.int64)
-    for t in np.unique(tp):
-        rows = np.flatnonzero(tp == t)
-        worlds, back = np.unique(world[rows], return_inverse=True)
-        lv, g = placement_shapes(pool, name, int(t), worlds, mode)
-        level[rows], per_node[rows] = lv[back], g[back]
-    return level, per_node
+    """:func:`placement_shapes` of each (tp, world), computed once per distinct pair (it works per world)."""
+    if tp.size == 0:
+        return np.full(tp.shape, -1, dtype=np.int64), np.zeros(tp.shape, dtype=np.int64)
+    first, inverse = distinct(tp, world)
+    tps, worlds = tp[first], world[first]
+    level = np.full(tps.shape, -1, dtype=np.int64)
+    per_node = np.zeros(tps.shape, dtype=np.int64)
+    for t in np.unique(tps):
+        pairs = np.flatnonzero(tps == t)
+        level[pairs], per_node[pairs] = placement_shapes(pool, name, int(t), worlds[pairs], mode)
+    return level[inverse], per_node[inverse]
 
 
 def row_links(pool: NodePool, name: str, base: Links, level: np.ndarray, per_node: np.ndarray) -> Links:
@@ -415,10 +425,11 @@ def row_links(pool: NodePool, name: str, base: Links, level: np.ndarray, per_nod
     inside one domain (its time only orders the diagnosis of why it cannot be placed)."""
     level = np.where(level < 0, int(Locality.DOMAIN), level)
     per_node = np.where(level == Locality.DOMAIN, 0, per_node)  # inside a domain the node size is the domain's
-    span = int(per_node.max(initial=0)) + 1
-    keys, which = np.unique(level * span + per_node, return_inverse=True)
-    each = np.array([shape_links(pool, name, base, int(k // span), int(k % span)) for k in keys],
-                    dtype=np.float64).reshape(-1, 3)[np.asarray(which).ravel()]
+    if level.size == 0:
+        return Links(np.zeros(0, np.int64), np.zeros(0), np.zeros(0))  # type: ignore[arg-type]
+    first, which = distinct(level, per_node)
+    each = np.array([shape_links(pool, name, base, int(level[k]), int(per_node[k])) for k in first],
+                    dtype=np.float64).reshape(-1, 3)[which]
     return Links(each[:, 0].astype(np.int64), each[:, 1], each[:, 2])  # type: ignore[arg-type]
 
 
@@ -516,11 +527,12 @@ def _host_placed(pools: list[NodePool], name: str, base: Links, tp: np.ndarray, 
     pool = pools[0]
     level, per_node = np.full(tp.shape, -1, np.int64), np.zeros(tp.shape, np.int64)
     cols, which = np.zeros((tp.size, 3)), np.zeros(tp.shape, np.int64)
-    groups: dict[tuple[tuple[int, int], ...], list[int]] = {}
-    for h in np.unique(host):
-        groups.setdefault(pool.host_limits(name, int(h)), []).extend(np.flatnonzero(host == h).tolist())
+    groups: dict[tuple[tuple[int, int], ...], list[np.ndarray]] = {}
+    values, which_value = np.unique(host, return_inverse=True)
+    for k, h in enumerate(values):
+        groups.setdefault(pool.host_limits(name, int(h)), []).append(np.flatnonzero(which_value == k))
     for limits, members in groups.items():
-        rows = np.asarray(members, dtype=np.int64)
+        rows = members[0] if len(members) == 1 else np.sort(np.concatenate(members))
         capped = pool.host_capped(name, limits)
         if limits:
             pools.append(capped)

@@ -9,9 +9,10 @@ Targets (reported, not asserted): median <= 100 ms for 1,024 GPUs of 6 types; <=
 CP-SAT >= 20x faster than the exhaustive reference at 4,096 GPUs with the same objective.
 
 Mixed GPU types (issue 12): ``--mixed`` times ``plan_job`` on one type, with the replica mix (form b, the default)
-and with pipeline stages on different types too (form a, ``mixed_stages=True``), alternated under the same load
-(targets: <= 1 s at 1,024 GPUs of 6 types, <= 5 s at 16,384 GPUs of 8 types), and compares both mixed forms with
-the best single-type plan on 200 random fragmented clusters (``--instances N``).
+and with pipeline stages on different types too (form a, ``mixed_stages=True``), for the Megatron recipe and the
+same job on the torch runtime (uneven data-parallel ranks searched), alternated under the same load (targets:
+<= 1 s at 1,024 GPUs of 6 types, <= 5 s at 16,384 GPUs of 8 types), and compares both mixed forms with the best
+single-type plan on 200 random fragmented clusters (``--instances N``).
 
 Run: ``python benchmarks/planner.py [--runs 20] [--quick] [--mixed]`` (``--quick``: fewer sizes and runs).
 """
@@ -57,6 +58,10 @@ def make_cluster(total_gpus: int, num_types: int, seed: int = 0) -> Cluster:
 
 MODEL = ModelConfig.preset("llama-2-7b")
 TRAINING = TrainingConfig(seq_len=4096, global_batch_size=1024, framework=Framework.MEGATRON)
+TORCH_TRAINING = TrainingConfig(seq_len=4096, global_batch_size=1024, framework=Framework.TORCH)
+"""The same job on the torch runtime: ZeRO stages 0-3 searched, and data-parallel ranks that differ by one
+micro-batch (issue 13), which most of its layouts are."""
+RECIPES = {"megatron": TRAINING, "torch": TORCH_TRAINING}
 
 
 def median_ms(fn: Callable[[], object], runs: int) -> float:
@@ -156,28 +161,30 @@ FORMS: dict[str, dict[str, bool]] = {
 
 
 def mixed_timing(runs: int, cases: list[tuple[int, int]]) -> None:
-    """plan_job with each search of :data:`FORMS` (issue 12), alternated run by run under the same load: wall and
-    CPU (``time.process_time``, which other processes' load barely moves) medians, load average."""
+    """plan_job with each search of :data:`FORMS` (issue 12), for the Megatron and the torch recipe, alternated
+    run by run under the same load: wall and CPU (``time.process_time``, which other processes' load barely
+    moves) medians, load average."""
     print(f"\n## Planning time with the mixed-type searches (median of {runs} runs each, alternated, ms: wall / CPU)\n")
-    print("| GPUs | types | " + " | ".join(FORMS) + " | chosen (a) | load average |")
-    print("|---:|---:|" + "---:|" * len(FORMS) + "---|---|")
+    print("| GPUs | types | recipe | " + " | ".join(FORMS) + " | chosen (a) | load average |")
+    print("|---:|---:|---|" + "---:|" * len(FORMS) + "---|---|")
     for size, num_types in cases:
         cluster = make_cluster(size, num_types)
-        plan_job(MODEL, cluster, TRAINING)
-        times: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in FORMS}
-        load = os.getloadavg()[0]
-        for _ in range(runs):
-            for name, flags in FORMS.items():
-                wall, cpu = time.perf_counter(), time.process_time()
-                plan = plan_job(MODEL, cluster, TRAINING, mixed_types=flags["mixed_types"],
-                                mixed_stages=flags["mixed_stages"])
-                times[name][0].append(time.perf_counter() - wall)
-                times[name][1].append(time.process_time() - cpu)
-        cells = [" / ".join(f"{1000 * statistics.median(xs):,.0f}" for xs in times[name]) for name in FORMS]
-        chosen = f"{plan.num_gpus} x {' + '.join(plan.gpu_types)}" + (
-            f" ({len(plan.stages)} stages)" if plan.stages and plan.stages[0].pipeline_stage is not None else "")
-        print(f"| {size:,} | {num_types} | " + " | ".join(cells)
-              + f" | {chosen} | {load:.1f}-{os.getloadavg()[0]:.1f} |")
+        for recipe, training in RECIPES.items():
+            plan_job(MODEL, cluster, training)
+            times: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in FORMS}
+            load = os.getloadavg()[0]
+            for _ in range(runs):
+                for name, flags in FORMS.items():
+                    wall, cpu = time.perf_counter(), time.process_time()
+                    plan = plan_job(MODEL, cluster, training, mixed_types=flags["mixed_types"],
+                                    mixed_stages=flags["mixed_stages"])
+                    times[name][0].append(time.perf_counter() - wall)
+                    times[name][1].append(time.process_time() - cpu)
+            cells = [" / ".join(f"{1000 * statistics.median(xs):,.0f}" for xs in times[name]) for name in FORMS]
+            chosen = f"{plan.num_gpus} x {' + '.join(plan.gpu_types)}" + (
+                f" ({len(plan.stages)} stages)" if plan.stages and plan.stages[0].pipeline_stage is not None else "")
+            print(f"| {size:,} | {num_types} | {recipe} | " + " | ".join(cells)
+                  + f" | {chosen} | {load:.1f}-{os.getloadavg()[0]:.1f} |")
 
 
 GAIN_MODELS = ("qwen2.5-0.5b", "gpt2", "qwen2.5-1.5b", "llama-2-7b")

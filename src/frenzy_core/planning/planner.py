@@ -194,7 +194,7 @@ def plan_job(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig 
             types = " + ".join(choice.tables.types)
             word = f"mix GPU types (mixed_types=True): {choice.num_gpus} GPUs of {types}"
         elif search.mixable and not notes:
-            word = mixing_reason(search, table)
+            word = mixing_reason(search, table, mixed_types and mixed_stages)
         else:
             word = None  # not searched (a launcher, even or whole nodes) or cut short
         raise infeasible_error(search, table, deadline, word)

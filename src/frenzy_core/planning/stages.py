@@ -294,7 +294,7 @@ class _Tables:
         return self.bounds[(r, dp, gpu_type, tp)]
 
     def fill_cap_bounds(self, keys: list[tuple[int, int, str, int]]) -> None:
-        """:meth:`cap_bounds` of every (recipe, dp, type, tp) in one bisection."""
+        """:meth:`cap_bounds` of every (recipe, dp, type, tp) of ``keys`` in one bisection (added to those known)."""
         rows, types, gbs = [], [], []
         full = self.search.training.global_batch_size
         assert full is not None
@@ -309,7 +309,7 @@ class _Tables:
                 gbs.append(full)
         found = np.array(self._bisect(rows, types, np.array(gbs)), dtype=np.int64).reshape(len(keys), -1)
         level = np.floor(np.log2(np.arange(1, MAX_STAGES + 1))).astype(np.int64)  # k -> its power's column
-        self.bounds = {key: np.concatenate([[0], v[level]]) for key, v in zip(keys, found)}
+        self.bounds.update({key: np.concatenate([[0], v[level]]) for key, v in zip(keys, found)})
 
     def _bisect(self, rows: list[tuple[int, int, int, int, int]], types: list[str],
                 gbs: npt.NDArray[np.int64] | None = None) -> list[int]:
@@ -369,20 +369,22 @@ def _enumerate(search: Search, recipes: LayoutArrays, tables: _Tables, deadline:
     top_dp = max(search.pool.free_gpus(t) for t in allowed)
     dps = {r: [d for d in range(1, min(n, top_dp) + 1) if n % d == 0]
            for r in range(len(recipes)) for n in [_micro_batches(gbs, int(recipes.micro_batch_size[r]))]}
-    tables.fill_cap_bounds([(r, d, g, tp) for r in dps for d in dps[r] for g in allowed for tp in _tps(search, g)])
     sa, sb = (x.ravel() for x in np.meshgrid(np.arange(1, MAX_STAGES), np.arange(1, MAX_STAGES)))
     out = []
     for r in range(len(recipes)):
+        if time.perf_counter() > deadline:  # the memory caps are a bisection per recipe: bounded by the deadline too
+            return None
+        tables.fill_cap_bounds([(r, d, g, tp) for d in dps[r] for g in allowed for tp in _tps(search, g)])
         n = _micro_batches(gbs, int(recipes.micro_batch_size[r]))
         for dp in dps[r]:
-            # per (recipe, D), not per recipe: checked per recipe, a 10 s call ran 23 s at 1,024 GPUs of 6 types
-            # and 51 s at 16,384 of 8 (benchmarks/planner.py, on the loaded 2-core machine)
-            if time.perf_counter() > deadline:
-                return None
             for (ta, tb), tpa, tpb in ((pair, x, y) for pair in itertools.permutations(allowed, 2)
                                        if one_collective_library(search, pair)
                                        for x in _tps(search, pair[0]) for y in _tps(search, pair[1])
                                        if search.scope is None or search.scope.stage_tp or x == y):
+                # per pair of types: checked per recipe, a 10 s call ran 23 s at 1,024 GPUs of 6 types and 51 s at
+                # 16,384 of 8, per (recipe, D) 12-14 s (benchmarks/planner.py, on the loaded 2-core machine)
+                if time.perf_counter() > deadline:
+                    return None
                 cap_a = int(search.pool.classes(ta).free_blocks(tpa)) // dp
                 cap_b = int(search.pool.classes(tb).free_blocks(tpb)) // dp
                 m = n // dp

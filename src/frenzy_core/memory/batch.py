@@ -116,7 +116,7 @@ def estimate_memory_batch(model: ModelConfig, configs: LayoutArrays | Mapping[st
 
 def _modelled(model: ModelConfig, training: TrainingConfig, layouts: LayoutArrays) -> npt.NDArray[np.bool_]:
     """Rows the layout rules accept and the estimator models (the scalar path refuses the others)."""
-    return np.asarray(layout_mask(model, layouts) & ~unmodelled_rows(training, layouts), dtype=np.bool_)
+    return np.asarray(layout_mask(model, layouts) & ~unmodelled_rows(model, training, layouts), dtype=np.bool_)
 
 
 SHARED_MIN_ROWS = 1024

@@ -22,6 +22,7 @@ from frenzy_core.config.training import Framework, Precision, Recompute, Trainin
 from frenzy_core.errors import ConfigError
 from frenzy_core.hardware.gpu import GPUSpec, Links, usable_bytes
 from frenzy_core.planning.estimators import LayoutEstimator
+from frenzy_core.memory.kernel import torch_sp_covered
 from frenzy_core.planning.launchers import LaunchScope
 from frenzy_core.planning.nodes import Locality, NodePool
 from frenzy_core.planning.request import DEFAULT_MICRO_BATCH_SIZES, Objective, PlacementMode, PlanConstraints
@@ -136,7 +137,8 @@ def enumerate_rows(model: ModelConfig, training: TrainingConfig, constraints: Pl
     zeros = sorted(set(c.zero_stages if c.zero_stages is not None else ([0] if megatron else [0, 1, 2, 3])))
     dist_opts = [int(c.distributed_optimizer)] if c.distributed_optimizer is not None else ([0, 1] if megatron
                                                                                            else [0])
-    sps = [int(c.sequence_parallel)] if c.sequence_parallel is not None else ([0, 1] if megatron else [0])
+    sps = [int(c.sequence_parallel)] if c.sequence_parallel is not None else (
+        [0, 1] if megatron or torch_sp_covered(model) else [0])
 
     structure = [tps, pps, vpps, cps, eps, dps]
     recipe = [mbss, recomputes, zeros, dist_opts, sps]

@@ -7,7 +7,7 @@ all-gathering each block's input before the colwise q/k/v and gate/up projection
 reduce-scattering over the sequence, a colwise head with vocabulary-sharded logits and the loss under
 ``loss_parallel``. The process group is torch's fake one (``FakeStore``), world size = tp, so this process is rank 0
 and collectives move nothing; the probe's fake tensors hold no storage. Position ids are passed whole, as torchtitan
-passes its rotary table whole (the embedding output HF would read them from is the rank's sequence shard).
+passes its rotary table whole.
 Parameters the plan leaves whole (q/k norms) are replicated DTensors, as torch's optimizer needs one kind of tensor.
 """
 
@@ -54,7 +54,11 @@ def _apply_tp(model: Any, mesh: Any) -> Any:
     )
 
     base = model.model
-    parallelize_module(base, mesh, {"embed_tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
+    # (the residual stream stays a DTensor of the global shape, use_local_output=False, so that the masks the
+    # model builds from the embedding output cover the whole sequence as torchtitan's do; a DTensor holds no
+    # storage of its own, so the bytes are those of torchtitan's plain local tensors)
+    parallelize_module(base, mesh, {"embed_tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1),
+                                                                    use_local_output=False),
                                     "norm": SequenceParallel()})
     parallelize_module(model, mesh, {"lm_head": ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1),
                                                                 use_local_output=False)})
@@ -64,11 +68,12 @@ def _apply_tp(model: Any, mesh: Any) -> Any:
             "self_attn": PrepareModuleInput(input_kwarg_layouts={"hidden_states": Shard(1)},
                                             desired_input_kwarg_layouts={"hidden_states": Replicate()}),
             "self_attn.q_proj": ColwiseParallel(), "self_attn.k_proj": ColwiseParallel(),
-            "self_attn.v_proj": ColwiseParallel(), "self_attn.o_proj": RowwiseParallel(output_layouts=Shard(1)),
+            "self_attn.v_proj": ColwiseParallel(),
+            "self_attn.o_proj": RowwiseParallel(output_layouts=Shard(1), use_local_output=False),
             "post_attention_layernorm": SequenceParallel(),
             "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
             "mlp.gate_proj": ColwiseParallel(), "mlp.up_proj": ColwiseParallel(),
-            "mlp.down_proj": RowwiseParallel(output_layouts=Shard(1)),
+            "mlp.down_proj": RowwiseParallel(output_layouts=Shard(1), use_local_output=False),
         })
         for name in ("q_norm", "k_norm"):
             if hasattr(layer.self_attn, name):
@@ -76,7 +81,8 @@ def _apply_tp(model: Any, mesh: Any) -> Any:
     return model
 
 
-def probe_torchtitan_tp(model: ModelConfig, training: TrainingConfig, tp: int, *, steps: int = 2) -> ProbeResult:
+def probe_torchtitan_tp(model: ModelConfig, training: TrainingConfig, tp: int, *, steps: int = 2,
+                        attribute_peak: bool = False) -> ProbeResult:
     """Peak memory of rank 0 of ``tp`` tensor-parallel ranks with sequence parallelism, the framework loop."""
     import torch
     from torch.distributed.tensor.parallel import loss_parallel
@@ -97,5 +103,5 @@ def probe_torchtitan_tp(model: ModelConfig, training: TrainingConfig, tp: int, *
     with setup.runtime(), loss_parallel():
         return measure_training_step(lambda: _apply_tp(setup.module_factory(), mesh), batch,
                                      optimizer_factory=setup.optimizer_factory, loss_fn=loss, backbone="model",
-                                     autocast_dtype=setup.autocast_dtype, steps=steps,
+                                     autocast_dtype=setup.autocast_dtype, steps=steps, attribute_peak=attribute_peak,
                                      label=f"{setup.label}, torchtitan TP+SP over {tp} ranks")

@@ -295,6 +295,7 @@ def edge_activations(model: ModelConfig, training: TrainingConfig, *, tp: npt.Ar
         return EdgeActivations(embedding=tokens * (mask * rep + ids), head=tokens * head)
     # the final norm, its output saved by the head (autocast: the head's cast copy); under sequence parallelism
     # the norm's own tensors are the rank's shard and the head saves the gathered output
+    head_t: FloatArray | float
     if model.final_norm:
         own = norm_bytes(model, training, 0)
         seq_shard = np.where(np.asarray(sp, dtype=bool), 1.0 / tp_a, 1.0)

@@ -31,8 +31,9 @@ IntArray = npt.NDArray[np.int64]
 @dataclass(frozen=True)
 class BatchEstimate:
     """Per-configuration results (busiest stage); rows where ``valid`` is False hold -1: those the layout rules
-    reject (:func:`layout_mask`), those the memory model does not cover (torch's sequence parallelism or routing
-    imbalance under expert parallelism: :func:`~frenzy_core.memory.kernel.refusal`) and those whose estimate
+    reject (:func:`layout_mask`), those the memory model does not cover (torch's sequence parallelism of a model
+    torchtitan's plan does not cover, torch's context parallelism, routing imbalance under expert parallelism:
+    :func:`~frenzy_core.memory.kernel.refusal`) and those whose estimate
     would exceed 2^60 bytes (what ``estimate_memory`` refuses)."""
 
     peak_bytes: IntArray

@@ -185,7 +185,7 @@ def _norms(model: ModelConfig, training: TrainingConfig, mlp_c: int) -> tuple[fl
     return attn, mlp
 
 
-def _moe_mlp(model: ModelConfig, training: TrainingConfig, norm: float, tp: FloatArray) -> FloatArray:
+def _moe_mlp(model: ModelConfig, training: TrainingConfig, norm: FloatArray | float, tp: FloatArray) -> FloatArray:
     """An MoE block (Transformers' grouped experts): router, shared experts and the routed tokens."""
     m = model.moe
     assert m is not None
@@ -255,11 +255,11 @@ def torch_layer(model: ModelConfig, training: TrainingConfig, tp: FloatArray, s:
     h, f = model.hidden_size, model.ffn_hidden_size
     stream, bm = dtype_bytes(training)
     drop = (MASK_BYTES * h if model.hidden_dropout > 0 else 0) * seq_shard
-    norm_attn, norm_mlp = _norms(model, training, _mlp_consumers(model))
+    attn_side, mlp_side = _norms(model, training, _mlp_consumers(model))
     # (sequence parallel: each norm's own tensors shrink to the shard; what its linears save is the gathered
     # output, as without it)
     sharded = norm_bytes(model, training, 0) * (1.0 - np.asarray(seq_shard, dtype=np.float64))
-    norm_attn, norm_mlp = norm_attn - sharded, norm_mlp - sharded
+    norm_attn, norm_mlp = attn_side - sharded, mlp_side - sharded
     dense_mlp = norm_mlp + drop + _mlp_body(model, training, f, bm) / tp
     moe_mlp = 0.0 * tp
     if model.moe is not None:

@@ -21,8 +21,8 @@ from frenzy_core.config.parallel import PipelineSchedule
 from frenzy_core.config.training import Framework, Precision, Recompute, TrainingConfig
 from frenzy_core.errors import ConfigError
 from frenzy_core.hardware.gpu import GPUSpec, Links, usable_bytes
-from frenzy_core.planning.estimators import LayoutEstimator
 from frenzy_core.memory.kernel import torch_sp_covered
+from frenzy_core.planning.estimators import LayoutEstimator
 from frenzy_core.planning.launchers import LaunchScope
 from frenzy_core.planning.nodes import Locality, NodePool
 from frenzy_core.planning.request import DEFAULT_MICRO_BATCH_SIZES, Objective, PlacementMode, PlanConstraints

@@ -190,3 +190,30 @@ def test_estimate_matches_a_measured_tensor_parallel_rank(model: ModelConfig, tr
     measured = probe_torchtitan_tp(model, t, tp).peak_bytes
     err = (estimate - measured) / measured
     assert -0.02 <= err <= 0.03, f"estimate {estimate} vs measured {measured}: {err:+.2%}"
+
+
+@pytest.mark.slow
+def test_the_fake_process_group_stands_in_for_real_collectives() -> None:
+    """The same small real-tensor run on two gloo processes (real all-gathers, reduce-scatters, all-reduces) and
+    on the fake process group: MemTracker's peak is the same on every rank (so the fake group's collectives make
+    the buffers real ones make)."""
+    pytest.importorskip("transformers")
+    mp = pytest.importorskip("torch.multiprocessing")
+    import socket
+
+    from torch_tp_probe import tracked_peak
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    for runs in ([("gloo", r) for r in range(2)], [("fake", 0)]):
+        procs = [ctx.Process(target=tracked_peak, args=(rank, 2, backend, port, queue)) for backend, rank in runs]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(timeout=600)
+            assert p.exitcode == 0
+    peaks = sorted(queue.get(timeout=10) for _ in range(3))
+    assert len({b for _, _, b in peaks}) == 1, peaks

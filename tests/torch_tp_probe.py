@@ -105,3 +105,44 @@ def probe_torchtitan_tp(model: ModelConfig, training: TrainingConfig, tp: int, *
                                      optimizer_factory=setup.optimizer_factory, loss_fn=loss, backbone="model",
                                      autocast_dtype=setup.autocast_dtype, steps=steps, attribute_peak=attribute_peak,
                                      label=f"{setup.label}, torchtitan TP+SP over {tp} ranks")
+
+
+def tracked_peak(rank: int, world: int, backend: str, port: int, out: Any) -> None:
+    """One rank of a small real-tensor run of the same plan (eager attention, bf16, two steps) on ``backend``
+    ("gloo": real collectives between processes; "fake": this module's stand-in): MemTracker's peak bytes into
+    the queue ``out`` as (backend, rank, bytes). Run in a spawned process per rank."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed._tools.mem_tracker import MemTracker
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import loss_parallel
+
+    if backend == "gloo":
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+        mesh = init_device_mesh("cpu", (world,))
+    else:
+        mesh = _mesh(world)
+    model = ModelConfig.preset("llama-3.1-8b").replace(num_layers=2, hidden_size=256, num_attention_heads=4,
+                                                       num_kv_heads=2, ffn_hidden_size=512, vocab_size=2048)
+    b, s = 2, 256
+    training = TrainingConfig(seq_len=s, global_batch_size=b, micro_batch_size=b, precision="bf16", attention="eager")
+    setup = hf_training_setup(model, training, steps=2)
+    torch.manual_seed(0)
+    module = _apply_tp(setup.module_factory(), mesh)
+    module.train()
+    optimizer = setup.optimizer_factory(module.parameters())
+    tracker = MemTracker()
+    tracker.track_external(module, optimizer)
+    with setup.runtime(), loss_parallel(), tracker:
+        for _ in range(2):
+            ids = torch.randint(0, model.vocab_size, (b, s))
+            output = module(input_ids=ids, position_ids=torch.arange(s).unsqueeze(0))
+            loss = torch.nn.functional.cross_entropy(output.logits.flatten(0, 1).float(), ids.flatten())
+            del output
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            tracker.reset_mod_stats()
+    peak = tracker.get_tracker_snapshot("peak")
+    out.put((backend, rank, sum(sum(v.values()) for v in peak.values())))
+    dist.destroy_process_group()

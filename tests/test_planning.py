@@ -203,7 +203,8 @@ def test_tp_group_needs_a_node_with_enough_free_gpus() -> None:
 def test_infeasible_request_says_what_blocked_it_and_what_would_help() -> None:
     model = _model(num_layers=8, hidden_size=4096, num_attention_heads=32, num_kv_heads=8)
     cluster = Cluster.from_dict({"nodes": [{"gpu": "l4", "gpus_per_node": 8, "count": 1, "free_gpus": 8}]})
-    constraints = PlanConstraints(micro_batch_sizes=[1], zero_stages=[0], recompute=["none"])
+    # (plain tensor parallelism: torchtitan's sequence parallelism, searched for this Llama-style model, would fit it)
+    constraints = PlanConstraints(micro_batch_sizes=[1], zero_stages=[0], recompute=["none"], sequence_parallel=False)
     training = TrainingConfig(seq_len=32768, global_batch_size=8)
     with pytest.raises(InfeasiblePlanError) as info:
         plan_job(model, cluster, training, constraints=constraints)

@@ -152,12 +152,12 @@ def test_stage_memory_never_falls_with_more_layers_or_more_in_flight(tp: int, ze
 
 
 def test_a_stage_of_a_row_the_memory_model_refuses_has_no_bytes() -> None:
-    """stage_device_bytes refuses what estimate_memory and the batch estimator refuse (torch's sequence
-    parallelism at tp > 1), not only what the layout rules refuse."""
-    training = TINY_REQUEST.replace(framework="torch", sequence_parallel=True)
-    lay = LayoutArrays.from_columns({"tp": [1, 2], "pp": 2}, training)
-    with pytest.raises(ConfigError, match="sequence_parallel"):
-        estimate_memory(TINY, training, ParallelConfig(tp=2, pp=2))
+    """stage_device_bytes refuses what estimate_memory and the batch estimator refuse (torch's context
+    parallelism), not only what the layout rules refuse."""
+    training = TINY_REQUEST.replace(framework="torch")
+    lay = LayoutArrays.from_columns({"cp": [1, 2], "pp": 2}, training)
+    with pytest.raises(ConfigError, match="ring attention"):
+        estimate_memory(TINY, training, ParallelConfig(cp=2, pp=2))
     got = stage_device_bytes(TINY, training, lay, 0)
     assert got[0] > 0 and got[1] == -1
 

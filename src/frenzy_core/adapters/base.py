@@ -269,6 +269,8 @@ RECIPE_ENV: dict[str, str] = {
     "FRENZY_ZERO_STAGE": "ZeRO stage / FSDP sharding (Megatron's distributed optimizer counts as 1)",
     "FRENZY_RECOMPUTE": "activation recomputation: none, selective or full",
     "FRENZY_PRECISION": "dtype recipe (TrainingConfig.precision)",
+    "FRENZY_SEQUENCE_PARALLEL": "1: the tp group shards the norms and residual stream over the sequence "
+                                "(Megatron's, or torchtitan's TP plan); 0: plain tensor parallelism",
 }
 """Environment variables the launching adapters set on every rank, so a training script can read the plan's
 recipe without parsing it (torchrun itself sets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)."""
@@ -316,7 +318,7 @@ def recipe_env(plan: Plan, group: int = 0) -> dict[str, str]:
         "FRENZY_GRAD_ACCUM_STEPS": num_microbatches(t, p),
         "FRENZY_GLOBAL_BATCH_SIZE": global_batch_size(plan.training, p),
         "FRENZY_ZERO_STAGE": t.effective_zero_stage, "FRENZY_RECOMPUTE": t.recompute.value,
-        "FRENZY_PRECISION": t.precision.value,
+        "FRENZY_PRECISION": t.precision.value, "FRENZY_SEQUENCE_PARALLEL": int(t.sequence_parallel and p.tp > 1),
     }
     assert list(values) == list(RECIPE_ENV), "recipe_env and RECIPE_ENV disagree"
     if stage.pipeline_stage is not None:

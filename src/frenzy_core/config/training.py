@@ -206,7 +206,8 @@ class TrainingConfig(FrozenModel):
         "Megatron --tp-comm-overlap (needs sequence_parallel): Transformer Engine's userbuffer GEMMs keep three "
         "more cuBLAS workspaces."))
     attention: Attention = Field(default=Attention.FLASH, description="Attention kernel.")
-    sequence_parallel: bool = Field(default=False, description="Megatron sequence parallelism (needs tp > 1).")
+    sequence_parallel: bool = Field(default=False, description=(
+        "Sequence parallelism (needs tp > 1): Megatron's, or torchtitan's TP plan with framework 'torch'."))
     framework: Framework = Field(default=Framework.TORCH, description="Runtime whose buffers are modelled.")
     keep_outputs: bool = Field(default=False, description=(
         "The training loop keeps the model output alive: ``out = model(**batch); out.loss.backward(); opt.step()`` "

@@ -238,8 +238,9 @@ def layer_activations(model: ModelConfig, training: TrainingConfig, *, tp: npt.A
     tp_a = np.asarray(tp, dtype=np.float64)
     s_loc = np.asarray(seq_len, dtype=np.float64) / np.asarray(cp, dtype=np.float64)
     tokens = s_loc * np.asarray(micro_batch_size, dtype=np.float64)
+    rep = np.where(np.asarray(sp, dtype=bool), 1.0 / tp_a, 1.0)
     if training.framework is Framework.TORCH:
-        t = torch_layer(model, training, tp_a, s_loc, np.asarray(micro_batch_size, dtype=np.float64))
+        t = torch_layer(model, training, tp_a, s_loc, np.asarray(micro_batch_size, dtype=np.float64), rep)
         core_t = tokens * t.core
         return LayerActivations(dense=tokens * t.dense, moe=tokens * t.moe, core_dense=core_t, core_moe=core_t,
                                 work_dense=core_t, work_moe=core_t,
@@ -248,7 +249,6 @@ def layer_activations(model: ModelConfig, training: TrainingConfig, *, tp: npt.A
                                 cache_delta=tokens * t.cache_delta, kv_cache=tokens * t.kv_cache,
                                 kv_extra=tokens * t.kv_extra, mlp_grad=tokens * t.mlp_grad,
                                 freed_before_core=tokens * t.freed_before_core, masks=tokens * t.masks)
-    rep = np.where(np.asarray(sp, dtype=bool), 1.0 / tp_a, 1.0)
     ex = expert_shard(model, training, tp_a, etp, ep)
     mg = _megatron_layer(model, training, tp_a, rep, s_loc, ex)
     dispatch = np.zeros_like(tokens)
@@ -293,9 +293,13 @@ def edge_activations(model: ModelConfig, training: TrainingConfig, *, tp: npt.Ar
         if model.arch is ArchKind.ENCODER:
             head = head + 3 * bm * h * rep + 2 * FP32  # LM-head dense input, GeLU input, norm input
         return EdgeActivations(embedding=tokens * (mask * rep + ids), head=tokens * head)
-    # the final norm, its output saved by the head (autocast: the head's cast copy)
+    # the final norm, its output saved by the head (autocast: the head's cast copy); under sequence parallelism
+    # the norm's own tensors are the rank's shard and the head saves the gathered output
+    head_t: FloatArray | float
     if model.final_norm:
-        head_t = norm_bytes(model, training, 1 if model.lm_head else 0)
+        own = norm_bytes(model, training, 0)
+        seq_shard = np.where(np.asarray(sp, dtype=bool), 1.0 / tp_a, 1.0)
+        head_t = norm_bytes(model, training, 1 if model.lm_head else 0) - own * (1.0 - seq_shard)
     else:
         head_t = (2 * h if training.precision.is_amp else bs * h) if model.lm_head else 0
     if model.arch is ArchKind.ENCODER and model.lm_head:
@@ -319,8 +323,9 @@ class LogitBytes:
 
 
 def logit_bytes(model: ModelConfig, training: TrainingConfig, *, tp: npt.ArrayLike, cp: npt.ArrayLike,
-                seq_len: npt.ArrayLike, micro_batch_size: npt.ArrayLike) -> LogitBytes:
-    """Logits, their fp32 copy, the softmax and its gradient (vocabulary split over tp in Megatron)."""
+                seq_len: npt.ArrayLike, micro_batch_size: npt.ArrayLike, sp: npt.ArrayLike = False) -> LogitBytes:
+    """Logits, their fp32 copy, the softmax and its gradient (vocabulary split over tp; torch with sequence
+    parallelism: torchtitan's ``loss_parallel``)."""
     tp_a = np.asarray(tp, dtype=np.float64)
     tokens = np.asarray(seq_len, dtype=np.float64) / np.asarray(cp) * np.asarray(micro_batch_size)
     bs, bm, _ = _bytes(training)
@@ -352,8 +357,19 @@ def logit_bytes(model: ModelConfig, training: TrainingConfig, *, tp: npt.ArrayLi
     # framework loop keeps only the loss (HF Trainer.compute_loss drops the output), so the logits are freed once the
     # loss exists. Backward: the nll gradient and the log_softmax input gradient, both fp32, beside the saved output.
     upcast = FP32 if bm != FP32 else 0
-    return LogitBytes(saved=FP32 * v + capped, forward_peak=(bm + upcast + FP32) * v + capped,
-                      backward_peak=3 * FP32 * v + capped, returned=returned)
+    hf = LogitBytes(saved=FP32 * v + capped, forward_peak=(bm + upcast + FP32) * v + capped,
+                    backward_peak=3 * FP32 * v + capped, returned=returned)
+    parallel = np.asarray(sp, dtype=bool)
+    if not np.any(parallel):
+        return hf
+    # torchtitan's TP runs cross_entropy under loss_parallel (torch/distributed/tensor/parallel/loss.py) on the
+    # vocabulary-sharded fp32 logits: _log_softmax is the decomposition (x - max, exp summed, then shifted -
+    # logsumexp), so the shifted copy and the result (saved by nll_loss) live together; its backward
+    # (_nll_loss_and_log_softmax_backward) makes zeros_like(x), exp(x), their sum and the product with the loss
+    # gradient beside the saved result: four fp32 tensors.
+    return LogitBytes(saved=np.where(parallel, FP32 * v, hf.saved),
+                      forward_peak=np.where(parallel, (bm + upcast + 2 * FP32) * v, hf.forward_peak),
+                      backward_peak=np.where(parallel, 4 * FP32 * v, hf.backward_peak), returned=returned)
 
 
 def _hf_style(model: ModelConfig) -> tuple[ModuleLayout, bool]:
@@ -447,9 +463,10 @@ def frozen_activations(model: ModelConfig, training: TrainingConfig, *, tp: npt.
         largest = max(n_in * n_out for n_in, n_out in projection_shapes(model, f).values())
         dequant = bm * largest / tp_a + 0.0 * tokens
     head_in = (bm * h * rep if megatron else (2 * h if amp else bs * h)) if model.lm_head else 0
-    norm = _frozen_norm(model, training)
+    # (torch sequence parallelism: a norm's own tensors are the rank's sequence shard, rep = 1/tp)
+    norm = _frozen_norm(model, training) * rep
     norms = norm * {NormPlacement.SHARED: 1, NormPlacement.SANDWICH: 4}.get(model.norm_placement, 2)
-    head_norm = norm if (lora is not None and model.final_norm) else 0.0  # LoRA freezes the final norm too
+    head_norm = norm if (lora is not None and model.final_norm) else 0.0 * rep  # LoRA freezes the final norm too
     return FrozenActivations(
         frozen_dense=tokens * (_linear_inputs(model, training, {}, f, None, tp_a, rep) + norms),
         frozen_moe=tokens * (_linear_inputs(model, training, {}, shared, ex, tp_a, rep) + norms),

@@ -31,8 +31,9 @@ IntArray = npt.NDArray[np.int64]
 @dataclass(frozen=True)
 class BatchEstimate:
     """Per-configuration results (busiest stage); rows where ``valid`` is False hold -1: those the layout rules
-    reject (:func:`layout_mask`), those the memory model does not cover (torch's sequence parallelism or routing
-    imbalance under expert parallelism: :func:`~frenzy_core.memory.kernel.refusal`) and those whose estimate
+    reject (:func:`layout_mask`), those the memory model does not cover (torch's sequence parallelism of a model
+    torchtitan's plan does not cover, torch's context parallelism, routing imbalance under expert parallelism:
+    :func:`~frenzy_core.memory.kernel.refusal`) and those whose estimate
     would exceed 2^60 bytes (what ``estimate_memory`` refuses)."""
 
     peak_bytes: IntArray
@@ -116,7 +117,7 @@ def estimate_memory_batch(model: ModelConfig, configs: LayoutArrays | Mapping[st
 
 def _modelled(model: ModelConfig, training: TrainingConfig, layouts: LayoutArrays) -> npt.NDArray[np.bool_]:
     """Rows the layout rules accept and the estimator models (the scalar path refuses the others)."""
-    return np.asarray(layout_mask(model, layouts) & ~unmodelled_rows(training, layouts), dtype=np.bool_)
+    return np.asarray(layout_mask(model, layouts) & ~unmodelled_rows(model, training, layouts), dtype=np.bool_)
 
 
 SHARED_MIN_ROWS = 1024

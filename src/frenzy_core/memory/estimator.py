@@ -31,7 +31,7 @@ def estimate_memory(model: ModelConfig, training: TrainingConfig,
     validate_layout(model, training, parallel)
     check_recipe(model, training)
     layouts = LayoutArrays.from_configs(training, parallel)
-    refused = refusal(training, layouts)
+    refused = refusal(model, training, layouts)
     if refused is not None:
         raise ConfigError(refused.message, field=refused.field, hint=refused.hint)
     arrays = stage_arrays(model, training, layouts, np.arange(parallel.pp, dtype=np.int64))

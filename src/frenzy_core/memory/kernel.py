@@ -14,7 +14,8 @@ import numpy.typing as npt
 
 from frenzy_core._limits import MAX_BYTES, bytes_in_range, to_int_bytes
 from frenzy_core.config.arrays import LayoutArrays
-from frenzy_core.config.model import ModelConfig
+from frenzy_core.config.hf import ModuleLayout, module_layout
+from frenzy_core.config.model import ModelConfig, NormPlacement, PositionEmbedding
 from frenzy_core.config.parallel import PipelineSchedule
 from frenzy_core.config.trainable import trains
 from frenzy_core.config.training import Framework, Recompute, RecomputeMethod, TrainingConfig
@@ -40,8 +41,8 @@ from frenzy_core.memory.states import (
     sharding,
 )
 
-__all__ = ["PHASES", "TORCH_SP_REFUSAL", "Refusal", "StageArrays", "StateTerms", "refusal", "stage_arrays", "state_keys",
-           "state_terms", "unmodelled_rows"]
+__all__ = ["PHASES", "TORCH_CP_REFUSAL", "TORCH_SP_REFUSAL", "Refusal", "StageArrays", "StateTerms", "refusal",
+           "stage_arrays", "state_keys", "state_terms", "torch_sp_covered", "unmodelled_rows"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -363,7 +364,7 @@ def _logits(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays, mod
     peak, and what the model output holds. One micro-batch at a time, except GPipe holding all of them."""
     last = shape.is_last.astype(np.float64)
     logits = logit_bytes(model, training, tp=lay.tp, cp=lay.cp, seq_len=lay.seq_len,
-                         micro_batch_size=lay.micro_batch_size)
+                         micro_batch_size=lay.micro_batch_size, sp=lay.active_sequence_parallel)
     logit_inflight = np.where(modes.gpipe & (lay.pp > 1), lay.num_microbatches, 1).astype(np.float64)
     others = last * (logit_inflight - 1) * logits.saved
     return others, others + last * logits.forward_peak, others + last * logits.backward_peak, last * logits.returned
@@ -484,12 +485,29 @@ def _either(grads_a: FloatArray, acts_a: FloatArray, grads_b: FloatArray, acts_b
 
 
 TORCH_SP_REFUSAL = (
-    "sequence_parallel=True with framework 'torch' and tp > 1 is not in the memory model: torchtitan's sequence "
-    "parallelism shards the norms and the residual stream over the sequence and all-gathers each layer's input "
-    "before its q/k/v and MLP projections, which then save the gathered tensor (unlike Megatron's, which save "
-    "their shard and gather again in backward); the eager-PyTorch terms follow Hugging Face modules without it")
-"""Why the memory model refuses torch's sequence parallelism (the time model does time it: torchtitan's
-all-gather / reduce-scatter around each layer, docs/time-model.md)."""
+    "sequence_parallel=True with framework 'torch' and tp > 1 is modelled for the layers torchtitan's plan "
+    "parallelises (apply_tp: SequenceParallel norms, each block's input all-gathered before its colwise q/k/v and "
+    "MLP projections): a Llama-lineage dense decoder with pre-norms, separate q/k/v projections and rotary "
+    "positions; this model has a fused q/k/v or gate/up projection, another norm placement or block, experts, "
+    "latent attention or another module lineage, which that plan does not cover")
+"""Why the memory model refuses torch's sequence parallelism for a model outside :func:`torch_sp_covered`."""
+
+TORCH_CP_REFUSAL = (
+    "cp > 1 with framework 'torch' is not in the memory model: torch's context parallelism (context_parallel, "
+    "ring attention over the cp ranks) keeps the rotating key/value buffers, the fp32 output and log-sum-exp "
+    "accumulators of its _SDPAMerger and, in backward, rotating key/value gradient accumulators beside each "
+    "layer's saved tensors; the eager-PyTorch terms count a layer's own sequence shard only")
+"""Why the memory model refuses torch's context parallelism (it would count too little)."""
+
+
+def torch_sp_covered(model: ModelConfig) -> bool:
+    """Whether torchtitan's sequence-parallel plan covers ``model``'s layers as the memory model follows them:
+    Llama-lineage pre-norm dense decoder layers with separate q/k/v and gate/up projections, rotary positions and
+    an untied head (torchtitan shards the embedding and the head apart; docs/memory-model.md, section 3)."""
+    return (module_layout(model) is ModuleLayout.LLAMA and model.norm_placement is NormPlacement.PRE
+            and not model.parallel_block and model.moe is None and model.mla is None and not model.fused_qkv
+            and not model.fused_gate_up and not model.tied_embeddings
+            and model.position_embedding is PositionEmbedding.ROTARY and model.causal)
 
 
 class Refusal(NamedTuple):
@@ -500,39 +518,45 @@ class Refusal(NamedTuple):
     hint: str
 
 
-_REFUSALS: tuple[tuple[Refusal, Callable[[TrainingConfig, LayoutArrays], npt.NDArray[np.bool_]]], ...] = (
+_REFUSALS: tuple[tuple[Refusal, Callable[[ModelConfig, TrainingConfig, LayoutArrays], npt.NDArray[np.bool_]]],
+                 ...] = (
     (Refusal("training.sequence_parallel", TORCH_SP_REFUSAL,
              "set sequence_parallel=False (plain tensor parallelism), or framework='megatron' for Megatron-LM's "
              "sequence parallelism"),
-     lambda t, lay: np.asarray(lay.active_sequence_parallel, dtype=bool) & (t.framework is Framework.TORCH)),
+     lambda m, t, lay: (np.asarray(lay.active_sequence_parallel, dtype=bool)
+                        if t.framework is Framework.TORCH and not torch_sp_covered(m) else np.zeros((), dtype=bool))),
+    (Refusal("parallel.cp", TORCH_CP_REFUSAL,
+             "set cp=1 for framework 'torch' (split the sequence with tp and sequence_parallel instead), or use "
+             "framework='megatron', whose context-parallel terms are modelled"),
+     lambda m, t, lay: (np.asarray(lay.cp) > 1 if t.framework is Framework.TORCH else np.zeros((), dtype=bool))),
     (Refusal("training.moe_load_imbalance",
              "moe_load_imbalance with framework 'torch' and ep > 1 is not in the memory model: its eager MoE terms "
              "give every rank its fair share of the routed tokens (a rank holding every expert computes every "
              "routed pair whatever the balance, so at ep = 1 the factor has no effect)",
              "leave moe_load_imbalance unset for framework 'torch', or use framework='megatron', whose dispatcher "
              "terms follow the busiest expert-parallel rank"),
-     lambda t, lay: (np.asarray(lay.ep) > 1) & (t.framework is Framework.TORCH and t.moe_load_imbalance is not None)),
+     lambda m, t, lay: (np.asarray(lay.ep) > 1) & (t.framework is Framework.TORCH and t.moe_load_imbalance is not None)),
     (Refusal("training.tp_comm_overlap",
              "tp_comm_overlap needs sequence parallelism over tp > 1: Megatron-LM switches sequence parallelism off "
              "at tp = 1 and then refuses --tp-comm-overlap (validate_args), so no such run allocates the workspaces",
              "set tp_comm_overlap=False for tp = 1, or use tp > 1"),
-     lambda t, lay: (~np.asarray(lay.active_sequence_parallel, dtype=bool) if t.tp_comm_overlap
+     lambda m, t, lay: (~np.asarray(lay.active_sequence_parallel, dtype=bool) if t.tp_comm_overlap
                      else np.zeros((), dtype=bool))),
 )
 
 
-def unmodelled_rows(training: TrainingConfig, lay: LayoutArrays) -> npt.NDArray[np.bool_]:
+def unmodelled_rows(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays) -> npt.NDArray[np.bool_]:
     """Rows the memory model does not cover (:func:`refusal` says why): the batch estimator marks them invalid,
     the scalar one raises a ConfigError."""
     out = np.zeros(lay.shape, dtype=bool)
     for _, rows in _REFUSALS:
-        out |= np.broadcast_to(rows(training, lay), lay.shape)
+        out |= np.broadcast_to(rows(model, training, lay), lay.shape)
     return out
 
 
-def refusal(training: TrainingConfig, lay: LayoutArrays) -> Refusal | None:
+def refusal(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays) -> Refusal | None:
     """Why the memory model does not cover the first row of ``lay`` (None: it does)."""
-    return next((r for r, rows in _REFUSALS if np.broadcast_to(rows(training, lay), lay.shape)[0]), None)
+    return next((r for r, rows in _REFUSALS if np.broadcast_to(rows(model, training, lay), lay.shape)[0]), None)
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,9 @@ paths (:mod:`frenzy_core.memory.cuda_kernels`) and CPU autocast casts what CUDA 
 from __future__ import annotations
 
 import contextlib
+import sys
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from os import PathLike
 from typing import TYPE_CHECKING, Any
@@ -73,10 +74,38 @@ def _cuda_like_run() -> Any:
     """Fake tensors, CUDA block rounding and CUDA kernel behaviour, for one measurement."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    with FakeTensorMode(), cuda_dropout_and_attention(), cuda_autocast_policy(), warnings.catch_warnings():
+    with FakeTensorMode(), cuda_dropout_and_attention(), cuda_autocast_policy(), _untracked_dtensor_metadata(), \
+            warnings.catch_warnings():
         # ModTracker warns when a module made in forward (e.g. a loss helper) is gone by backward; harmless.
         warnings.filterwarnings("ignore", message="Module is None. Skipping", category=UserWarning)
         yield
+
+
+@contextlib.contextmanager
+def _untracked_dtensor_metadata() -> Iterator[None]:
+    """DTensor works out an op's global output shape by running it on fake tensors of the global shapes
+    (``ShardingPropagator._propagate_tensor_meta_non_cached``, in whatever fake mode is active): on a GPU those
+    tensors hold no memory, but under the probe's fake mode the tracker would count them (at tp = 2, 8 bytes more
+    per element of a vocabulary-parallel loss). While the probe runs, that propagation runs with the modes set
+    aside, in a fake mode of its own. Nothing is patched unless DTensor is already imported."""
+    module = sys.modules.get("torch.distributed.tensor._sharding_prop")
+    if module is None:
+        yield
+        return
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    cls = module.ShardingPropagator
+    original = cls._propagate_tensor_meta_non_cached
+
+    def untracked(self: Any, op_schema: Any) -> Any:
+        with _disable_current_modes():
+            return original(self, op_schema)
+
+    cls._propagate_tensor_meta_non_cached = untracked
+    try:
+        yield
+    finally:
+        cls._propagate_tensor_meta_non_cached = original
 
 
 @dataclass

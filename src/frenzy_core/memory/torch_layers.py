@@ -185,7 +185,7 @@ def _norms(model: ModelConfig, training: TrainingConfig, mlp_c: int) -> tuple[fl
     return attn, mlp
 
 
-def _moe_mlp(model: ModelConfig, training: TrainingConfig, norm: float, tp: FloatArray) -> FloatArray:
+def _moe_mlp(model: ModelConfig, training: TrainingConfig, norm: FloatArray | float, tp: FloatArray) -> FloatArray:
     """An MoE block (Transformers' grouped experts): router, shared experts and the routed tokens."""
     m = model.moe
     assert m is not None
@@ -246,14 +246,20 @@ def _attention_bytes(t: AttentionTerms, tp: FloatArray, s: FloatArray) -> tuple[
     return t.outside / tp + core, core
 
 
-def torch_layer(model: ModelConfig, training: TrainingConfig, tp: FloatArray, s: FloatArray, b: FloatArray
-                ) -> TorchLayer:
+def torch_layer(model: ModelConfig, training: TrainingConfig, tp: FloatArray, s: FloatArray, b: FloatArray,
+                seq_shard: FloatArray | float = 1.0) -> TorchLayer:
     """Per-token bytes of one layer (``tp``, ``s`` the keys per query and ``b`` the micro-batch are arrays over
-    configurations)."""
+    configurations). ``seq_shard`` is 1/tp under torchtitan's sequence parallelism (else 1): the norms' own
+    tensors, the dropout masks and the layer input are then the rank's sequence shard, while the linears after
+    each norm save its all-gathered output whole (docs/memory-model.md, section 3, "Sequence parallelism")."""
     h, f = model.hidden_size, model.ffn_hidden_size
     stream, bm = dtype_bytes(training)
-    drop = MASK_BYTES * h if model.hidden_dropout > 0 else 0
-    norm_attn, norm_mlp = _norms(model, training, _mlp_consumers(model))
+    drop = (MASK_BYTES * h if model.hidden_dropout > 0 else 0) * seq_shard
+    attn_side, mlp_side = _norms(model, training, _mlp_consumers(model))
+    # (sequence parallel: each norm's own tensors shrink to the shard; what its linears save is the gathered
+    # output, as without it)
+    sharded = norm_bytes(model, training, 0) * (1.0 - np.asarray(seq_shard, dtype=np.float64))
+    norm_attn, norm_mlp = attn_side - sharded, mlp_side - sharded
     dense_mlp = norm_mlp + drop + _mlp_body(model, training, f, bm) / tp
     moe_mlp = 0.0 * tp
     if model.moe is not None:
@@ -296,7 +302,7 @@ def torch_layer(model: ModelConfig, training: TrainingConfig, tp: FloatArray, s:
     return TorchLayer(
         dense=np.asarray(base + attn_c + dense_mlp), moe=np.asarray(base + attn_c + moe_mlp),
         kind_excess=np.asarray(excess), core=np.asarray(core),
-        layer_input=np.asarray(stream * h + 0 * tp), cache_delta=np.asarray(attn_c - attn_n),
+        layer_input=np.asarray(stream * h * seq_shard + 0 * tp), cache_delta=np.asarray(attn_c - attn_n),
         kv_cache=np.asarray(kv), kv_extra=np.asarray(kv_extra), score_grad=np.asarray(grad + residual_grad),
         mlp_grad=np.asarray(mlp_grad + residual_grad + 0 * s),
         freed_before_core=np.asarray(dense_mlp + post_attn_norm + freed / tp + 0 * s), masks=_masks(model, training, s, b))

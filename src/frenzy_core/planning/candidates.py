@@ -23,6 +23,7 @@ from frenzy_core.config.parallel import PipelineSchedule
 from frenzy_core.config.training import Framework, Precision, Recompute, TrainingConfig
 from frenzy_core.errors import ConfigError
 from frenzy_core.hardware.gpu import GPUSpec, Links, usable_bytes
+from frenzy_core.memory.kernel import torch_sp_covered
 from frenzy_core.planning.estimators import LayoutEstimator
 from frenzy_core.planning.launchers import LaunchScope
 from frenzy_core.planning.nodes import Locality, NodePool
@@ -138,7 +139,8 @@ def enumerate_rows(model: ModelConfig, training: TrainingConfig, constraints: Pl
     zeros = sorted(set(c.zero_stages if c.zero_stages is not None else ([0] if megatron else [0, 1, 2, 3])))
     dist_opts = [int(c.distributed_optimizer)] if c.distributed_optimizer is not None else ([0, 1] if megatron
                                                                                            else [0])
-    sps = [int(c.sequence_parallel)] if c.sequence_parallel is not None else ([0, 1] if megatron else [0])
+    sps = [int(c.sequence_parallel)] if c.sequence_parallel is not None else (
+        [0, 1] if megatron or torch_sp_covered(model) else [0])
 
     structure = [tps, pps, vpps, cps, eps, dps]
     recipe = [recomputes, zeros, dist_opts, sps]

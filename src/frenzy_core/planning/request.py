@@ -122,7 +122,7 @@ class PlanConstraints(FrozenModel):
     distributed_optimizer: bool | None = Field(default=None,
                                                description="Pin Megatron's distributed optimizer (None: searched).")
     sequence_parallel: bool | None = Field(default=None,
-                                           description="Pin Megatron sequence parallelism (None: searched when tp>1).")
+                                           description="Pin sequence parallelism (None: searched when tp>1).")
     placement: PlacementMode = Field(default=PlacementMode.ANY, description=(
         "any: whole tensor-parallel groups per node; even: the same GPU count on every node; whole_nodes: whole "
         "free nodes of one size."))

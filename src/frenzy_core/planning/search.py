@@ -19,7 +19,7 @@ from frenzy_core.errors import ConfigError, UnknownNameError
 from frenzy_core.hardware.cluster import Cluster
 from frenzy_core.hardware.gpu import GPUSpec, Links, usable_bytes
 from frenzy_core.hardware.gpus import get_gpu_spec
-from frenzy_core.memory.kernel import TORCH_SP_REFUSAL
+from frenzy_core.memory.kernel import TORCH_SP_REFUSAL, torch_sp_covered
 from frenzy_core.planning.candidates import CandidateTable, build_candidates
 from frenzy_core.planning.estimators import AnalyticEstimator, LayoutEstimator
 from frenzy_core.planning.launchers import LaunchScope, get_launch_scope
@@ -128,10 +128,10 @@ def _check_pins(model: ModelConfig, training: TrainingConfig, cons: PlanConstrai
     """Pinned tp/pp/micro-batch sizes that no layout of this model and batch can use are bad input, not an
     infeasible plan: ConfigError naming the pin (a default batch moves to fit the micro-batch)."""
     free = training.replace(micro_batch_size=1, global_batch_size=None)
-    if cons.sequence_parallel and training.framework is Framework.TORCH:
+    if cons.sequence_parallel and training.framework is Framework.TORCH and not torch_sp_covered(model):
         raise ConfigError(TORCH_SP_REFUSAL, field="constraints.sequence_parallel", value=True,
-                          hint="leave sequence_parallel unset or False for framework 'torch' (the planner searches it "
-                          "for framework 'megatron')")
+                          hint="leave sequence_parallel unset or False for this model with framework 'torch' (the "
+                          "planner searches it for framework 'megatron' and for the models torchtitan's plan covers)")
     if cons.tp is not None:
         validate_layout(model, free, ParallelConfig(tp=cons.tp))
     if cons.pp is not None:

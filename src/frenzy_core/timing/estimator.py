@@ -53,8 +53,8 @@ from frenzy_core.timing.comm import (
 from frenzy_core.timing.efficiency import GemmHardware, gemm_hardware
 from frenzy_core.timing.flops import training_flops
 from frenzy_core.timing.layer import Rates
-from frenzy_core.timing.overlap import data_parallel_exposure, fsdp_exposure, pipelined_hidden
 from frenzy_core.timing.offload import offload_terms
+from frenzy_core.timing.overlap import data_parallel_exposure, fsdp_exposure, pipelined_hidden
 from frenzy_core.timing.params import TimeModelParams, default_time_model_params
 from frenzy_core.timing.result import TIME_CATEGORIES, TimeEstimate, TimeEstimateBatch
 from frenzy_core.timing.stage import StageTerms, recomputed_layers, stage_terms

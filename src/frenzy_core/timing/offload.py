@@ -69,7 +69,8 @@ class OffloadTerms:
 
 
 def offload_terms(training: TrainingConfig, gpu: GPUSpec, *, stepped: FloatArray, held: FloatArray,
-                  zero_stage: npt.NDArray[np.int64], ranks_per_node: FloatArray, m: FloatArray, fwd_window: FloatArray, bwd_window: FloatArray) -> OffloadTerms:
+                  zero_stage: npt.NDArray[np.int64], ranks_per_node: FloatArray, m: FloatArray,
+                  fwd_window: FloatArray, bwd_window: FloatArray) -> OffloadTerms:
     """The offload terms of each layout. ``stepped``: parameters this rank's optimizer steps (after ZeRO
     sharding); ``held``: parameters it keeps (its ZeRO-3 shard where parameters are offloaded); ``zero_stage``:
     each layout's effective ZeRO stage;

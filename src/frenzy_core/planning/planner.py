@@ -21,6 +21,7 @@ from frenzy_core.planning.mixed import mixed_search
 from frenzy_core.planning.mixed_plan import build_mixed_plan, single_type_score
 from frenzy_core.planning.mixed_solve import MixedChoice, score
 from frenzy_core.planning.nodes import Locality
+from frenzy_core.planning.offload import offload_note, offload_searches, unknown_hosts
 from frenzy_core.planning.placement import Solution, placement_options, solve_cp_sat, solve_exhaustive
 from frenzy_core.planning.plan import Plan, StagePlan
 from frenzy_core.planning.request import Objective, PlanConstraints
@@ -124,6 +125,19 @@ def _stage_plan(search: Search, table: CandidateTable, solution: Solution | None
     return build_stage_plan(search, recipes, staged, table, solution, top_k, notes, time.perf_counter() - start)
 
 
+def _offload_plan(search: Search, table: CandidateTable, solver: str, deadline: float, top_k: int) -> Plan | None:
+    """The offload fallback (:mod:`frenzy_core.planning.offload`): the first offloading recipe that has a plan,
+    with a note saying what it offloads and why; None when none has."""
+    for offloaded in offload_searches(search):
+        fallback = offloaded.table()
+        solution = solve(offloaded, fallback, solver, max(deadline - time.perf_counter(), MIN_SOLVER_S))
+        if solution is not None:
+            plan = build_plan(offloaded, fallback, solution, top_k)
+            note = offload_note(search, table, offloaded, plan.gpu_type, plan.memory.host_bytes)
+            return unknown_hosts(plan, search).replace(notes=[*plan.notes, note])
+    return None
+
+
 def _check_options(solver: object, time_limit_s: object, top_k: object) -> None:
     if not isinstance(solver, str) or solver not in SOLVERS:
         raise ConfigError(f"unknown solver {short_repr(solver)}", field="solver", value=solver,
@@ -188,6 +202,9 @@ def plan_job(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig 
             return build_mixed_plan(search, layouts, choice, table, solution, top_k, notes, solver,
                                     time.perf_counter() - start)
     if solution is None:
+        offloaded = _offload_plan(search, table, solver, deadline, top_k)
+        if offloaded is not None:
+            return offloaded
         word: str | None
         if choice is not None:
             types = " + ".join(choice.tables.types)

@@ -63,6 +63,7 @@ def offload_searches(search: Search) -> list[Search]:
             if cons.distributed_optimizer is False:
                 continue
             pinned = cons.replace(distributed_optimizer=True)
+            recipe = recipe.replace(distributed_optimizer=True)  # as the launcher's type check reads it
         else:
             stages = [z for z in cons.zero_stages or (0, 1, 2, 3) if z in _ZERO_STAGES[kind]]
             if not stages:

@@ -155,7 +155,8 @@ def plan_job(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig 
              constraints: PlanConstraints | Mapping[str, Any] | None = None, time_limit_s: float = 10,
              top_k: int = 5, solver: str = "cp-sat", estimator: LayoutEstimator | None = None,
              launcher: str | LaunchScope | None = None, time_model: str | Path | None = None,
-             mixed_types: bool = True, mixed_stages: bool = False, uneven_dp: bool = True) -> Plan:
+             mixed_types: bool = True, mixed_stages: bool = False, uneven_dp: bool = True,
+             offload_fallback: bool = True) -> Plan:
     """The best plan for training ``model`` on the free GPUs of ``cluster``.
 
     Fixed: what ``training`` sets (sequence length, global batch, precision, optimizer, framework, ...); without
@@ -174,7 +175,9 @@ def plan_job(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig 
     (:mod:`frenzy_core.planning.stages`), taken only where it beats both; off by default until its search
     meets the planner's latency targets. ``uneven_dp`` also plans data-parallel ranks that differ by one
     micro-batch where the batch does not split evenly (framework ``torch``, no launcher or one that passes each
-    rank its count: :mod:`frenzy_core.planning.uneven`).
+    rank its count: :mod:`frenzy_core.planning.uneven`). ``offload_fallback``: where nothing fits without offload
+    and ``training`` sets no offload field, also search recipes that offload the optimizer, then the parameters
+    (:mod:`frenzy_core.planning.offload`; the scheduler's runs say no).
     """
     _check_options(solver, time_limit_s, top_k)
     if time_model is not None:
@@ -202,7 +205,7 @@ def plan_job(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig 
             return build_mixed_plan(search, layouts, choice, table, solution, top_k, notes, solver,
                                     time.perf_counter() - start)
     if solution is None:
-        offloaded = _offload_plan(search, table, solver, deadline, top_k)
+        offloaded = _offload_plan(search, table, solver, deadline, top_k) if offload_fallback else None
         if offloaded is not None:
             return offloaded
         word: str | None

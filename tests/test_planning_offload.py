@@ -99,6 +99,12 @@ def test_an_explicit_no_offload_is_kept() -> None:
     assert plan.training.offload_optimizer.value == "cpu" and plan.training.offload_params.value == "none"
 
 
+def test_a_refusal_says_offloading_was_searched_too() -> None:
+    with pytest.raises(InfeasiblePlanError, match="offloading the optimizer, then the parameters") as err:
+        plan_job(WIDE, _small_gpus(0.5, 64.0), SMALL, constraints={**FAST, "num_gpus": 1}, top_k=0, mixed_types=False)
+    assert "does not fit even at the largest layout" in str(err.value)  # the no-offload reasons stay
+
+
 def test_the_fallback_is_deterministic_and_skips_hosts_of_unknown_memory() -> None:
     request = dict(constraints={**FAST, "num_gpus": 1}, top_k=0, mixed_types=False)
     first = plan_job(WIDE, _small_gpus(1.2, 64.0), SMALL, **request)  # type: ignore[arg-type]

@@ -125,17 +125,19 @@ def _stage_plan(search: Search, table: CandidateTable, solution: Solution | None
     return build_stage_plan(search, recipes, staged, table, solution, top_k, notes, time.perf_counter() - start)
 
 
-def _offload_plan(search: Search, table: CandidateTable, solver: str, deadline: float, top_k: int) -> Plan | None:
+def _offload_plan(search: Search, table: CandidateTable, solver: str, deadline: float, top_k: int
+                  ) -> tuple[Plan | None, bool]:
     """The offload fallback (:mod:`frenzy_core.planning.offload`): the first offloading recipe that has a plan,
-    with a note saying what it offloads and why; None when none has."""
-    for offloaded in offload_searches(search):
+    with a note saying what it offloads and why (None when none has), and whether any recipe was searched."""
+    searches = offload_searches(search)
+    for offloaded in searches:
         fallback = offloaded.table()
         solution = solve(offloaded, fallback, solver, max(deadline - time.perf_counter(), MIN_SOLVER_S))
         if solution is not None:
             plan = build_plan(offloaded, fallback, solution, top_k)
             note = offload_note(search, table, offloaded, plan.gpu_type, plan.memory.host_bytes)
-            return unknown_hosts(plan, search).replace(notes=[*plan.notes, note])
-    return None
+            return unknown_hosts(plan, search).replace(notes=[*plan.notes, note]), True
+    return None, bool(searches)
 
 
 def _check_options(solver: object, time_limit_s: object, top_k: object) -> None:
@@ -205,7 +207,7 @@ def plan_job(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig 
             return build_mixed_plan(search, layouts, choice, table, solution, top_k, notes, solver,
                                     time.perf_counter() - start)
     if solution is None:
-        offloaded = _offload_plan(search, table, solver, deadline, top_k) if offload_fallback else None
+        offloaded, tried = _offload_plan(search, table, solver, deadline, top_k) if offload_fallback else (None, False)
         if offloaded is not None:
             return offloaded
         word: str | None
@@ -216,5 +218,5 @@ def plan_job(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig 
             word = mixing_reason(search, table)
         else:
             word = None  # not searched (a launcher, even or whole nodes) or cut short
-        raise infeasible_error(search, table, deadline, word)
+        raise infeasible_error(search, table, deadline, word, offloaded=tried)
     return build_plan(search, table, solution, top_k)

@@ -53,7 +53,7 @@ from frenzy_core.timing.comm import (
 from frenzy_core.timing.efficiency import GemmHardware, gemm_hardware
 from frenzy_core.timing.flops import training_flops
 from frenzy_core.timing.layer import Rates
-from frenzy_core.timing.offload import offload_terms
+from frenzy_core.timing.offload import OffloadTerms, offload_terms
 from frenzy_core.timing.overlap import data_parallel_exposure, fsdp_exposure, pipelined_hidden
 from frenzy_core.timing.params import TimeModelParams, default_time_model_params
 from frenzy_core.timing.result import TIME_CATEGORIES, TimeEstimate, TimeEstimateBatch
@@ -238,14 +238,8 @@ def estimate_iteration_time_batch(
                                      holds_embedding.astype(np.int64) + 2 * (~pick_mid).astype(np.int64))
     hidden_dp = (1.0 - share) * p.data_parallel_overlap * hidden_dp
 
-    replicas = (dp_ * cp_).astype(np.float64)
-    optimizer_s = _optimizer_s(training, trained[0], trained[1], replicas, ep_, zero, mem_bw)
-    off = offload_terms(training, gpu, stepped=_sharded(trained[0], trained[1], replicas, ep_, zero, 1),
-                        held=_sharded(held[0], held[1], replicas, ep_, zero, 3), zero_stage=zero,
-                        ranks_per_node=np.minimum(world, links.gpus_per_node).astype(np.float64), m=mf,
-                        fwd_window=st.fwd_window, bwd_window=st.bwd_window)
-    if training.offload_optimizer is not OffloadDevice.NONE:  # the step runs on the host instead
-        optimizer_s = off.host_step_s
+    optimizer_s, off = _step_and_offload(training, gpu, trained, held, (dp_ * cp_).astype(np.float64), ep_, zero,
+                                         np.minimum(world, links.gpus_per_node).astype(np.float64), mf, st, mem_bw)
 
     breakdown = {
         "compute": mf * st.compute, "recompute": mf * st.recompute, "elementwise": mf * elementwise_mb,
@@ -305,6 +299,19 @@ def _batch_result(model: ModelConfig, seq_len: int, breakdown: dict[str, FloatAr
         mfu=model_flops / (iteration_s * world * peak), model_tflops_per_gpu=model_flops / (iteration_s * world) / 1e12,
         num_microbatches=m, global_batch_size=gbs, world_size=world,
     )
+
+
+def _step_and_offload(training: TrainingConfig, gpu: GPUSpec, trained: _Params, held: _Params, replicas: FloatArray,
+                      ep: IntArray, zero: IntArray, ranks_per_node: FloatArray, m: FloatArray, st: StageTerms,
+                      mem_bw: float) -> tuple[FloatArray, OffloadTerms]:
+    """The optimizer step (on the GPU, or on the host where it is offloaded) and offload's terms
+    (timing/offload.py)."""
+    off = offload_terms(training, gpu, stepped=_sharded(trained[0], trained[1], replicas, ep, zero, 1),
+                        held=_sharded(held[0], held[1], replicas, ep, zero, 3), zero_stage=zero,
+                        ranks_per_node=ranks_per_node, m=m, fwd_window=st.fwd_window, bwd_window=st.bwd_window)
+    if training.offload_optimizer is not OffloadDevice.NONE:
+        return off.host_step_s, off
+    return _optimizer_s(training, trained[0], trained[1], replicas, ep, zero, mem_bw), off
 
 
 def _sharded(dense: FloatArray, experts: FloatArray, replicas: FloatArray, ep: IntArray, zero: IntArray,

@@ -129,6 +129,8 @@ def _offload_plan(search: Search, table: CandidateTable, solver: str, deadline: 
                   ) -> tuple[Plan | None, bool]:
     """The offload fallback (:mod:`frenzy_core.planning.offload`): the first offloading recipe that has a plan,
     with a note saying what it offloads and why (None when none has), and whether any recipe was searched."""
+    if any(r.allowed and r.n_fit_free > 0 for r in table.reports):
+        return None, False  # layouts fit the GPUs without offload; a limit or the placement blocked them
     searches = offload_searches(search)
     for offloaded in searches:
         fallback = offloaded.table()
@@ -207,7 +209,9 @@ def plan_job(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig 
             return build_mixed_plan(search, layouts, choice, table, solution, top_k, notes, solver,
                                     time.perf_counter() - start)
     if solution is None:
-        offloaded, tried = _offload_plan(search, table, solver, deadline, top_k) if offload_fallback else (None, False)
+        # a mix that fits without offload (mixed_types off) is the suggestion, not an offloading plan
+        fallback = offload_fallback and choice is None
+        offloaded, tried = _offload_plan(search, table, solver, deadline, top_k) if fallback else (None, False)
         if offloaded is not None:
             return offloaded
         word: str | None

@@ -380,8 +380,9 @@ def test_too_small_cluster_suggests_how_many_gpus_would_do() -> None:
     from frenzy_core import Cluster, InfeasiblePlanError, ModelConfig, TrainingConfig, plan_job
 
     cluster = Cluster.from_dict({"nodes": [{"gpu": "a100-80gb", "gpus_per_node": 8, "count": 1}]})
-    with pytest.raises(InfeasiblePlanError) as info:
-        plan_job(ModelConfig.preset("llama-2-70b"), cluster, TrainingConfig(seq_len=4096, global_batch_size=64))
+    with pytest.raises(InfeasiblePlanError) as info:  # no offload asked for: else 8 GPUs do, offloading it
+        plan_job(ModelConfig.preset("llama-2-70b"), cluster, TrainingConfig(seq_len=4096, global_batch_size=64,
+                                                                              offload_optimizer="none"))
     (suggestion,) = [s for s in info.value.suggestions if "a cluster with at least" in s]
     need = int(suggestion.split("at least ")[1].split()[0])
     assert need > 8 and "(this one has 8)" in suggestion

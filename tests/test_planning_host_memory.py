@@ -73,11 +73,13 @@ def test_infeasible_message_names_host_memory_and_what_helps() -> None:
 
 
 def test_fewer_ranks_per_node_when_host_memory_binds() -> None:
-    """Two nodes of 1.5 GiB: eight ranks on one node need 1.9 GiB, so the plan spreads its ranks over both."""
-    plan = plan_job(MODEL, _cluster(3 * GIB // 2, count=2), OFFLOAD, time_limit_s=5)
+    """Two nodes of 1.5 GiB: eight ranks on one node need 1.9 GiB, so an 8-GPU plan spreads its ranks over both
+    (8 GPUs: with more, the planner takes 16 over both nodes whatever their host memory)."""
+    eight = {"num_gpus": 8}
+    plan = plan_job(MODEL, _cluster(3 * GIB // 2, count=2), OFFLOAD, constraints=eight, time_limit_s=5)
     _check_host(plan)
     assert len(plan.placement) == 2
-    unlimited = plan_job(MODEL, _cluster(None, count=2), OFFLOAD, time_limit_s=5)
+    unlimited = plan_job(MODEL, _cluster(None, count=2), OFFLOAD, constraints=eight, time_limit_s=5)
     assert len(unlimited.placement) == 1  # without the limit it packs one node
 
 

@@ -103,11 +103,12 @@ def _paper() -> Cluster:
     return Cluster.preset("frenzy-paper")
 
 
-@pytest.mark.parametrize("n", [6, 13] + [pytest.param(n, marks=pytest.mark.slow) for n in range(3, 33)
+@pytest.mark.parametrize("n", [6, 13] + [pytest.param(n, marks=pytest.mark.slow) for n in range(1, 33)
                                          if n not in (6, 13)])
 def test_a_pinned_batch_of_100_gets_exactly_the_gpus_asked_on_frenzy_paper(n: int) -> None:
     """`frenzy plan llama-3.1-8b --num-gpus N --global-batch 100`: before uneven splits only the N whose dp could
-    divide 100 were planned; 1 and 2 GPUs do not hold the model (refused for memory, as without a batch)."""
+    divide 100 were planned; 1 and 2 GPUs hold the model only by offloading its optimizer (the fallback; CI runs
+    them with the default batch in test_planning_offload.py)."""
     plan = plan_job(ModelConfig.preset("llama-3.1-8b"), _paper(), TrainingConfig(seq_len=2048, global_batch_size=100),
                     constraints={"num_gpus": n}, top_k=0)
     assert plan.num_gpus == n

@@ -48,7 +48,8 @@ def test_gpt3_13b_on_4_plus_4_v100_is_unschedulable(policy: str) -> None:
     # cannot hold it, and the planner says so on that allocation
     split = Cluster.from_dict({"nodes": [{"gpu": "v100-32gb", "gpus_per_node": 8, "count": 2, "free_gpus": 4}]})
     with pytest.raises(InfeasiblePlanError):
-        plan_job(GPT3_13B, split, _gpt3_job().training, constraints={"num_gpus": 8}, top_k=0)
+        plan_job(GPT3_13B, split, _gpt3_job().training, constraints={"num_gpus": 8}, top_k=0,
+                 offload_fallback=False)  # as the scheduler plans its runs
     result = simulate([_gpt3_job()], split, policy, throughput=THROUGHPUT, progress=False)
     (record,) = result.jobs
     assert record.start_time_s is None and result.unschedulable == ["gpt3"]

@@ -10,8 +10,9 @@ from pydantic import Field
 from frenzy_core.adapters.base import Adapter, AdapterOptions, OutputFormat, node_slots, uniform_gpus_per_node
 from frenzy_core.adapters.torchrun import DEFAULT_RDZV_PORT
 from frenzy_core.config.layout import num_microbatches
-from frenzy_core.config.training import Precision, Recompute, TrainingConfig
+from frenzy_core.config.training import OffloadDevice, Precision, Recompute, TrainingConfig
 from frenzy_core.errors import ConfigError
+from frenzy_core.planning.launchers import FULL_OFFLOAD, offload_kind
 from frenzy_core.planning.plan import Plan
 
 __all__ = ["ACCELERATE", "FSDP_SHARDING", "AccelerateOptions"]
@@ -67,6 +68,13 @@ def _check_expressible(plan: Plan) -> None:
         value = t.model_dump(mode="json")[field]
         raise ConfigError(f"Accelerate's Megatron-LM plugin config has no key for training.{field}={value!r}",
                           field=f"training.{field}", value=value, hint="use the megatron adapter")
+    kind = offload_kind(t)
+    if kind != "none" and (kind != FULL_OFFLOAD or _splits_model(plan) or t.effective_zero_stage == 0):
+        raise ConfigError(f"Accelerate's config offloads only through FSDP's CPUOffload (parameters, gradients and "
+                          f"the optimizer step together, fsdp_offload_params), not offload {kind!r} with "
+                          f"{plan.parallel.describe()} at ZeRO {t.effective_zero_stage}", field="training.offload_optimizer",
+                          value=kind, hint="plan with offload_optimizer='cpu' and offload_params='cpu' at ZeRO >= 1 "
+                          "without tp/pp, or use the deepspeed adapter")
     if t.precision not in _MIXED_PRECISION:
         raise ConfigError(f"Accelerate has no mixed_precision for {t.precision.value!r}",
                           field="training.precision", value=t.precision.value,
@@ -109,7 +117,7 @@ def build_accelerate(plan: Plan, options: AccelerateOptions) -> dict[str, Any]:
             "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
             "fsdp_backward_prefetch": "BACKWARD_PRE",
             "fsdp_state_dict_type": "SHARDED_STATE_DICT",
-            "fsdp_offload_params": False,
+            "fsdp_offload_params": t.offload_params is OffloadDevice.CPU,
             "fsdp_activation_checkpointing": t.recompute is Recompute.FULL,
             "fsdp_use_orig_params": True,
             "fsdp_sync_module_states": True,

@@ -31,6 +31,7 @@ from frenzy_core.planning.plan import Plan, StagePlan
 __all__ = [
     "GROUP_ENV",
     "MULTILINE",
+    "OFFLOAD_ENV",
     "RECIPE_ENV",
     "STAGE_ENV",
     "Adapter",
@@ -305,10 +306,22 @@ FRENZY_PP the number of stages: docs/adapters.md, "Pipeline stages on different 
 builds its stage and process groups from them."""
 
 
+OFFLOAD_ENV: dict[str, str] = {
+    "FRENZY_OFFLOAD_OPTIMIZER": "where master weights, optimizer states and the step live: none, cpu or nvme "
+                                "(TrainingConfig.offload_optimizer; DeepSpeed offload_optimizer, FSDP CPUOffload)",
+    "FRENZY_OFFLOAD_PARAMS": "where the (sharded) parameters and gradients live between uses: none, cpu or nvme "
+                             "(TrainingConfig.offload_params; DeepSpeed offload_param, FSDP CPUOffload)",
+    "FRENZY_ACTIVATION_OFFLOAD_LAYERS": "layers per stage whose saved activations wait in host memory (torch "
+                                        "save_on_cpu; 0: none)",
+}
+"""Set besides the others on every rank of a plan that offloads (the planner's memory and time for it assume the
+script offloads as they say; docs/adapters.md, "Offload")."""
+
+
 def recipe_env(plan: Plan, group: int = 0) -> dict[str, str]:
     """The values of :data:`RECIPE_ENV` for the ranks of ``plan``'s group ``group`` (the only one of a
     single-type plan), plus :data:`GROUP_ENV` when the plan has several replica groups or :data:`STAGE_ENV` for
-    pipeline stages of different types; as strings."""
+    pipeline stages of different types, and :data:`OFFLOAD_ENV` when it offloads; as strings."""
     stage = plan.stages[group]
     t, p = plan.stage_training(stage), plan.stage_parallel(stage)
     values: dict[str, object] = {
@@ -332,6 +345,10 @@ def recipe_env(plan: Plan, group: int = 0) -> dict[str, str]:
             "FRENZY_GROUP_FIRST_REPLICA": sum(s.dp for s in before),
             "FRENZY_GROUP_FIRST_SAMPLE": sum(s.samples for s in before)})
         assert list(values)[len(RECIPE_ENV):] == list(GROUP_ENV), "recipe_env and GROUP_ENV disagree"
+    if t.offloads:
+        values.update({"FRENZY_OFFLOAD_OPTIMIZER": t.offload_optimizer.value,
+                       "FRENZY_OFFLOAD_PARAMS": t.offload_params.value,
+                       "FRENZY_ACTIVATION_OFFLOAD_LAYERS": t.activation_offload_layers})
     return {k: str(v) for k, v in values.items()}
 
 

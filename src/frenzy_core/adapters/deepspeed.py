@@ -1,4 +1,4 @@
-"""``deepspeed``: the DeepSpeed JSON config of a plan (batch sizes, ZeRO stage, precision, checkpointing).
+"""``deepspeed``: the DeepSpeed JSON config of a plan (batch sizes, ZeRO stage and offload, precision, checkpointing).
 
 Plain DeepSpeed counts data-parallel ranks as the world size divided by what splits the model, so the config
 names those splits: ``tensor_parallel.autotp_size`` (DeepSpeed's AutoTP) for tp and ``expert_parallel`` (AutoEP)
@@ -13,7 +13,7 @@ from pydantic import Field
 
 from frenzy_core.adapters.base import Adapter, AdapterOptions, OutputFormat
 from frenzy_core.config.layout import global_batch_size, num_microbatches
-from frenzy_core.config.training import Precision, Recompute
+from frenzy_core.config.training import OffloadDevice, Precision, Recompute
 from frenzy_core.errors import ConfigError
 from frenzy_core.planning.plan import Plan
 
@@ -53,6 +53,35 @@ def _check_expressible(plan: Plan) -> None:
                           hint="plan with pp=1 for ZeRO-2/3, or ZeRO-1 with pipelines")
 
 
+def _offload_blocks(plan: Plan) -> dict[str, Any]:
+    """``zero_optimization``'s offload_optimizer / offload_param blocks (DeepSpeed config docs: the optimizer at
+    ZeRO stage 1-3, parameters at stage 3, both here to pinned host memory); ConfigError for what the config
+    cannot say as the plan was estimated."""
+    t = plan.training
+    if not t.offloads:
+        return {}
+    stage = t.effective_zero_stage
+    refusal = None
+    if OffloadDevice.NVME in (t.offload_optimizer, t.offload_params):
+        refusal = "NVMe offload needs an nvme_path on every node, which a plan does not know"
+    elif t.activation_offload_layers > 0:
+        refusal = (f"activation_offload_layers={t.activation_offload_layers} has no DeepSpeed key (its "
+                   "cpu_checkpointing offloads recomputation checkpoints, which the estimate does not model)")
+    elif t.offload_optimizer is OffloadDevice.NONE:
+        refusal = "DeepSpeed offloads parameters only with the optimizer (offload_param needs offload_optimizer)"
+    elif stage < 1 or (t.offload_params is not OffloadDevice.NONE and stage < 3):
+        refusal = (f"DeepSpeed offloads the optimizer at ZeRO stage 1-3 and parameters at stage 3, not at stage "
+                   f"{stage}")
+    if refusal is not None:
+        raise ConfigError(refusal, field="training.offload_optimizer", value=t.offload_optimizer.value,
+                          hint="plan with offload_optimizer='cpu' at ZeRO 1-3 (offload_params='cpu' at ZeRO 3), or "
+                               "launch with torchrun (it passes the recipe in FRENZY_OFFLOAD_*)")
+    blocks: dict[str, Any] = {"offload_optimizer": {"device": "cpu", "pin_memory": True}}
+    if t.offload_params is OffloadDevice.CPU:
+        blocks["offload_param"] = {"device": "cpu", "pin_memory": True}
+    return blocks
+
+
 def build_deepspeed(plan: Plan, options: DeepSpeedOptions) -> dict[str, Any]:
     """The config dict; DeepSpeed checks train_batch_size = micro x accumulation x data-parallel size, the last
     being world / (tp x pp) once the config's autotp_size and the script's PipelineModule say so."""
@@ -62,7 +91,7 @@ def build_deepspeed(plan: Plan, options: DeepSpeedOptions) -> dict[str, Any]:
         "train_batch_size": global_batch_size(t, p),
         "train_micro_batch_size_per_gpu": t.micro_batch_size,
         "gradient_accumulation_steps": num_microbatches(t, p),
-        "zero_optimization": {"stage": t.effective_zero_stage},
+        "zero_optimization": {"stage": t.effective_zero_stage, **_offload_blocks(plan)},
         **_precision_blocks(t.precision),
     }
     if p.tp > 1:

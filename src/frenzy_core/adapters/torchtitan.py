@@ -20,7 +20,7 @@ from frenzy_core.adapters.base import per_stage_tp_launchers
 from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.config.parallel import PipelineSchedule
 from frenzy_core.errors import ConfigError
-from frenzy_core.planning.launchers import launchers_where
+from frenzy_core.planning.launchers import FULL_OFFLOAD, launchers_where, offload_kind
 from frenzy_core.planning.plan import Plan
 
 __all__ = ["module_fqns_per_model_part", "stage_layer_counts", "torchtitan_args"]
@@ -70,6 +70,13 @@ def _check(plan: Plan) -> None:
             hint=f"launch it with {', '.join(per_stage_tp_launchers())} and a script that builds each stage from "
                  f"FRENZY_STAGE* (docs/adapters.md), or plan with constraints={{'tp': {tps[-1]}}} so every stage "
                  "shares one tp")
+    kind = offload_kind(plan.training)
+    if kind not in ("none", FULL_OFFLOAD):
+        raise ConfigError(
+            f"torchtitan offloads only through FSDP2's CPUOffloadPolicy (parameters, gradients and the optimizer "
+            f"together, --training.enable_cpu_offload), not offload {kind!r}", field="training.offload_optimizer",
+            value=kind, hint="launch it with torchrun and a script that reads FRENZY_OFFLOAD_*, or plan with "
+                             "offload_optimizer='cpu' and offload_params='cpu'")
     if p.vpp > 1 or p.schedule not in SCHEDULES:
         raise ConfigError(
             f"torchtitan's split is written here for one stage per pp rank (1F1B or GPipe), not {p.describe()} "
@@ -100,4 +107,5 @@ def torchtitan_args(plan: Plan) -> list[str]:
     return [f"--parallelism.pipeline_parallel_degree={plan.parallel.pp}",
             f"--parallelism.pipeline_parallel_schedule={SCHEDULES[plan.parallel.schedule]}",
             f"--parallelism.tensor_parallel_degree={plan.stages[0].tp}",
-            "--parallelism.module_fqns_per_model_part", *(",".join(part) for part in parts)]
+            "--parallelism.module_fqns_per_model_part", *(",".join(part) for part in parts),
+            *(["--training.enable_cpu_offload"] if offload_kind(plan.training) == FULL_OFFLOAD else [])]

@@ -7,7 +7,8 @@ from rich.table import Table
 
 from frenzy_core.cli._common import gib, new_table
 from frenzy_core.cli.memory_view import stage_memory_table
-from frenzy_core.planning.explain import format_value
+from frenzy_core.planning.explain import format_value, host_line
+from frenzy_core.planning.launchers import offload_kind
 from frenzy_core.planning.plan import Alternative, Plan
 from frenzy_core.timing.result import TIME_CATEGORIES
 
@@ -60,7 +61,7 @@ def _summary(plan: Plan) -> Table:
             (
                 f"{t.precision.value}, {t.optimizer.value}, recompute {t.recompute.value}, "
                 f"{_sharding(t.zero_stage, t.distributed_optimizer, t.sequence_parallel)}, "
-                f"{t.framework.value}"
+                f"{t.framework.value}" + ("" if not t.offloads else f", offload {offload_kind(t)}")
             ),
         ),
         (
@@ -79,6 +80,9 @@ def _summary(plan: Plan) -> Table:
             ),
         ),
     ]
+    host = host_line(plan)
+    rows += [("host memory", host.removeprefix("Host memory: "))] if host else []
+    rows += [("note", note) for note in plan.notes]
     if plan.price_per_hour_usd is not None:
         rows.append(("price", f"${plan.price_per_hour_usd:,.2f} per hour for all {plan.num_gpus} GPUs"))
     for key, value in rows:

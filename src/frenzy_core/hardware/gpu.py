@@ -87,6 +87,10 @@ class GPUSpec(FrozenModel):
             "Host (CPU) memory of the typical node of gpus_per_node GPUs, where a source gives it; None: unknown."))
     inter_node_bytes_per_s: Annotated[float, at_most(limits.BYTES_PER_S)] = Field(
         ge=limits.MIN_BYTES_PER_S, description="Typical network bandwidth per GPU, per direction.")
+    host_link_bytes_per_s: Annotated[float | None, at_most(limits.BYTES_PER_S)] = Field(
+        default=None, ge=limits.MIN_BYTES_PER_S, description=(
+            "GPU <-> host link (its PCIe interface), per direction: what offloaded states cross each step; None: "
+            "unknown (the time model then uses time_model.yaml's offload.default_host_link_bytes_per_s)."))
     price_per_gpu_hour_usd: Annotated[float | None, at_most(limits.PRICE_USD)] = Field(default=None, gt=0)
     price_date: str | None = Field(default=None, description="ISO date the price was read.")
     notes: str = Field(default="", description="Modelling choices worth knowing (e.g. one MI250X GCD per device).")

@@ -231,14 +231,18 @@ def mixing_reason(search: Search, table: CandidateTable, stages: bool) -> str | 
 
 
 def infeasible_error(search: Search, table: CandidateTable, deadline: float | None = None,
-                     mixed: str | None = None) -> InfeasiblePlanError:
+                     mixed: str | None = None, offloaded: bool = False) -> InfeasiblePlanError:
     """An :class:`InfeasiblePlanError` naming what blocked each GPU type and the smallest changes that help;
     the search for changes stops at ``deadline`` (a ``time.perf_counter()`` value) and says so. ``mixed``:
-    the mixed-type search's word (a suggestion when it was off and found a plan, else why it found none)."""
+    the mixed-type search's word (a suggestion when it was off and found a plan, else why it found none).
+    ``offloaded``: the offload fallback was searched too and found nothing (the suggestions are without it)."""
     rows, ok = placement_options(table, search.pool)
     reasons = [f"{r.gpu_type}: {r.message}" for r in type_rejections(table, search.pool, rows, ok, None, search.constraints)]
     if mixed is not None and not mixed.startswith("mix GPU types"):
         reasons.append(mixed)
+    if offloaded:
+        reasons.append("offloading the optimizer, then the parameters, to the host memory of the nodes that give it "
+                       "does not fit either")
     finders: list[Callable[[Search], list[str]]] = [_free_gpu_suggestions, _host_suggestions, _pin_suggestions,
                                                     _limit_suggestions, _seq_len_suggestion]
     suggestions: list[str] = [mixed] if mixed is not None and mixed.startswith("mix GPU types") else []

@@ -19,12 +19,13 @@ from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.config.megatron import megatron_launch
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.parallel import ParallelConfig
-from frenzy_core.config.training import Framework, TrainingConfig
+from frenzy_core.config.training import Framework, OffloadDevice, TrainingConfig
 from frenzy_core.errors import ConfigError, UnknownNameError
 from frenzy_core.hardware.gpu import GPUSpec
 from frenzy_core.planning.request import PlacementMode
 
-__all__ = ["LAUNCH_SCOPES", "LaunchScope", "get_launch_scope", "launchers_where"]
+__all__ = ["FULL_OFFLOAD", "LAUNCH_SCOPES", "OPTIMIZER_OFFLOAD", "LaunchScope", "get_launch_scope", "launchers_where",
+           "offload_kind"]
 
 BoolArray = npt.NDArray[np.bool_]
 LayoutCheck = Callable[[LayoutArrays], BoolArray]
@@ -50,6 +51,9 @@ class LaunchScope(FrozenModel):
         "Whether it launches plans spanning GPU types (replica groups with their own micro-batch counts), with "
         "any placement: it writes one part per GPU type and node size, so the placement rule is for single-type "
         "plans. Also whether data-parallel ranks may run different micro-batch counts (Search.uneven)."))
+    offload: tuple[str, ...] | None = Field(default=None, description=(
+        "The offload recipes (:func:`offload_kind`) its files can say; None: any, passed to the script in "
+        "FRENZY_OFFLOAD_* (adapters/base.py, RECIPE_ENV)."))
     stages: bool = Field(default=False, description=(
         "Whether it launches a pipeline whose stages run on different GPU types with their own layer counts "
         "(issue 12, form a): every stage's ranks with that stage's environment; plan_job(..., launcher=...) "
@@ -65,6 +69,14 @@ class LaunchScope(FrozenModel):
             raise ConfigError(f"launcher {self.name} runs framework {names}, not {training.framework.value!r}",
                               field="training.framework", value=training.framework.value,
                               hint=f"plan with framework {self.frameworks[0].value!r}")
+        kind = offload_kind(training)
+        if self.offload is not None and kind not in self.offload:
+            raise ConfigError(f"launcher {self.name} cannot express offload {kind!r} (offload_optimizer="
+                              f"{training.offload_optimizer.value!r}, offload_params={training.offload_params.value!r}, "
+                              f"activation_offload_layers={training.activation_offload_layers})",
+                              field="training.offload_optimizer", value=kind,
+                              hint="use one of " + ", ".join(self.offload) + ", or the torchrun launcher (it passes "
+                                   "the recipe to the script)")
         for field, allowed in self.recipe.items():
             value = getattr(training, field)
             value = getattr(value, "value", value)
@@ -87,6 +99,22 @@ class LaunchScope(FrozenModel):
         except ConfigError as exc:
             return str(exc)
         return None
+
+
+OPTIMIZER_OFFLOAD = "optimizer-cpu"
+"""Master weights, optimizer states and the step on the host (ZeRO-Offload, Megatron --optimizer-cpu-offload)."""
+FULL_OFFLOAD = "optimizer-cpu+params-cpu"
+"""The parameters (and gradients) on the host too (FSDP CPUOffload, ZeRO-Infinity offload_param to the CPU)."""
+
+
+def offload_kind(training: TrainingConfig) -> str:
+    """The recipe's offload in one word: ``none``, ``optimizer-<device>``, ``params-<device>``, the two joined
+    with ``+``, and ``+activations`` when saved activations go to the host."""
+    parts = [f"{name}-{device.value}" for name, device in (("optimizer", training.offload_optimizer),
+                                                           ("params", training.offload_params))
+             if device is not OffloadDevice.NONE]
+    parts += ["activations"] if training.activation_offload_layers > 0 else []
+    return "+".join(parts) or "none"
 
 
 def _megatron_gpu(model: ModelConfig, training: TrainingConfig, gpu: GPUSpec) -> None:
@@ -123,14 +151,15 @@ LAUNCH_SCOPES: dict[str, LaunchScope] = {scope.name: scope for scope in (
     LaunchScope(name="megatron", placement=PlacementMode.ANY, frameworks=(Framework.MEGATRON,), stages=True,
                 recipe={"precision": _MEGATRON_PRECISIONS, "attention": ("eager", "flash"),
                         "optimizer": ("adamw", "adam", "sgd", "sgd-momentum")},
-                layouts=_megatron_layouts, gpu=_megatron_gpu),
+                offload=("none", OPTIMIZER_OFFLOAD), layouts=_megatron_layouts, gpu=_megatron_gpu),
     # a DeepSpeed config: its precision blocks keep fp32 master weights; the hostfile gives slots per host
     LaunchScope(name="deepspeed", placement=PlacementMode.ANY, frameworks=(Framework.TORCH,),
-                recipe={"precision": ("bf16-mixed", "fp16-mixed", "fp32")}, layouts=_deepspeed_layouts),
+                recipe={"precision": ("bf16-mixed", "fp16-mixed", "fp32")}, offload=("none", OPTIMIZER_OFFLOAD, FULL_OFFLOAD),
+                layouts=_deepspeed_layouts),
     # Accelerate starts num_processes / num_machines per machine
     LaunchScope(name="accelerate", placement=PlacementMode.EVEN, frameworks=(Framework.TORCH,),
                 recipe={"precision": ("fp32", "amp-bf16", "amp-fp16", "bf16-mixed", "fp16-mixed", "fp8-mixed")},
-                layouts=_accelerate_layouts),
+                offload=("none", FULL_OFFLOAD), layouts=_accelerate_layouts),
     # sbatch --ntasks-per-node / a pod per node / a TrainJob's numProcPerNode / SkyPilot's accelerators per
     # node: one count for every node; a mixed plan is a Slurm heterogeneous job or a JobSet, one component or
     # replicated job per (group, node size)

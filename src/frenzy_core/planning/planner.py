@@ -21,6 +21,7 @@ from frenzy_core.planning.mixed import mixed_search
 from frenzy_core.planning.mixed_plan import build_mixed_plan, single_type_score
 from frenzy_core.planning.mixed_solve import MixedChoice, score
 from frenzy_core.planning.nodes import Locality
+from frenzy_core.planning.offload import offload_note, offload_searches, unknown_hosts
 from frenzy_core.planning.placement import Solution, placement_options, solve_cp_sat, solve_exhaustive
 from frenzy_core.planning.plan import Plan, StagePlan
 from frenzy_core.planning.request import DEFAULT_MIXED_STAGES, Objective, PlanConstraints
@@ -124,6 +125,23 @@ def _stage_plan(search: Search, table: CandidateTable, solution: Solution | None
     return build_stage_plan(search, recipes, staged, table, solution, top_k, notes, time.perf_counter() - start)
 
 
+def _offload_plan(search: Search, table: CandidateTable, solver: str, deadline: float, top_k: int
+                  ) -> tuple[Plan | None, bool]:
+    """The offload fallback (:mod:`frenzy_core.planning.offload`): the first offloading recipe that has a plan,
+    with a note saying what it offloads and why (None when none has), and whether any recipe was searched."""
+    if any(r.allowed and r.n_fit_free > 0 for r in table.reports):
+        return None, False  # layouts fit the GPUs without offload; a limit or the placement blocked them
+    searches = offload_searches(search)
+    for offloaded in searches:
+        fallback = offloaded.table()
+        solution = solve(offloaded, fallback, solver, max(deadline - time.perf_counter(), MIN_SOLVER_S))
+        if solution is not None:
+            plan = build_plan(offloaded, fallback, solution, top_k)
+            note = offload_note(search, table, offloaded, plan.gpu_type, plan.memory.host_bytes)
+            return unknown_hosts(plan, search).replace(notes=[*plan.notes, note]), True
+    return None, bool(searches)
+
+
 def _check_options(solver: object, time_limit_s: object, top_k: object) -> None:
     if not isinstance(solver, str) or solver not in SOLVERS:
         raise ConfigError(f"unknown solver {short_repr(solver)}", field="solver", value=solver,
@@ -141,7 +159,8 @@ def plan_job(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig 
              constraints: PlanConstraints | Mapping[str, Any] | None = None, time_limit_s: float = 10,
              top_k: int = 5, solver: str = "cp-sat", estimator: LayoutEstimator | None = None,
              launcher: str | LaunchScope | None = None, time_model: str | Path | None = None,
-             mixed_types: bool = True, mixed_stages: bool = DEFAULT_MIXED_STAGES, uneven_dp: bool = True) -> Plan:
+             mixed_types: bool = True, mixed_stages: bool = DEFAULT_MIXED_STAGES, uneven_dp: bool = True,
+             offload_fallback: bool = True) -> Plan:
     """The best plan for training ``model`` on the free GPUs of ``cluster``.
 
     Fixed: what ``training`` sets (sequence length, global batch, precision, optimizer, framework, ...); without
@@ -161,7 +180,9 @@ def plan_job(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig 
     :data:`~frenzy_core.planning.request.DEFAULT_MIXED_STAGES`); with ``launcher``, only for a launcher that
     starts such pipelines (``LaunchScope.stages``). ``uneven_dp`` also plans data-parallel ranks that differ by one
     micro-batch where the batch does not split evenly (framework ``torch``, no launcher or one that passes each
-    rank its count: :mod:`frenzy_core.planning.uneven`).
+    rank its count: :mod:`frenzy_core.planning.uneven`). ``offload_fallback``: where nothing fits without offload
+    and ``training`` sets no offload field, also search recipes that offload the optimizer, then the parameters
+    (:mod:`frenzy_core.planning.offload`; the scheduler's runs say no).
     """
     _check_options(solver, time_limit_s, top_k)
     if time_model is not None:
@@ -189,6 +210,11 @@ def plan_job(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig 
             return build_mixed_plan(search, layouts, choice, table, solution, top_k, notes, solver,
                                     time.perf_counter() - start)
     if solution is None:
+        # a mix that fits without offload (mixed_types off) is the suggestion, not an offloading plan
+        fallback = offload_fallback and choice is None
+        offloaded, tried = _offload_plan(search, table, solver, deadline, top_k) if fallback else (None, False)
+        if offloaded is not None:
+            return offloaded
         word: str | None
         if choice is not None:
             types = " + ".join(choice.tables.types)
@@ -197,5 +223,5 @@ def plan_job(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig 
             word = mixing_reason(search, table, mixed_types and mixed_stages)
         else:
             word = None  # not searched (a launcher, even or whole nodes) or cut short
-        raise infeasible_error(search, table, deadline, word)
+        raise infeasible_error(search, table, deadline, word, offloaded=tried)
     return build_plan(search, table, solution, top_k)

@@ -64,7 +64,7 @@ def planned_tokens_per_s(model: ModelConfig, training: TrainingConfig, gpu_type:
 
     plan = plan_job(model, homogeneous_cluster(gpu_type, num_gpus), training, objective="throughput",
                     constraints={"num_gpus": num_gpus, "gpu_types": [get_gpu_spec(gpu_type).id]}, top_k=0,
-                    uneven_dp=False)
+                    uneven_dp=False, offload_fallback=False)
     return float(plan.time.tokens_per_s)
 
 
@@ -296,7 +296,8 @@ def _mixed_plan(model: ModelConfig, training: TrainingConfig, offers: tuple[Offe
         # equal micro-batch counts per replica group's ranks, as every run the scheduler holds (uneven_dp=False):
         # the single-type plans a mix must beat are ones a run can use
         plan = plan_job(model, cluster, training, objective="throughput", constraints={"max_gpus": max_gpus},
-                        top_k=0, time_limit_s=MIXED_TIME_LIMIT_S, mixed_types=True, uneven_dp=False)
+                        top_k=0, time_limit_s=MIXED_TIME_LIMIT_S, mixed_types=True, uneven_dp=False,
+                        offload_fallback=False)
     except InfeasiblePlanError:
         return None
     cut_short = not plan.optimal or any("time limit" in note for note in plan.notes)

@@ -9,7 +9,8 @@ memory-bound kernels counted per framework at a share of HBM bandwidth, and tens
 expert-parallel traffic on the links its groups span, partly hidden behind the GEMMs and attention steps next to
 it (timing/overlap.py); the pipeline adds (pp - 1) / vpp idle micro-batch slots (Narayanan et al. SC21) and
 stage-boundary sends; data-parallel traffic (DDP buckets, ZeRO, FSDP layer by layer) hides behind what compute
-it can, and the optimizer step closes the iteration. Formulas and sources: docs/time-model.md.
+it can, and the optimizer step closes the iteration (on the host CPU where it is offloaded, with the host-link
+copies of offloaded states: timing/offload.py). Formulas and sources: docs/time-model.md.
 The vectorised function is the implementation; the scalar one validates its configs and calls it.
 """
 
@@ -35,7 +36,7 @@ from frenzy_core.config.params import (
     norm_parameters,
 )
 from frenzy_core.config.trainable import adapter_params_per_layer, matmul_weights
-from frenzy_core.config.training import Framework, Precision, Recompute, TrainingConfig
+from frenzy_core.config.training import Framework, OffloadDevice, Precision, Recompute, TrainingConfig
 from frenzy_core.errors import ConfigError, require_instance
 from frenzy_core.hardware.cluster import Cluster
 from frenzy_core.hardware.gpu import GPUSpec, Links
@@ -52,6 +53,7 @@ from frenzy_core.timing.comm import (
 from frenzy_core.timing.efficiency import GemmHardware, gemm_hardware
 from frenzy_core.timing.flops import training_flops
 from frenzy_core.timing.layer import Rates
+from frenzy_core.timing.offload import OffloadTerms, offload_terms
 from frenzy_core.timing.overlap import data_parallel_exposure, fsdp_exposure, pipelined_hidden
 from frenzy_core.timing.params import TimeModelParams, default_time_model_params
 from frenzy_core.timing.result import TIME_CATEGORIES, TimeEstimate, TimeEstimateBatch
@@ -236,18 +238,19 @@ def estimate_iteration_time_batch(
                                      holds_embedding.astype(np.int64) + 2 * (~pick_mid).astype(np.int64))
     hidden_dp = (1.0 - share) * p.data_parallel_overlap * hidden_dp
 
-    optimizer_s = _optimizer_s(training, trained[0], trained[1], (dp_ * cp_).astype(np.float64), ep_, zero, mem_bw)
+    optimizer_s, off = _step_and_offload(training, gpu, trained, held, (dp_ * cp_).astype(np.float64), ep_, zero,
+                                         np.minimum(world, links.gpus_per_node).astype(np.float64), mf, st, mem_bw)
 
     breakdown = {
         "compute": mf * st.compute, "recompute": mf * st.recompute, "elementwise": mf * elementwise_mb,
         "kernel_launch": mf * st.launch, "tensor_parallel": mf * st.tensor_parallel,
         "context_parallel": mf * st.context_parallel, "expert_parallel": mf * st.expert_parallel,
         "pipeline_p2p": mf * st.pipeline_p2p, "pipeline_bubble": bubble, "data_parallel": dp_s,
-        "optimizer": optimizer_s,
+        "optimizer": optimizer_s, "offload": off.transfer_s,
     }
     assert tuple(breakdown) == TIME_CATEGORIES
     breakdown = {k: np.asarray(v, dtype=np.float64) * np.ones_like(mf) for k, v in breakdown.items()}
-    overlapped = mf * st.hidden + hidden_dp
+    overlapped = mf * st.hidden + hidden_dp + off.hidden_s
     return _batch_result(model, s, breakdown, overlapped, m, gbs, world, peak)
 
 
@@ -298,10 +301,31 @@ def _batch_result(model: ModelConfig, seq_len: int, breakdown: dict[str, FloatAr
     )
 
 
+def _step_and_offload(training: TrainingConfig, gpu: GPUSpec, trained: _Params, held: _Params, replicas: FloatArray,
+                      ep: IntArray, zero: IntArray, ranks_per_node: FloatArray, m: FloatArray, st: StageTerms,
+                      mem_bw: float) -> tuple[FloatArray, OffloadTerms]:
+    """The optimizer step (on the GPU, or on the host where it is offloaded) and offload's terms
+    (timing/offload.py)."""
+    off = offload_terms(training, gpu, stepped=_sharded(trained[0], trained[1], replicas, ep, zero, 1),
+                        held=_sharded(held[0], held[1], replicas, ep, zero, 3), zero_stage=zero,
+                        ranks_per_node=ranks_per_node, m=m, fwd_window=st.fwd_window, bwd_window=st.bwd_window)
+    if training.offload_optimizer is not OffloadDevice.NONE:
+        return off.host_step_s, off
+    return _optimizer_s(training, trained[0], trained[1], replicas, ep, zero, mem_bw), off
+
+
+def _sharded(dense: FloatArray, experts: FloatArray, replicas: FloatArray, ep: IntArray, zero: IntArray,
+             stage: int) -> FloatArray:
+    """This GPU's share of parameters that ZeRO shards over ``replicas`` from ``stage`` on (experts over
+    ``replicas / ep``)."""
+    sharded = zero >= stage
+    return np.asarray(dense / np.where(sharded, replicas, 1.0) + experts / np.where(sharded, replicas / ep, 1.0))
+
+
 def _optimizer_s(training: TrainingConfig, dense: FloatArray, experts: FloatArray, replicas: FloatArray,
                  ep: IntArray, zero: IntArray, mem_bw: float) -> FloatArray:
     """The optimizer step: memory-bound over this GPU's (ZeRO-sharded over ``replicas``) parameters."""
-    local = dense / np.where(zero >= 1, replicas, 1.0) + experts / np.where(zero >= 1, replicas / ep, 1.0)
+    local = _sharded(dense, experts, replicas, ep, zero, 1)
     return np.asarray(local * optimizer_bytes_per_param(training.precision, training.optimizer) / mem_bw)
 
 

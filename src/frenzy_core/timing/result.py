@@ -25,6 +25,7 @@ TIME_CATEGORIES: tuple[str, ...] = (
     "pipeline_bubble",
     "data_parallel",
     "optimizer",
+    "offload",
 )
 """Components of an iteration on the busiest GPU, in seconds; ``iteration_s`` = their sum - ``overlapped_s``."""
 

@@ -34,7 +34,7 @@ from frenzy_core.config.layout import validate_layout
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.parallel import ParallelConfig, PipelineSchedule
 from frenzy_core.config.params import ParamCounts, count_parameters
-from frenzy_core.config.training import Recompute, TrainingConfig
+from frenzy_core.config.training import OffloadDevice, Recompute, TrainingConfig
 from frenzy_core.errors import ConfigError, require_instance
 from frenzy_core.hardware.gpu import GPUSpec, Links
 from frenzy_core.timing.comm import link_rows, take_links
@@ -197,6 +197,11 @@ def estimate_pipeline_time(model: ModelConfig, training: TrainingConfig, paralle
         raise ConfigError(f"{len(stages)} stages for pp={parallel.pp}: a pipeline of unequal stages needs one "
                           "stage per pipeline rank, vpp=1 and the 1f1b schedule", field="stages",
                           hint="give one PipelineStage per pipeline stage")
+    if training.offload_optimizer is not OffloadDevice.NONE or training.offload_params is not OffloadDevice.NONE:
+        raise ConfigError("a pipeline of unequal stages is timed without offload (the planner searches it without)",
+                          field="training.offload_optimizer", value=training.offload_optimizer.value,
+                          hint="set offload_optimizer and offload_params to 'none', or time one GPU type with "
+                               "estimate_iteration_time")
     per = list(params) if params is not None else [None] * len(stages)
     for s in stages:
         validate_layout(model, training.replace(sequence_parallel=training.sequence_parallel and s.tp > 1),
@@ -235,7 +240,8 @@ def _estimate(model: ModelConfig, training: TrainingConfig, parallel: ParallelCo
               "tensor_parallel": terms.tensor_parallel, "context_parallel": terms.context_parallel,
               "expert_parallel": terms.expert_parallel, "pipeline_p2p": terms.pipeline_p2p}
     breakdown = {name: m * float(v[0]) for name, v in per_mb.items()}
-    breakdown.update(pipeline_bubble=pipe - m * float(t[k]), data_parallel=tails[j][0], optimizer=tails[j][2])
+    breakdown.update(pipeline_bubble=pipe - m * float(t[k]), data_parallel=tails[j][0], optimizer=tails[j][2],
+                     offload=0.0)
     assert set(breakdown) == set(TIME_CATEGORIES)
     overlapped = m * float(terms.hidden[0]) + tails[j][1]
     iteration = pipe + tails[j][0] - tails[j][1] + tails[j][2]

@@ -21,7 +21,7 @@ from frenzy_core.config.megatron.tables import (
 )
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.parallel import ParallelConfig
-from frenzy_core.config.training import Attention, Optimizer, Recompute, RecomputeModule, TrainingConfig
+from frenzy_core.config.training import Attention, OffloadDevice, Optimizer, Recompute, RecomputeModule, TrainingConfig
 from frenzy_core.errors import ConfigError
 
 __all__ = ["MegatronLaunch", "megatron_launch", "to_megatron_args"]
@@ -193,6 +193,11 @@ def _training_flags(training: TrainingConfig) -> list[str]:
     out += ["--attention-backend", "unfused" if training.attention is Attention.EAGER else "auto"]
     out += ["--sequence-parallel"] if training.sequence_parallel else []
     out += ["--tp-comm-overlap"] if training.tp_comm_overlap else []
+    if training.offload_optimizer is not OffloadDevice.NONE:
+        # Megatron-Core's HybridDeviceOptimizer, all of it on the host, its copies overlapped with the CPU step
+        # (megatron/core/optimizer/cpu_offloading/README.md; validate_args asserts the precision-aware optimizer)
+        out += ["--optimizer-cpu-offload", "--optimizer-offload-fraction", "1.0", "--use-precision-aware-optimizer",
+                "--overlap-cpu-optimizer-d2h-h2d"]
     return out
 
 
@@ -280,6 +285,13 @@ def _blockers(model: ModelConfig, training: TrainingConfig, parallel: ParallelCo
          "Megatron's backends are flash/fused or unfused"),
         (parallel.schedule.value == "gpipe", "parallel.schedule", parallel.schedule.value,
          "Megatron runs 1F1B or interleaved 1F1B"),
+        (training.offload_optimizer is not OffloadDevice.NONE and training.effective_zero_stage != 1,
+         "training.offload_optimizer", training.offload_optimizer.value,
+         "this writer offloads the optimizer with the distributed optimizer only (the precision-aware optimizer "
+         "path Megatron-Core's HybridDeviceOptimizer reuses); plan with distributed_optimizer=True"),
+        (training.activation_offload_layers > 0, "training.activation_offload_layers",
+         training.activation_offload_layers, "Megatron's --cpu-offloading is not written: the plan's time does not "
+         "charge activation offload"),
     ]
 
 

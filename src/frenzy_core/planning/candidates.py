@@ -164,6 +164,11 @@ def enumerate_rows(model: ModelConfig, training: TrainingConfig, constraints: Pl
     # (trained != batch) must issue the same collectives, not so for ZeRO-3's gather per micro-batch
     # (:func:`_batch_rows` leaves out expert parallelism alike)
     keep = ((sp == 0) | (tp > 1)) & ((trained == batch) | (zero != 3))
+    if sps == [0, 1] and not megatron:
+        # torch: tensor parallelism only with sequence parallelism, as torchtitan's apply_tp always runs it; the
+        # eager terms of tp > 1 without it match no launcher's plan (Transformers' tp_plan keeps the embedding
+        # whole and gathers the logits: docs/memory-model.md, torch sequence parallelism, open items)
+        keep &= (tp == 1) | (sp == 1)
     grid, batch, trained = grid[keep], batch[keep], trained[keep]
     layouts = _layouts(grid, training, batch)
     ok = layout_mask(model, layouts)

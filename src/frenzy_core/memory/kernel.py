@@ -274,8 +274,7 @@ def _activations(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
     kv_cache = kv_total = kv_first = 0.0 * n  # (Megatron's layers fill no KV cache)
     if torch:
         kv_layer, kv_extra = np.where(modes.full, 0.0, layer.kv_cache), np.where(modes.full, 0.0, layer.kv_extra)
-        kv_cache, kv_total = n * kv_layer, n * kv_extra
-        kv_first = np.where(n > 0, kv_layer - kv_extra, 0.0)
+        kv_cache, kv_total, kv_first = n * kv_layer, n * kv_extra, np.where(n > 0, kv_layer - kv_extra, 0.0)
         acts_fwd = acts_fwd + kv_total  # the cache this forward fills, beyond what its layers save
     if training.precision.is_amp:
         assert held is not None  # kept under autocast (StateTerms.held)

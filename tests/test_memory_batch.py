@@ -219,3 +219,19 @@ def test_distinct_rows_share_nothing_and_change_no_array() -> None:
     assert results[True]["valid"].all()
     for name, values in results[False].items():
         assert values.dtype == results[True][name].dtype and np.array_equal(values, results[True][name]), name
+
+
+@pytest.mark.parametrize("framework,precision", [("torch", "bf16"), ("megatron", "bf16-mixed")])
+def test_single_stage_rows_change_no_array(framework: str, precision: str) -> None:
+    """Rows of one pipeline stage are evaluated at that stage alone, the others at each candidate stage: a table
+    mixing both gives every row the arrays it gets in a table of its own kind."""
+    training = TrainingConfig(framework=framework, precision=precision, seq_len=512)
+    cfg = random_configs(60, seed=11)
+    cfg["sequence_parallel"] = cfg["sequence_parallel"] * (cfg["tp"] == 1)
+    mixed = _arrays(estimate_memory_batch(MOE, cfg, training))
+    single = cfg["pp"] == 1
+    assert 0 < single.sum() < len(single) and mixed["valid"][single].any() and mixed["valid"][~single].any()
+    for rows in (single, ~single):
+        alone = _arrays(estimate_memory_batch(MOE, {k: v[rows] for k, v in cfg.items()}, training))
+        for name, values in alone.items():
+            assert values.dtype == mixed[name].dtype and np.array_equal(values, mixed[name][rows]), name

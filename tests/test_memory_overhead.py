@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from frenzy_core.config import ModelConfig, MoEConfig, TrainingConfig
-from frenzy_core.memory.overhead import overhead_bytes, overhead_model, workspace_bytes
+from frenzy_core.errors import ConfigError
+from frenzy_core.memory.overhead import OverheadModel, overhead_bytes, overhead_model, workspace_bytes
 from frenzy_core.memory.result import OVERHEAD_CATEGORIES
 
 MiB = 2**20
@@ -33,3 +37,19 @@ def test_overhead_categories() -> None:
     assert out["nccl_buffers"][0] == 0 and out["nccl_buffers"][1] == 2 * overhead_model().nccl_per_communicator_bytes
     assert out["fragmentation"][1] == round(10 * 2**30 * overhead_model().fragmentation_fraction)
     assert (out["cuda_context"] == overhead_model().cuda_context_bytes).all()
+
+
+@settings(max_examples=40, deadline=None)
+@given(low=st.integers(0, 2**60 - 1), gap=st.integers(1, 2**60), comms=st.integers(0, 5))
+def test_device_bytes_grow_strictly_with_the_peak(low: int, gap: int, comms: int) -> None:
+    """For one layout (one communicator count), more live-tensor bytes always mean more device bytes: the batch
+    estimator picks a layout's busiest stage by its peak alone."""
+    high = min(low + gap, 2**60)  # > low
+    out = overhead_bytes(np.array([low, high]), np.array([comms, comms]))
+    device = np.array([low, high]) + sum(out.values())
+    assert device[1] > device[0]
+
+
+def test_fragmentation_fraction_is_not_negative() -> None:
+    with pytest.raises(ConfigError, match="fragmentation_fraction"):
+        OverheadModel.model_validate({**overhead_model().model_dump(), "fragmentation_fraction": -0.01})

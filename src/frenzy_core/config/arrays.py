@@ -308,8 +308,9 @@ class LayoutArrays:
         return LayoutArrays(**{k: getattr(self, k)[idx] for k in LAYOUT_COLUMNS}, splits=self.splits)
 
     def flat(self) -> LayoutArrays:
-        """The same rows as one-dimensional columns (C order)."""
-        return LayoutArrays(**{k: np.atleast_1d(getattr(self, k)).ravel() for k in LAYOUT_COLUMNS},
+        """The same rows as one-dimensional columns (C order; views where the columns already are, such as those
+        a default broadcasts)."""
+        return LayoutArrays(**{k: np.atleast_1d(getattr(self, k)).reshape(-1) for k in LAYOUT_COLUMNS},
                             splits=self.splits)
 
     def masked(self, keep: npt.NDArray[np.bool_]) -> LayoutArrays:

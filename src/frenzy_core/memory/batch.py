@@ -96,19 +96,23 @@ def estimate_memory_batch(model: ModelConfig, configs: LayoutArrays | Mapping[st
     count = _stage_count(model, flat, valid, training)
     out = {name: np.full(n, -1, dtype=np.int64) for name in ("peak", "device", "stage", "host")}
     breakdown = {cat: np.full(n, -1, dtype=np.int64) for cat in MEMORY_CATEGORIES}
-    # only the rows the rules accept are evaluated (a planner's table holds many it rejects: they read -1)
-    accepted = np.flatnonzero(valid)
-    kept = flat.take(accepted)
-    shared = _shared_terms(model, training, kept, count)
-    for sl in _blocks(len(accepted), max(BLOCK_ELEMENTS // count, 1)):
-        picked = accepted[sl]
-        terms = None if shared is None else gather(shared[0], shared[1][sl])
-        block = _block(model, training, kept.take(sl), count, terms)
-        ok = block.pop("in_range").astype(bool)
-        valid[picked] = ok
-        for name, values in block.items():
-            target = breakdown[name] if name in breakdown else out[name]
-            target[picked] = np.where(ok, values, -1)
+    # only the rows the rules accept are evaluated (a planner's table holds many it rejects: they read -1), those
+    # of one pipeline stage at that stage alone (their first stage is their last)
+    single = flat.pp == 1
+    for rows_of, stages in ((valid & single, 1), (valid & ~single, count)):
+        accepted = np.flatnonzero(rows_of)
+        kept = flat.take(accepted)
+        shared = _shared_terms(model, training, kept, stages)
+        for sl in _blocks(len(accepted), max(BLOCK_ELEMENTS // stages, 1)):
+            picked = accepted[sl]
+            terms = None if shared is None else gather(shared[0], shared[1][sl])
+            block = _block(model, training, kept.take(sl), stages, terms)
+            ok = block.pop("in_range").astype(bool)
+            valid[picked] = ok
+            every = bool(ok.all())  # (the rows beyond 2^60 bytes read -1)
+            for name, values in block.items():
+                target = breakdown[name] if name in breakdown else out[name]
+                target[picked] = values if every else np.where(ok, values, -1)
     return BatchEstimate(
         peak_bytes=out["peak"].reshape(shape), device_bytes=out["device"].reshape(shape),
         busiest_stage=out["stage"].reshape(shape), valid=valid.reshape(shape),
@@ -148,24 +152,21 @@ def _block(model: ModelConfig, training: TrainingConfig, arrays: LayoutArrays, c
     bytes, the stage, its categories, and ``in_range`` (0 where a stage's total exceeds 2^60 bytes); ``terms``:
     their state terms at the candidate stages, where shared (:func:`_shared_terms`)."""
     stages = _candidate_stages(arrays, count, count != 2)
-    if terms is None and count == 2 and not np.any(arrays.pp > 1):
-        stages = stages[:1]  # one stage: the first is the last
     st = stage_arrays(model, training, arrays, stages, terms)
-    over = overhead_bytes(st.peak_bytes, st.communicators)
-    devices = st.peak_bytes + sum(over.values())
-    best_device, best_peak, best_stage = devices[0], st.peak_bytes[0], stages[0]
+    best_peak, best_stage = st.peak_bytes[0], stages[0]
     best_breakdown = {cat: st.breakdown[cat][0] for cat in MEMORY_CATEGORIES}
     # a stage replaces the best so far where it needs more device memory (ties: the lower stage, already first
-    # unless a stage repeats)
+    # unless a stage repeats); device bytes grow strictly with the peak (the overhead of a row's stages differs
+    # only by the fragmentation share of their peaks), so the peaks decide and the overhead is formed once
     for i in range(1, len(stages)):
-        device, stage = devices[i], stages[i]
-        better = (device > best_device) | ((device == best_device) & (stage < best_stage))
-        best_device = np.where(better, device, best_device)
-        best_peak = np.where(better, st.peak_bytes[i], best_peak)
+        peak, stage = st.peak_bytes[i], stages[i]
+        better = (peak > best_peak) | ((peak == best_peak) & (stage < best_stage))
+        best_peak = np.where(better, peak, best_peak)
         best_stage = np.where(better, stage, best_stage)
         for cat in MEMORY_CATEGORIES:
             best_breakdown[cat] = np.where(better, st.breakdown[cat][i], best_breakdown[cat])
-    return {"peak": best_peak, "device": best_device, "stage": best_stage, "host": np.maximum(st.host_bytes.max(axis=0), 0),
+    device = best_peak + sum(overhead_bytes(best_peak, st.communicators[0]).values())
+    return {"peak": best_peak, "device": device, "stage": best_stage, "host": np.maximum(st.host_bytes.max(axis=0), 0),
             "in_range": st.in_range.all(axis=0).astype(np.int64), **best_breakdown}
 
 

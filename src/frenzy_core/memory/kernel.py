@@ -272,10 +272,11 @@ def _activations(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
     acts_fwd = plus(acts_fwd, dispatch)
     if layers.dequant is not None:
         acts_fwd = acts_fwd + np.where(n > 0, layers.dequant, 0.0)
-    kv_layer = kv_extra = 0.0 * n
+    kv_cache = kv_total = kv_first = 0.0 * n  # (Megatron's layers fill no KV cache)
     if torch:
         kv_layer, kv_extra = np.where(modes.full, 0.0, layer.kv_cache), np.where(modes.full, 0.0, layer.kv_extra)
-        acts_fwd = acts_fwd + n * kv_extra  # the cache this forward fills, beyond what its layers save
+        kv_cache, kv_total, kv_first = n * kv_layer, n * kv_extra, np.where(n > 0, kv_layer - kv_extra, 0.0)
+        acts_fwd = acts_fwd + kv_total  # the cache this forward fills, beyond what its layers save
     if training.precision.is_amp:
         assert held is not None  # kept under autocast (StateTerms.held)
         copies = _autocast_copies(model, training, lay, modes, shape, held, n_grad)
@@ -289,9 +290,8 @@ def _activations(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
         top, late, late_attn = _torch_late(layer, modes, n, n_grad, acts - (saved_layers + last * head),
                                            saved_layers, work, attn_temps)
     return _Activations(forward=acts_fwd, backward=acts, work=work, top=top, top_attention=work + attn_temps,
-                        late=late, late_attention=late_attn, inflight=inflight, kv_cache=n * kv_layer,
-                        kv_extra=n * kv_extra, kv_first=np.where(n > 0, kv_layer - kv_extra, 0.0),
-                        host=inflight * offloaded)
+                        late=late, late_attention=late_attn, inflight=inflight, kv_cache=kv_cache,
+                        kv_extra=kv_total, kv_first=kv_first, host=inflight * offloaded)
 
 
 def _torch_late(layer: LayerActivations, modes: _Modes, n: FloatArray, n_grad: FloatArray, others: FloatArray,
@@ -365,7 +365,8 @@ def _logits(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays, mod
     last = shape.is_last.astype(np.float64)
     logits = logit_bytes(model, training, tp=lay.tp, cp=lay.cp, seq_len=lay.seq_len,
                          micro_batch_size=lay.micro_batch_size, sp=lay.active_sequence_parallel)
-    logit_inflight = np.where(modes.gpipe & (lay.pp > 1), lay.num_microbatches, 1).astype(np.float64)
+    logit_inflight = (np.where(modes.gpipe & (lay.pp > 1), lay.num_microbatches, 1).astype(np.float64)
+                      if np.any(modes.gpipe) else 1.0)
     others = last * (logit_inflight - 1) * logits.saved
     return others, others + last * logits.forward_peak, others + last * logits.backward_peak, last * logits.returned
 
@@ -650,7 +651,9 @@ def stage_arrays(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
     communicators = sum((np.asarray(x) > 1).astype(np.int64) for x in (lay.dp * lay.cp, lay.tp, lay.pp, lay.cp, lay.ep))
     step = phases[2]
     host_total = states.host + act.host
-    host = _whole(host_total, shape_all, bytes_in_range(host_total))
+    # (nothing offloaded: 0 throughout, no rounding to do)
+    host = (_whole(host_total, shape_all, bytes_in_range(host_total)) if np.any(host_total)
+            else np.zeros(shape_all, dtype=np.int64))
     return StageArrays(breakdown=breakdown, peak_bytes=peak, phase=phase,
                        step_states=tuple(step[cat] for cat in ("parameters", "gradients", "master_weights",
                                                                "optimizer_states")),

@@ -6,6 +6,7 @@ import functools
 
 import numpy as np
 import numpy.typing as npt
+from pydantic import Field
 
 from frenzy_core._base import FrozenModel
 from frenzy_core._data import data_text
@@ -31,7 +32,9 @@ class OverheadModel(FrozenModel):
     cuda_context_source: str
     nccl_per_communicator_bytes: int
     nccl_per_communicator_source: str
-    fragmentation_fraction: float
+    fragmentation_fraction: float = Field(ge=0.0)
+    """Non-negative: device bytes then grow strictly with the live-tensor peak (the batch estimator picks the
+    busiest stage by its peak)."""
     fragmentation_source: str
     nvme_param_buffer_bytes: int
     nvme_param_buffer_source: str

@@ -107,8 +107,10 @@ hostile = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size
 
 
 def mostly(valid: st.SearchStrategy[Any], bad: st.SearchStrategy[Any] | None = None) -> st.SearchStrategy[Any]:
-    """``valid`` three times in four, else ``bad`` (default: any hostile value)."""
-    return st.one_of(valid, valid, valid, bad if bad is not None else hostile)
+    """``valid`` three times in four, else ``bad`` (default: any hostile value). A drawn branch index, not
+    ``one_of(valid, valid, valid, bad)``: hypothesis drew that one's ``bad`` about three times in four."""
+    other = bad if bad is not None else hostile
+    return st.integers(0, 3).flatmap(lambda i: other if i == 3 else valid)
 
 
 def wide_ints(low: int, high: int) -> st.SearchStrategy[int]:
@@ -774,16 +776,34 @@ def test_probe_memory_of_a_config_file(data: bytes, steps: Any, loop: str) -> No
             assert result.peak_bytes > 0
 
 
+PLOT_ESTIMATES = [f.estimate_memory(f.ModelConfig.preset(m), f.TrainingConfig(**t), f.ParallelConfig(**p))
+                  for m, t, p in (("gpt2", {"seq_len": 512}, {}),
+                                  ("llama-2-7b", {"seq_len": 2048, "global_batch_size": 8}, {"pp": 4, "tp": 2}),
+                                  ("mixtral-8x7b", {"seq_len": 1024, "global_batch_size": 4}, {"pp": 2, "dp": 2,
+                                                                                              "ep": 2}))]
+"""One stage, four stages, and an MoE model over two: what a figure draws."""
+GPU_NAMES = sorted({n for s in f.load_gpu_specs().values() for n in (s.id, *s.aliases)})
+plot_names = st.tuples(st.text(st.characters(blacklist_characters="/\x00"), max_size=12),
+                       st.sampled_from([".png", ".svg", ".pdf", ".PNG", ".Svg"])).map("".join)
+"""File names in the scratch folder of every figure type, any case (never a ``/``: a name stays in the folder)."""
+
+
 @pytest.mark.filterwarnings("ignore:Glyph")  # a title in a script the font lacks: boxes, and matplotlib says so
 @FUZZ
-@given(mostly(st.sampled_from(["m.png", "m.svg"]), hostile | st.sampled_from(["x.nope", "/nonexistent/x.png", "",
-                                                                               "a" * 300 + ".png", "\x00.png"])),
-       mostly(st.just(["h100"]), hostile), mostly(st.just(0.1), hostile), mostly(st.none(), hostile))
-def test_plotting(path: Any, gpus: Any, headroom: Any, title: Any) -> None:
+@given(st.sampled_from(PLOT_ESTIMATES),
+       mostly(plot_names, hostile | st.sampled_from(["x.nope", "/nonexistent/x.png", "", "a" * 300 + ".png",
+                                                     "\x00.png"])),
+       mostly(st.lists(st.sampled_from(GPU_NAMES), max_size=3), hostile | st.lists(st.text(max_size=8), min_size=1,
+                                                                                    max_size=2)),
+       mostly(st.floats(0, 0.95), hostile), mostly(st.none() | st.text(max_size=40), hostile))
+def test_plotting(estimate: f.MemoryEstimate, path: Any, gpus: Any, headroom: Any, title: Any) -> None:
+    """``plot_memory`` of any GPU list, headroom, title and file name writes the figure or refuses with a library
+    error (matplotlib's own errors never escape)."""
     pytest.importorskip("matplotlib")
     from frenzy_core.plotting import plot_memory
 
-    estimate = f.estimate_memory(f.ModelConfig.preset("gpt2"), f.TrainingConfig(seq_len=512), f.ParallelConfig())
     with scratch_folder("plots") as folder:
         target = folder / path if isinstance(path, str) and not path.startswith("/") else path
-        call(plot_memory, estimate, target, gpus=gpus, headroom=headroom, title=title)
+        out = call(plot_memory, estimate, target, gpus=gpus, headroom=headroom, title=title)
+        if out is not None:
+            assert out.stat().st_size > 0

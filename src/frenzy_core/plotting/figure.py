@@ -6,13 +6,14 @@ from os import PathLike
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from frenzy_core import _limits as limits
 from frenzy_core._files import is_dir
 from frenzy_core.errors import ConfigError, OptionalDependencyError, short_repr
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["GIB", "PLOT_SUFFIXES", "category_colour", "check_plot_path", "new_figure", "save"]
+__all__ = ["GIB", "PLOT_SUFFIXES", "category_colour", "check_plot_path", "figure_text", "new_figure", "save"]
 
 GIB = 2**30
 
@@ -27,6 +28,26 @@ _PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#
 def category_colour(index: int) -> str:
     """The colour of the ``index``-th category of a figure."""
     return _PALETTE[index % len(_PALETTE)]
+
+
+def figure_text(field: str, value: object) -> str:
+    """``value``, a text given by the user, as a figure draws it literally: every ``$`` escaped, since matplotlib
+    would parse the text between two as mathtext and fail at save time on ``$$`` or ``$x^$``. ConfigError naming
+    ``field`` unless it is a str, encodable as UTF-8 (a lone surrogate makes matplotlib's text layout raise) and
+    within :data:`~frenzy_core._limits.FIGURE_TEXT_CHARS` (drawing time grows with its length)."""
+    if not isinstance(value, str):
+        raise ConfigError(f"{field} must be a string, got {type(value).__name__} {short_repr(value)}", field=field,
+                          value=value)
+    if len(value) > limits.FIGURE_TEXT_CHARS.high:
+        raise ConfigError(f"{field} has {len(value):,} characters, more than {limits.FIGURE_TEXT_CHARS.high:,}, "
+                          f"the most frenzy_core draws ({limits.FIGURE_TEXT_CHARS.why})", field=field,
+                          value=value, hint="shorten it")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ConfigError(f"{field} {short_repr(value)} holds a lone surrogate at {exc.start}, which no font draws",
+                          field=field, value=value, hint="pass valid Unicode text") from None
+    return value.replace("$", r"\$")
 
 
 def check_plot_path(path: str | Path, field: str = "path") -> Path:

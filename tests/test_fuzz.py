@@ -4,10 +4,10 @@ non-negative, no accepted input is truncated or wrapped, and every call ends wit
 above its usual time: unbounded work, not speed, is what the bound catches).
 
 CI runs ``FRENZY_FUZZ_EXAMPLES`` examples per entry point (default 20, derandomized: the same every run; the probe
-a fifth of them). The campaign of docs/architecture.md ("Hostile input") runs 10,000 fresh random ones per entry
-point, one test at a time:
+a fifth of them). The campaign of docs/architecture.md ("Hostile input") runs more than 100 (10,000) fresh random
+ones per entry point, the probe too, one test at a time:
 
-    FRENZY_FUZZ_EXAMPLES=10000 nice -n 15 pytest -q -x --hypothesis-show-statistics tests/test_fuzz.py::test_traces
+    FRENZY_FUZZ_EXAMPLES=10000 nice -n 19 pytest -q -x --hypothesis-show-statistics tests/test_fuzz.py::test_traces
 """
 
 from __future__ import annotations
@@ -36,9 +36,12 @@ from hypothesis import strategies as st
 import frenzy_core as f
 from frenzy_core import _limits as limits
 from frenzy_core.config.arrays import LAYOUT_COLUMNS
+from frenzy_core.memory.probe import MAX_PROBE_STEPS
 
 EXAMPLES = int(os.environ.get("FRENZY_FUZZ_EXAMPLES", "20"))
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=EXAMPLES <= 100, database=None,
+CAMPAIGN = EXAMPLES > 100
+"""More examples than CI's: a campaign, fresh random examples."""
+FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=not CAMPAIGN, database=None,
                 suppress_health_check=list(HealthCheck))
 """CI: a fixed set of examples (derandomized: the same every run); the campaign: fresh random ones."""
 
@@ -732,48 +735,82 @@ def test_time_model_files(gpus: dict[str, Any], suffix: str, edits: list[tuple[i
 
 
 # ---------------------------------------------------------------------------------------------- probe, plotting
-PROBE_KEYS = ["architectures", "model_type", "torch_dtype", "hidden_act", "rope_scaling", "rope_theta",
-              "tie_word_embeddings", "use_cache", "attention_dropout", "rms_norm_eps", "num_key_value_heads",
-              "hidden_size", "intermediate_size", "vocab_size", "num_attention_heads", "max_position_embeddings",
-              "bogus"]
-"""Keys given hostile values: widths too (bounded as ModelConfig's fields, and fake tensors cost the same at any
-width), not ``num_hidden_layers``, whose bound (``_limits.PROBE_LAYER_PASSES``) admits minutes of work: its
+PROBE_VALUES: dict[str, st.SearchStrategy[Any]] = {
+    "architectures": st.sampled_from([["LlamaForCausalLM"], ["LlamaModel"], ["LlamaForSequenceClassification"],
+                                      ["MistralForCausalLM"], []]),
+    "model_type": st.sampled_from(["llama", "mistral", "qwen2"]),
+    "torch_dtype": st.sampled_from(["float32", "bfloat16", "float16"]),
+    "hidden_act": st.sampled_from(["silu", "gelu", "gelu_new", "relu", "tanh"]),
+    "rope_scaling": st.sampled_from([None, {"rope_type": "linear", "factor": 2.0},
+                                     {"rope_type": "dynamic", "factor": 4.0},
+                                     {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                      "high_freq_factor": 4.0, "original_max_position_embeddings": 64}]),
+    "rope_theta": st.floats(1.0, 1e7),
+    "tie_word_embeddings": st.booleans(),
+    "use_cache": st.booleans(),
+    "attention_dropout": st.floats(0.0, 0.5),
+    "rms_norm_eps": st.floats(1e-8, 1e-3),
+    "num_key_value_heads": st.sampled_from([1, 2]),
+    "num_attention_heads": st.sampled_from([1, 2, 4]),
+    "hidden_size": st.sampled_from([16, 32, 64, 128, 256]),
+    "intermediate_size": wide_ints(1, 512),
+    "vocab_size": wide_ints(1, 2**10),
+    "max_position_embeddings": wide_ints(1, 2**16),
+    "bogus": hostile,
+}
+"""The keys a probe's config.json is given other values on, each valid value (three times in four) from a range
+a real config uses, else a hostile one. Widths too (bounded as ModelConfig's fields, and fake tensors cost the same
+at any width), not ``num_hidden_layers``, whose bound (``_limits.PROBE_LAYER_PASSES``) admits minutes of work: its
 reproducers are in tests/hostile_cases.py."""
 
 
 @st.composite
 def tiny_hf_config_bytes(draw: st.DrawFn) -> bytes:
-    """The config.json of a one-layer 64-wide Llama, with hostile values on :data:`PROBE_KEYS`, or junk bytes
-    spliced in where they cannot make a number larger (the layer count)."""
+    """The config.json of a one-layer 64-wide Llama with other values on up to three :data:`PROBE_VALUES` keys,
+    and one time in four junk bytes spliced in where they cannot make a number larger (the layer count)."""
     from frenzy_core.config.hf import to_hf_config
 
     tiny = f.ModelConfig.preset("llama-2-7b").replace(num_layers=1, hidden_size=64, num_attention_heads=2,
                                                       num_kv_heads=2, head_dim=0, ffn_hidden_size=128,
                                                       vocab_size=128, max_position_embeddings=256)
     config = dict(to_hf_config(tiny))
-    config.update(draw(st.dictionaries(st.sampled_from(PROBE_KEYS), hostile, max_size=2)))
+    for key in draw(st.lists(st.sampled_from(sorted(PROBE_VALUES)), max_size=3, unique=True)):
+        config[key] = draw(mostly(PROBE_VALUES[key]))
     text = json_text(config).encode()
-    junk = draw(st.binary(max_size=8).filter(lambda b: not any(48 <= c <= 57 for c in b)))
+    junk = draw(mostly(st.just(b""), st.binary(min_size=1, max_size=8).filter(
+        lambda b: not any(48 <= c <= 57 for c in b))))
     cut = draw(st.integers(0, len(text)))
     while cut < len(text) and 48 <= text[cut - 1 if cut else 0] <= 57:  # never next to a digit
         cut += 1
     return text[:cut] + junk + text[cut:]
 
 
-PROBE_FUZZ = settings(FUZZ, max_examples=max(1, EXAMPLES // 5))
-"""A fifth of the examples: each probe that gets past the config builds and trains a model (about a second)."""
+probe_trainings = st.builds(lambda seq, mbs, precision, attention, recompute: f.TrainingConfig(
+    seq_len=seq, micro_batch_size=mbs, global_batch_size=mbs, precision=precision, attention=attention,
+    recompute=recompute), st.sampled_from([8, 16, 32]), st.integers(1, 2),
+    st.sampled_from(["fp32", "bf16", "fp16", "amp-bf16", "amp-fp16"]), st.sampled_from(["sdpa", "flash", "eager"]),
+    st.sampled_from(["none", "full"]))
+"""One micro-batch of 8 to 64 tokens (a probe's cost is its operator count, the same at any length: fake tensors),
+in every precision and attention the probe runs, with and without full recompute."""
+probe_steps = mostly(st.integers(1, 2), hostile.filter(lambda s: not (type(s) is int and 2 < s <= MAX_PROBE_STEPS)))
+"""One or two steps (the peak settles by the second), else a hostile count; accepted counts above two are left
+out: each more step repeats the second at about 0.3 CPU s, so 1,000 (the bound) would take 5 minutes."""
+PROBE_FUZZ = settings(FUZZ, max_examples=EXAMPLES if CAMPAIGN else max(1, EXAMPLES // 5))
+"""In CI a fifth of the examples (each probe that gets past the config builds and trains a model: about 0.3 CPU s a
+step), in a campaign all of them."""
 
 
 @PROBE_FUZZ
-@given(tiny_hf_config_bytes(), mostly(st.just(1), hostile), st.sampled_from(["plain", "framework", "nope"]))
-def test_probe_memory_of_a_config_file(data: bytes, steps: Any, loop: str) -> None:
+@given(tiny_hf_config_bytes(), probe_trainings, probe_steps,
+       mostly(st.sampled_from(["plain", "framework"]), st.just("nope") | hostile))
+def test_probe_memory_of_a_config_file(data: bytes, training: f.TrainingConfig, steps: Any, loop: Any) -> None:
     """``probe_memory`` of a hostile config.json (path) measures the tiny model or refuses with a library error."""
     pytest.importorskip("transformers")
-    training = f.TrainingConfig(seq_len=16, micro_batch_size=1, precision="fp32", attention="sdpa")
     with scratch_file("probe-config.json", data) as path:
         result = call(f.probe_memory, str(path), training, steps=steps, loop=loop, bound_s=PLAN_BOUND_S)
         if result is not None:
             assert result.peak_bytes > 0
+            finite_numbers(result.breakdown)
 
 
 PLOT_ESTIMATES = [f.estimate_memory(f.ModelConfig.preset(m), f.TrainingConfig(**t), f.ParallelConfig(**p))
@@ -795,7 +832,8 @@ plot_names = st.tuples(st.text(st.characters(blacklist_characters="/\x00"), max_
                                                      "\x00.png"])),
        mostly(st.lists(st.sampled_from(GPU_NAMES), max_size=3), hostile | st.lists(st.text(max_size=8), min_size=1,
                                                                                     max_size=2)),
-       mostly(st.floats(0, 0.95), hostile), mostly(st.none() | st.text(max_size=40), hostile))
+       mostly(st.floats(0, 0.95), hostile), mostly(st.none() | st.text(max_size=40), hostile | st.sampled_from(
+           ["$$", "$x^$", r"$\frac$", "a $ b $", "\ud800", "a" * 1001])))
 def test_plotting(estimate: f.MemoryEstimate, path: Any, gpus: Any, headroom: Any, title: Any) -> None:
     """``plot_memory`` of any GPU list, headroom, title and file name writes the figure or refuses with a library
     error (matplotlib's own errors never escape)."""

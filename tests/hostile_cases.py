@@ -261,6 +261,8 @@ CASES: tuple[Case, ...] = (
          r"title has 100,000 characters, more than 1,000"),
     Case("plot_memory of a title with a lone surrogate", lambda t: _plot(t / "m.png", title="\ud800"),
          r"title .* lone surrogate at 0"),
+    Case("plot_memory to a file name with a lone surrogate (UnicodeEncodeError at open)",
+         lambda t: _plot(t / "\ud800.png"), r"path .* holds a character no file name can \(at"),
     Case("plot_memory(title=3)", lambda t: _plot(t / "m.png", title=3), r"title must be a string, got int"),
 )
 

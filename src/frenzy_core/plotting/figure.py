@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from os import PathLike
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -51,12 +52,17 @@ def figure_text(field: str, value: object) -> str:
 
 
 def check_plot_path(path: str | Path, field: str = "path") -> Path:
-    """``path`` as a Path when its suffix is a figure type and its folder exists (checked before any drawing);
-    ConfigError naming ``field`` otherwise."""
+    """``path`` as a Path when it is a name the OS can encode, its suffix is a figure type and its folder exists
+    (checked before any drawing); ConfigError naming ``field`` otherwise."""
     if not isinstance(path, (str, PathLike)) or "\0" in str(path):
         raise ConfigError(f"{field} must be a file path, got {type(path).__name__} {short_repr(path)}", field=field,
                           hint="e.g. plan.png or plan.svg")
     out = Path(path)
+    try:
+        os.fsencode(out)
+    except UnicodeEncodeError as exc:  # a lone surrogate: open() would raise it
+        raise ConfigError(f"{field} {short_repr(str(out), 200)} holds a character no file name can (at {exc.start})",
+                          field=field, value=str(out), hint="use a name of valid Unicode text") from None
     if out.suffix.lower() not in PLOT_SUFFIXES:
         raise ConfigError(f"{field} {str(out)!r} must end in " + ", ".join(PLOT_SUFFIXES[:-1]) + " or "
                           + PLOT_SUFFIXES[-1], field=field, value=str(out), hint="e.g. plan.png or plan.svg")

@@ -23,6 +23,7 @@ from adapter_plans import GPT2, make_plan, mixed_small, stage_uneven
 from frenzy_core.adapters import emit
 from frenzy_core.adapters.slurm import SlurmComponent, SlurmOptions, slurm_script
 from frenzy_core.config import ParallelConfig, TrainingConfig
+from frenzy_core.planning.plan import Plan
 
 pytestmark = pytest.mark.consumers
 
@@ -114,18 +115,29 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str
             proc.wait(timeout=30)
 
 
-def _submit(script: str, env: dict[str, str], tmp_path: Path) -> str:
+def _run_to_completion(script: str, env: dict[str, str], tmp_path: Path) -> None:
+    """sbatch the script and wait: it must end COMPLETED (else the assertion shows the end of its log)."""
     path = tmp_path / "job.sbatch"
     path.write_text(script)
     job = subprocess.run(["sbatch", "--parsable", "-o", str(tmp_path / "job.out"), str(path)], env=env,
                          capture_output=True, text=True, check=True, cwd=tmp_path).stdout.strip()
+    state = "TIMEOUT"
     for _ in range(240):
         info = subprocess.run(["scontrol", "show", "job", "-o", job], env=env, capture_output=True, text=True).stdout
-        state = re.search(r"JobState=(\S+)", info)
-        if state and state.group(1) not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING"):
-            return state.group(1)
+        found = re.search(r"JobState=(\S+)", info)
+        if found and found.group(1) not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING"):
+            state = found.group(1)
+            break
         time.sleep(0.5)
-    return "TIMEOUT"
+    log = (tmp_path / "job.out").read_text() if (tmp_path / "job.out").exists() else ""
+    assert state == "COMPLETED", log[-3000:]
+
+
+def _typed_script(plan: Plan, names: dict[str, str], tmp_path: Path, out: Path) -> str:
+    """The emitted script of a plan over GPU types, each type's components constrained to its node feature."""
+    return emit(plan, "slurm", gpu_request="constraint", gpu_type_name=names, cpus_per_gpu=1, partition="test",
+                time="00:05:00", torchrun=[sys.executable, "-m", "torch.distributed.run"],
+                script=str(tmp_path / "train.py"), env={"OUT_DIR": str(out)})
 
 
 def _ranks(out: Path) -> list[str]:
@@ -149,9 +161,7 @@ def test_sbatch_of_the_emitted_script_completes_with_every_planned_rank(slurm_cl
     script = emit(plan, "slurm", gpu_type_name="a100", cpus_per_gpu=1, partition="test", time="00:05:00",
                   torchrun=[sys.executable, "-m", "torch.distributed.run"], script=str(tmp_path / "train.py"),
                   env={"OUT_DIR": str(out)})
-    state = _submit(script, slurm_cluster, tmp_path)
-    log = (tmp_path / "job.out").read_text() if (tmp_path / "job.out").exists() else ""
-    assert state == "COMPLETED", log[-3000:]
+    _run_to_completion(script, slurm_cluster, tmp_path)
     assert _ranks(out) == ["4 4"] * plan.num_gpus  # 4 ranks, one group of 4, dp=4 from the plan
 
 
@@ -166,9 +176,7 @@ def test_heterogeneous_job_runs_one_torchrun_group_across_components(slurm_clust
     parts = [SlurmComponent("a100", nodes=1, gpus_per_node=2, cpus_per_task=2),
              SlurmComponent("a100", nodes=1, gpus_per_node=1, cpus_per_task=1)]
     script = slurm_script(parts, {"FRENZY_DP": "3", "OUT_DIR": str(out)}, options)["script"]
-    state = _submit(script, slurm_cluster, tmp_path)
-    log = (tmp_path / "job.out").read_text() if (tmp_path / "job.out").exists() else ""
-    assert state == "COMPLETED", log[-3000:]
+    _run_to_completion(script, slurm_cluster, tmp_path)
     assert _ranks(out) == ["3 3"] * 3
 
 
@@ -182,12 +190,8 @@ def test_a_mixed_plan_runs_as_a_heterogeneous_job_with_each_group_on_its_type(sl
     out = tmp_path / "out"
     out.mkdir()
     names = dict(zip(("a100-80gb", "h100-sxm"), FEATURES))
-    script = emit(plan, "slurm", gpu_request="constraint", gpu_type_name=names, cpus_per_gpu=1, partition="test",
-                  time="00:05:00", torchrun=[sys.executable, "-m", "torch.distributed.run"],
-                  script=str(tmp_path / "train.py"), env={"OUT_DIR": str(out)})
-    state = _submit(script, slurm_cluster, tmp_path)
-    log = (tmp_path / "job.out").read_text() if (tmp_path / "job.out").exists() else ""
-    assert state == "COMPLETED", log[-3000:]
+    script = _typed_script(plan, names, tmp_path, out)
+    _run_to_completion(script, slurm_cluster, tmp_path)
     assert _ranks(out) == [f"{plan.num_gpus} {plan.parallel.dp}"] * plan.num_gpus
     nodes = _loopback_names(2)
     envs = _envs(out)
@@ -228,12 +232,8 @@ def test_a_pipeline_over_two_types_runs_as_a_heterogeneous_job_with_each_stage_o
     out = tmp_path / "out"
     out.mkdir()
     names = dict(zip(plan.gpu_types, FEATURES))
-    script = emit(plan, "slurm", gpu_request="constraint", gpu_type_name=names, cpus_per_gpu=1, partition="test",
-                  time="00:05:00", torchrun=[sys.executable, "-m", "torch.distributed.run"],
-                  script=str(tmp_path / "train.py"), env={"OUT_DIR": str(out)})
-    state = _submit(script, slurm_cluster, tmp_path)
-    log = (tmp_path / "job.out").read_text() if (tmp_path / "job.out").exists() else ""
-    assert state == "COMPLETED", log[-3000:]
+    script = _typed_script(plan, names, tmp_path, out)
+    _run_to_completion(script, slurm_cluster, tmp_path)
     assert _ranks(out) == [f"{plan.num_gpus} {plan.parallel.dp}"] * plan.num_gpus
     nodes = _loopback_names(2)
     envs = _envs(out)

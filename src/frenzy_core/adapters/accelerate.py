@@ -10,7 +10,7 @@ from pydantic import Field
 from frenzy_core.adapters.base import Adapter, AdapterOptions, OutputFormat, node_slots, uniform_gpus_per_node
 from frenzy_core.adapters.torchrun import DEFAULT_RDZV_PORT
 from frenzy_core.config.layout import num_microbatches
-from frenzy_core.config.training import Precision, Recompute
+from frenzy_core.config.training import Precision, Recompute, TrainingConfig
 from frenzy_core.errors import ConfigError
 from frenzy_core.planning.plan import Plan
 
@@ -59,12 +59,12 @@ def _check_expressible(plan: Plan) -> None:
         raise ConfigError(
             f"Accelerate's Megatron-LM plugin shards with the distributed optimizer only, not ZeRO-{t.zero_stage}",
             field="training.zero_stage", value=t.zero_stage, hint="use the deepspeed adapter")
-    megatron_only = [(f, v) for f, v, default in (("recompute_modules", [m.value for m in t.recompute_modules],
-                                                   ["core_attn"]),
-                                                  ("cross_entropy_fusion", t.cross_entropy_fusion, False),
-                                                  ("tp_comm_overlap", t.tp_comm_overlap, False)) if v != default]
+    # recipe fields MegatronLMPlugin has no key for: refused when set away from TrainingConfig's own default
+    megatron_only = [f for f in ("recompute_modules", "cross_entropy_fusion", "tp_comm_overlap")
+                     if getattr(t, f) != TrainingConfig.model_fields[f].default]
     if _splits_model(plan) and megatron_only:
-        field, value = megatron_only[0]
+        field = megatron_only[0]
+        value = t.model_dump(mode="json")[field]
         raise ConfigError(f"Accelerate's Megatron-LM plugin config has no key for training.{field}={value!r}",
                           field=f"training.{field}", value=value, hint="use the megatron adapter")
     if t.precision not in _MIXED_PRECISION:

@@ -12,6 +12,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import groupby
 from typing import Any, Generic, TypeVar
 
 import yaml
@@ -38,6 +39,7 @@ __all__ = [
     "OutputFormat",
     "gpu_vendor",
     "launcher_gpu_name",
+    "node_runs",
     "node_slots",
     "per_stage_tp_launchers",
     "recipe_env",
@@ -218,6 +220,12 @@ def node_slots(plan: Plan) -> list[NodeSlot]:
             slots.append(NodeSlot(name=name, rank=len(slots), gpus=tuple(gpus), group=group, first_rank=first))
             first += len(gpus)
     return slots
+
+
+def node_runs(plan: Plan) -> list[list[NodeSlot]]:
+    """Consecutive nodes of one replica group (or stage) and one GPU count, in rank order: what a heterogeneous
+    Slurm job's component or a JobSet's replicated job launches alike."""
+    return [list(run) for _, run in groupby(node_slots(plan), key=lambda slot: (slot.group, len(slot.gpus)))]
 
 
 def uniform_gpus_per_node(plan: Plan, launcher: str) -> int:

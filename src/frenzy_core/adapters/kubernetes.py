@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 import shlex
-from itertools import groupby
 from typing import Any, Literal
 
 from pydantic import Field, field_validator
@@ -23,6 +22,7 @@ from frenzy_core.adapters.base import (
     OutputFormat,
     gpu_vendor,
     launcher_gpu_name,
+    node_runs,
     node_slots,
     recipe_env,
     site_name,
@@ -125,7 +125,7 @@ def build_jobset(plan: Plan, options: KubernetesOptions) -> dict[str, Any]:
     """A mixed plan's JobSet: per run of nodes of one group and size, an Indexed Job of that many pods whose
     torchrun takes node rank ``offset + JOB_COMPLETION_INDEX``; the first pod (hostname
     ``<name>-<job>-0-0.<name>``, JobSet's DNS hostnames) hosts the static rendezvous."""
-    runs = [list(run) for _, run in groupby(node_slots(plan), key=lambda slot: (slot.group, len(slot.gpus)))]
+    runs = node_runs(plan)
     names = [f"group{run[0].group}-{i}" for i, run in enumerate(runs)]
     longest = max(f"{options.job_name}-{name}-0-{len(run) - 1}" for name, run in zip(names, runs))
     if len(longest) > 63:  # a pod hostname is one DNS label (RFC 1123): 63 characters at most

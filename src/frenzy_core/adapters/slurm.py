@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field
-from itertools import groupby
 from typing import Any, Literal
 
 from pydantic import Field
@@ -18,6 +17,7 @@ from pydantic import Field
 from frenzy_core.adapters.base import (
     Adapter,
     OutputFormat,
+    node_runs,
     node_slots,
     recipe_env,
     site_name,
@@ -124,11 +124,12 @@ def _mixed_components(plan: Plan, options: SlurmOptions) -> tuple[list[SlurmComp
     envs = [{**recipe_env(plan, g), **options.env} for g in range(len(plan.stages))]
     shared = {k: v for k, v in envs[0].items() if all(e.get(k) == v for e in envs)}
     parts = []
-    for (group, per_node), run in groupby(node_slots(plan), key=lambda slot: (slot.group, len(slot.gpus))):
+    for run in node_runs(plan):
+        group, per_node = run[0].group, len(run[0].gpus)
         gpu_type = plan.stages[group].gpu_type
         parts.append(SlurmComponent(
             gpu_type_name=site_name(plan, options.gpu_type_name, gpu_type, "gpu_type_name") or gpu_type,
-            nodes=len(list(run)), gpus_per_node=per_node,
+            nodes=len(run), gpus_per_node=per_node,
             cpus_per_task=options.cpus_per_task or options.cpus_per_gpu * per_node,
             env={k: v for k, v in envs[group].items() if k not in shared}))
     return parts, shared

@@ -16,6 +16,7 @@ __all__ = [
     "count_parameters",
     "embedding_parameters",
     "head_parameters",
+    "latent_projection_shapes",
     "layer_parameters",
     "mlp_parameters",
     "norm_parameters",
@@ -90,19 +91,23 @@ def qk_norm_parameters(model: ModelConfig) -> int:
     return 2 * norm_parameters(model, d)  # Qwen3, Gemma 3: one norm of head_dim each, shared by all heads
 
 
-def _latent_attention_parameters(model: ModelConfig, mla: MLAConfig) -> int:
-    # DeepseekV2Attention: q_proj (or q_a_proj, q_a_layernorm, q_b_proj), kv_a_proj_with_mqa, kv_a_layernorm,
-    # kv_b_proj, o_proj; the latent norms are RMSNorms of their rank. No biases (attention_bias false).
+def latent_projection_shapes(model: ModelConfig, mla: MLAConfig) -> tuple[tuple[int, int], ...]:
+    """(in, out) of each matmul of multi-head latent attention (DeepseekV2Attention): q_proj, or q_a_proj and
+    q_b_proj; kv_a_proj_with_mqa (the latent plus the decoupled rotary key); kv_b_proj; o_proj."""
     h, heads = model.hidden_size, model.num_attention_heads
     q_out = heads * mla.qk_head_dim
-    if mla.q_lora_rank is None:
-        query = h * q_out
-    else:
-        query = h * mla.q_lora_rank + mla.q_lora_rank + mla.q_lora_rank * q_out
-    kv = h * (mla.kv_lora_rank + mla.qk_rope_head_dim) + mla.kv_lora_rank
-    kv += mla.kv_lora_rank * heads * (mla.qk_nope_head_dim + mla.v_head_dim)
-    out = model.v_size * h + (h if model.linear_bias else 0)
-    return query + kv + out
+    query = ((h, q_out),) if mla.q_lora_rank is None else ((h, mla.q_lora_rank), (mla.q_lora_rank, q_out))
+    kv = ((h, mla.kv_lora_rank + mla.qk_rope_head_dim),
+          (mla.kv_lora_rank, heads * (mla.qk_nope_head_dim + mla.v_head_dim)))
+    return (*query, *kv, (model.v_size, h))
+
+
+def _latent_attention_parameters(model: ModelConfig, mla: MLAConfig) -> int:
+    # the projections' weights, the latent RMSNorms of their rank (q_a_layernorm, kv_a_layernorm) and o_proj's
+    # bias; no other biases (attention_bias false)
+    weights = sum(n_in * n_out for n_in, n_out in latent_projection_shapes(model, mla))
+    norms = (mla.q_lora_rank or 0) + mla.kv_lora_rank
+    return weights + norms + (model.hidden_size if model.linear_bias else 0)
 
 
 def _attention_parameters(model: ModelConfig) -> int:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from frenzy_core.config.finetune import AdapterDtype, LoRAConfig, LoRATarget
 from frenzy_core.config.model import ModelConfig
+from frenzy_core.config.params import latent_projection_shapes
 from frenzy_core.config.training import Framework, RecomputeModule, TrainingConfig
 from frenzy_core.errors import ConfigError
 
@@ -96,14 +97,8 @@ def matmul_weights(model: ModelConfig, ffn: int) -> int:
     mla = model.mla
     if mla is None:
         return sum(n_in * n_out for n_in, n_out in projection_shapes(model, ffn).values())
-    # latent attention: every projection of params._latent_attention_parameters but its two latent norms
-    h, heads = model.hidden_size, model.num_attention_heads
-    q_out = heads * mla.qk_head_dim
-    query = h * q_out if mla.q_lora_rank is None else (h + q_out) * mla.q_lora_rank
-    kv = h * (mla.kv_lora_rank + mla.qk_rope_head_dim) + mla.kv_lora_rank * heads * (mla.qk_nope_head_dim
-                                                                                      + mla.v_head_dim)
     mlp = sum(n_in * n_out for t, (n_in, n_out) in projection_shapes(model, ffn).items() if t.mlp)
-    return query + kv + model.v_size * h + mlp
+    return sum(n_in * n_out for n_in, n_out in latent_projection_shapes(model, mla)) + mlp
 
 
 def trains(model: ModelConfig, training: TrainingConfig) -> tuple[bool, bool]:

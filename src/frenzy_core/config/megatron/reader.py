@@ -64,10 +64,10 @@ def parse_megatron_args(
     r = FlagReader(args)
     problems: list[tuple[str, str]] = []  # (flag, reason) not modelled
 
-    parallel = _parallel(r, world_size)
+    parallel, layout = _parallel(r, world_size)
     model = read_model(r, model_type, parallel.tp, problems)
     parallel = parallel.replace(
-        stage_layers=_stage_split(r, model.num_layers, parallel.pp, parallel.vpp),
+        stage_layers=_stage_split(r, model.num_layers, parallel.pp, parallel.vpp, layout),
         microbatch_group_size=_microbatch_group(r, parallel))
     training = _training(r, parallel, problems)
     _check_megatron_layout(r, model, training, parallel)
@@ -117,7 +117,8 @@ def from_megatron_args(
     return job.model, job.training, job.parallel
 
 
-def _parallel(r: FlagReader, world_size: int) -> ParallelConfig:
+def _parallel(r: FlagReader, world_size: int) -> tuple[ParallelConfig, PipelineLayout | None]:
+    """The layout flags, and --pipeline-model-parallel-layout parsed (read once: it also gives the stage split)."""
     tp = r.positive("--tensor-model-parallel-size", 1)
     pp = r.positive("--pipeline-model-parallel-size", 1)
     cp = r.positive("--context-parallel-size", 1)
@@ -132,7 +133,8 @@ def _parallel(r: FlagReader, world_size: int) -> ParallelConfig:
             hint=f"use a world size that is a multiple of {tp * pp * cp}",
         )
     dp = world_size // (tp * pp * cp)
-    vpp = _virtual_stages(r, pp)
+    layout = _layout(r, pp)
+    vpp = layout.vpp if layout is not None else _virtual_stages(r, pp)
     etp = r.positive("--expert-tensor-parallel-size")
     # Megatron-Core lays routed experts out as etp x ep x expert-dp = tp x cp x dp (parallel_state.py)
     expert_tp = tp if etp is None else etp
@@ -143,7 +145,8 @@ def _parallel(r: FlagReader, world_size: int) -> ParallelConfig:
             field="--expert-model-parallel-size",
             value=ep,
         )
-    return ParallelConfig(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=None if etp in (None, tp) else etp)
+    parallel = ParallelConfig(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=None if etp in (None, tp) else etp)
+    return parallel, layout
 
 
 def _layout(r: FlagReader, pp: int) -> PipelineLayout | None:
@@ -166,9 +169,7 @@ def _layout(r: FlagReader, pp: int) -> PipelineLayout | None:
 
 
 def _virtual_stages(r: FlagReader, pp: int) -> int:
-    layout = _layout(r, pp)
-    if layout is not None:
-        return layout.vpp
+    """Virtual stages per rank of a pipeline cut without --pipeline-model-parallel-layout."""
     per_stage = r.positive("--num-layers-per-virtual-pipeline-stage")
     stages = r.positive("--num-virtual-stages-per-pipeline-rank")
     if per_stage is not None and stages is not None:
@@ -344,10 +345,10 @@ def _microbatch_group(r: FlagReader, parallel: ParallelConfig) -> int | None:
     return None if group in (None, parallel.pp) or parallel.vpp == 1 else group
 
 
-def _stage_split(r: FlagReader, num_layers: int, pp: int, vpp: int) -> tuple[int, ...] | None:
+def _stage_split(r: FlagReader, num_layers: int, pp: int, vpp: int,
+                 layout: PipelineLayout | None) -> tuple[int, ...] | None:
     """Chunk layer counts of an uneven Megatron pipeline (None: even), see :func:`megatron_split`, or as
     --pipeline-model-parallel-layout places them."""
-    layout = _layout(r, pp)
     if layout is not None:
         even = len(set(layout.chunk_layers)) == 1
         return None if even else layout.chunk_layers

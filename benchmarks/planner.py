@@ -8,7 +8,8 @@ the distributed optimizer are searched too). Times are wall-clock medians of ``p
 Targets (reported, not asserted): median <= 100 ms for 1,024 GPUs of 6 types; <= 1 s for 16,384 GPUs of 8 types;
 CP-SAT >= 20x faster than the exhaustive reference at 4,096 GPUs with the same objective.
 
-Mixed GPU types (issue 12): ``--mixed`` times ``plan_job`` with and without the mixed-type search, alternated
+Mixed GPU types (issue 12): ``--mixed`` times ``plan_job`` with and without the mixed-type search, for the
+Megatron recipe and the same job on the torch runtime (uneven data-parallel ranks searched), alternated
 under the same load (targets: <= 1 s at 1,024 GPUs of 6 types, <= 5 s at 16,384 GPUs of 8 types), and compares
 the mixed plan with the best single-type plan on 200 random fragmented clusters.
 
@@ -55,6 +56,10 @@ def make_cluster(total_gpus: int, num_types: int, seed: int = 0) -> Cluster:
 
 MODEL = ModelConfig.preset("llama-2-7b")
 TRAINING = TrainingConfig(seq_len=4096, global_batch_size=1024, framework=Framework.MEGATRON)
+TORCH_TRAINING = TrainingConfig(seq_len=4096, global_batch_size=1024, framework=Framework.TORCH)
+"""The same job on the torch runtime: ZeRO stages 0-3 searched, and data-parallel ranks that differ by one
+micro-batch (issue 13), which most of its layouts are."""
+RECIPES = {"megatron": TRAINING, "torch": TORCH_TRAINING}
 
 
 def median_ms(fn: Callable[[], object], runs: int) -> float:
@@ -147,25 +152,29 @@ def quality() -> None:
 
 
 def mixed_timing(runs: int, cases: list[tuple[int, int]]) -> None:
-    """plan_job with and without the mixed-type search (issue 12), alternated run by run under the same load:
-    wall and CPU (``time.process_time``, which other processes' load barely moves) medians, load average."""
+    """plan_job with and without the mixed-type search (issue 12), for the Megatron and the torch recipe,
+    alternated run by run under the same load: wall and CPU (``time.process_time``, which other processes' load
+    barely moves) medians, load average."""
     print(f"\n## Planning time with the mixed-type search (median of {runs} runs each, alternated, ms: wall / CPU)\n")
-    print("| GPUs | types | mixed_types=False | mixed_types=True | chosen | load average |")
-    print("|---:|---:|---:|---:|---|---|")
+    print("| GPUs | types | recipe | mixed_types=False | mixed_types=True | chosen | load average |")
+    print("|---:|---:|---|---:|---:|---|---|")
     for size, num_types in cases:
         cluster = make_cluster(size, num_types)
-        plan_job(MODEL, cluster, TRAINING)
-        times: dict[bool, tuple[list[float], list[float]]] = {False: ([], []), True: ([], [])}
-        load = os.getloadavg()[0]
-        for _ in range(runs):
-            for flag in (False, True):
-                wall, cpu = time.perf_counter(), time.process_time()
-                plan = plan_job(MODEL, cluster, TRAINING, mixed_types=flag)
-                times[flag][0].append(time.perf_counter() - wall)
-                times[flag][1].append(time.process_time() - cpu)
-        cells = [" / ".join(f"{1000 * statistics.median(xs):,.0f}" for xs in times[flag]) for flag in (False, True)]
-        chosen = f"{plan.num_gpus} x {' + '.join(plan.gpu_types)}"
-        print(f"| {size:,} | {num_types} | {cells[0]} | {cells[1]} | {chosen} | {load:.1f}-{os.getloadavg()[0]:.1f} |")
+        for name, training in RECIPES.items():
+            plan_job(MODEL, cluster, training)
+            times: dict[bool, tuple[list[float], list[float]]] = {False: ([], []), True: ([], [])}
+            load = os.getloadavg()[0]
+            for _ in range(runs):
+                for flag in (False, True):
+                    wall, cpu = time.perf_counter(), time.process_time()
+                    plan = plan_job(MODEL, cluster, training, mixed_types=flag)
+                    times[flag][0].append(time.perf_counter() - wall)
+                    times[flag][1].append(time.process_time() - cpu)
+            cells = [" / ".join(f"{1000 * statistics.median(xs):,.0f}" for xs in times[flag])
+                     for flag in (False, True)]
+            chosen = f"{plan.num_gpus} x {' + '.join(plan.gpu_types)}"
+            print(f"| {size:,} | {num_types} | {name} | {cells[0]} | {cells[1]} | {chosen} | "
+                  f"{load:.1f}-{os.getloadavg()[0]:.1f} |")
 
 
 GAIN_MODELS = ("qwen2.5-0.5b", "gpt2", "qwen2.5-1.5b", "llama-2-7b")

@@ -23,6 +23,7 @@ from frenzy_core.planning.candidates import build_candidates
 from frenzy_core.planning.nodes import FreeNode, Locality, NodeClasses, NodePool
 from frenzy_core.planning.placement import min_cover, solve_cp_sat, solve_exhaustive
 from frenzy_core.planning.request import Objective, PlacementMode, PlanConstraints
+from frenzy_core.planning.shapes import placement_shapes
 
 GPU_TYPES = ("t4", "a100-40gb", "a100-80gb", "h100-sxm")
 GIB = 2**30
@@ -229,3 +230,20 @@ def test_solvers_are_deterministic() -> None:
         a, b = solve_cp_sat(first, pool), solve_cp_sat(again, pool)
         assert (a is None and b is None) or (a is not None and b is not None and a.score == b.score
                                               and a.nodes_used == b.nodes_used and a.groups == b.groups)
+
+
+@settings(max_examples=15, deadline=None, derandomize=True)
+@given(st.integers(min_value=0, max_value=10**9))
+def test_placement_shapes_work_per_world(seed: int) -> None:
+    """Law: the shape of each world size does not depend on the others asked with it (their order, repeats), so
+    the candidate table may work shapes out once per distinct (tp, world) pair."""
+    rng = random.Random(seed)
+    pool = _pool(rng, locality=rng.random() < 0.5)
+    mode = rng.choice(list(PlacementMode))
+    for name in pool.gpu_types:
+        tp = rng.choice([1, 2, 4])
+        worlds = np.array([rng.randint(1, 40) for _ in range(12)], dtype=np.int64)
+        level, per_node = placement_shapes(pool, name, tp, worlds, mode)
+        for i, w in enumerate(worlds):
+            one_level, one_node = placement_shapes(pool, name, tp, np.array([w]), mode)
+            assert (int(one_level[0]), int(one_node[0])) == (int(level[i]), int(per_node[i])), (seed, name, int(w))

@@ -6,6 +6,7 @@ The table is shared by every solver, so CP-SAT and the exhaustive reference see 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from frenzy_core._distinct import distinct
 from frenzy_core.config.arrays import LAYOUT_COLUMNS, LayoutArrays
 from frenzy_core.config.layout import layout_mask
 from frenzy_core.config.model import ModelConfig
@@ -139,23 +141,28 @@ def enumerate_rows(model: ModelConfig, training: TrainingConfig, constraints: Pl
     sps = [int(c.sequence_parallel)] if c.sequence_parallel is not None else ([0, 1] if megatron else [0])
 
     structure = [tps, pps, vpps, cps, eps, dps]
-    recipe = [mbss, recomputes, zeros, dist_opts, sps]
-    if any(not a for a in structure + recipe):
-        empty = np.zeros((0, len(structure + recipe)), dtype=np.int64)
+    recipe = [recomputes, zeros, dist_opts, sps]
+    if any(not a for a in structure + recipe + [mbss]):
+        empty = np.zeros((0, len(structure + recipe) + 1), dtype=np.int64)
         return _layouts(empty, training, np.zeros(0, np.int64)), np.zeros(0, np.int64)
-    # parallel degrees first (few combinations survive), then crossed with the recipe choices
+    # parallel degrees first (few combinations survive), then the micro-batch sizes that split the batch over
+    # them, then crossed with the other recipe choices (which the split does not read)
     grid = _product(structure)
     tp, pp, vpp, cp, ep, dp = grid.T
     world = dp * tp * pp * cp
     keep = (world <= max_world) if c.num_gpus is None else (world == c.num_gpus)
     # search policy: every stage gets the same number of layers (pp divides them; with vpp, every chunk too)
     keep &= (vpp == 1) | ((pp > 1) & (model.num_layers % np.maximum(pp * vpp, 1) == 0))
-    grid = grid[keep]
-    choices = _product(recipe)
-    grid = np.concatenate([np.repeat(grid, len(choices), axis=0), np.tile(choices, (len(grid), 1))], axis=1)
-    sp, tp = grid[:, 10], grid[:, 0]
-    grid = grid[(sp == 0) | (tp > 1)]  # search policy: sequence parallelism only where it has an effect
-    grid, batch, trained = _batch_rows(grid, gbs, adjustable_batch, uneven, every=c.num_gpus is not None)
+    grid, batch, trained = _batch_rows(_cross(grid[keep], [mbss]), gbs, adjustable_batch, uneven,
+                                       every=c.num_gpus is not None)
+    grid, per_row = _cross(grid, recipe), math.prod(len(a) for a in recipe)
+    batch, trained = np.repeat(batch, per_row), np.repeat(trained, per_row)
+    sp, tp, zero = grid[:, 10], grid[:, 0], grid[:, 8]
+    # search policy: sequence parallelism only where it has an effect; ranks with k + 1 and k micro-batches
+    # (trained != batch) must issue the same collectives, not so for ZeRO-3's gather per micro-batch
+    # (:func:`_batch_rows` leaves out expert parallelism alike)
+    keep = ((sp == 0) | (tp > 1)) & ((trained == batch) | (zero != 3))
+    grid, batch, trained = grid[keep], batch[keep], trained[keep]
     layouts = _layouts(grid, training, batch)
     ok = layout_mask(model, layouts)
     layouts, trained = layouts.take(ok), trained[ok]
@@ -165,12 +172,18 @@ def enumerate_rows(model: ModelConfig, training: TrainingConfig, constraints: Pl
     return layouts.take(order), trained[order]
 
 
+def _cross(grid: np.ndarray, axes: list[list[int]]) -> np.ndarray:
+    """Every row of ``grid`` with every combination of ``axes`` appended (the combinations fastest)."""
+    choices = _product(axes)
+    return np.concatenate([np.repeat(grid, len(choices), axis=0), np.tile(choices, (len(grid), 1))], axis=1)
+
+
 def _batch_rows(grid: np.ndarray, gbs: int, adjustable: bool, uneven: bool, *, every: bool
                 ) -> tuple[np.ndarray, npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """The rows of ``grid`` (dp column 5, micro-batch column 6) that split the batch ``gbs`` into whole
-    micro-batches per rank, with each row's global batch (moved where ``adjustable``; the slowest rank's view
-    for an uneven split) and the samples it trains; ``every``: every uneven degree, else the fewest ranks per
-    count (:func:`enumerate_rows`)."""
+    """The rows of ``grid`` (ep column 4, dp column 5, micro-batch column 6) that split the batch ``gbs`` into
+    whole micro-batches per rank, with each row's global batch (moved where ``adjustable``; the slowest rank's
+    view for an uneven split) and the samples it trains; ``every``: every uneven degree, else the fewest ranks
+    per count (:func:`enumerate_rows`, which also leaves ZeRO-3 out of uneven rows)."""
     dp, mbs = grid[:, 5], grid[:, 6]
     even = adjusted_batch(gbs, mbs * dp) if adjustable else np.full_like(dp, gbs)
     kept = np.abs(even - gbs) <= BATCH_ADJUST_TOLERANCE * gbs if adjustable else gbs % (mbs * dp) == 0
@@ -181,9 +194,10 @@ def _batch_rows(grid: np.ndarray, gbs: int, adjustable: bool, uneven: bool, *, e
         odd = (gbs % mbs == 0) & (dp <= m) & (m % np.maximum(dp, 1) != 0)
         odd &= ~(kept & (even == padded))  # a moved batch as slow per step and larger trains more per second
         # ranks with k + 1 and k micro-batches must issue the same collectives: not so for expert parallelism
-        # (an all-to-all per micro-batch among data-parallel ranks) nor ZeRO-3 (a gather per micro-batch), whose
-        # ranks would wait on each other forever; the replica mix leaves them out alike (mixed._replica_layouts)
-        odd &= (grid[:, 4] == 1) & (grid[:, 8] != 3)
+        # (an all-to-all per micro-batch among data-parallel ranks) nor ZeRO-3 (a gather per micro-batch, left
+        # out by the caller), whose ranks would wait on each other forever; the replica mix leaves them out
+        # alike (mixed._replica_layouts)
+        odd &= grid[:, 4] == 1
         if not every:  # search policy: the fewest ranks that run ceil(M / dp) micro-batches each
             per_rank = padded // np.maximum(mbs * dp, 1)
             odd &= dp == -(-m // np.maximum(per_rank, 1))
@@ -302,6 +316,31 @@ class CandidateTable:
     def __len__(self) -> int:
         return int(self.layout.shape[0])
 
+    @functools.cached_property
+    def by_score(self) -> npt.NDArray[np.intp]:
+        """Every candidate row, best first: by (rank, order); read-only, computed on first use."""
+        rows = np.lexsort((self.order, self.rank))
+        rows.setflags(write=False)
+        return rows
+
+    @functools.cached_property
+    def options(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+        """Rows representing each (type, tp, world, pool) option, sorted by (rank, order), and whether each can be
+        placed (its shape: :mod:`frenzy_core.planning.shapes`); read-only, computed on first use."""
+        if len(self) == 0:
+            rows, placeable = np.zeros(0, np.int64), np.zeros(0, bool)
+        else:
+            by_score = self.by_score
+            group = distinct(self.gpu, self.tp, self.world, self.pool)[1][by_score]
+            first = np.zeros(len(by_score), dtype=bool)
+            _, where = np.unique(group, return_index=True)  # first occurrence in score order = best of its group
+            first[where] = True
+            rows = by_score[first]
+            placeable = self.level[rows] >= 0
+        rows.setflags(write=False)
+        placeable.setflags(write=False)
+        return rows, placeable
+
     def pool_of(self, row: int, pool: NodePool) -> NodePool:
         """Where candidate ``row`` may be placed: ``pool`` (the request's), or the host-capped copy of it whose
         nodes keep only the GPUs their host memory holds ranks for."""
@@ -367,15 +406,17 @@ def _within_launcher(scope: LaunchScope, layouts: LayoutArrays) -> npt.NDArray[n
 
 def _shapes(pool: NodePool, name: str, tp: np.ndarray, world: np.ndarray, mode: PlacementMode
             ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`placement_shapes` of each (tp, world), computed once per distinct pair."""
-    level = np.full(tp.shape, -1, dtype=np.int64)
-    per_node = np.zeros(tp.shape, dtype=np.int64)
-    for t in np.unique(tp):
-        rows = np.flatnonzero(tp == t)
-        worlds, back = np.unique(world[rows], return_inverse=True)
-        lv, g = placement_shapes(pool, name, int(t), worlds, mode)
-        level[rows], per_node[rows] = lv[back], g[back]
-    return level, per_node
+    """:func:`placement_shapes` of each (tp, world), computed once per distinct pair (it works per world)."""
+    if tp.size == 0:
+        return np.full(tp.shape, -1, dtype=np.int64), np.zeros(tp.shape, dtype=np.int64)
+    first, inverse = distinct(tp, world)
+    tps, worlds = tp[first], world[first]
+    level = np.full(tps.shape, -1, dtype=np.int64)
+    per_node = np.zeros(tps.shape, dtype=np.int64)
+    for t in np.unique(tps):
+        pairs = np.flatnonzero(tps == t)
+        level[pairs], per_node[pairs] = placement_shapes(pool, name, int(t), worlds[pairs], mode)
+    return level[inverse], per_node[inverse]
 
 
 def row_links(pool: NodePool, name: str, base: Links, level: np.ndarray, per_node: np.ndarray) -> Links:
@@ -384,10 +425,11 @@ def row_links(pool: NodePool, name: str, base: Links, level: np.ndarray, per_nod
     inside one domain (its time only orders the diagnosis of why it cannot be placed)."""
     level = np.where(level < 0, int(Locality.DOMAIN), level)
     per_node = np.where(level == Locality.DOMAIN, 0, per_node)  # inside a domain the node size is the domain's
-    span = int(per_node.max(initial=0)) + 1
-    keys, which = np.unique(level * span + per_node, return_inverse=True)
-    each = np.array([shape_links(pool, name, base, int(k // span), int(k % span)) for k in keys],
-                    dtype=np.float64).reshape(-1, 3)[np.asarray(which).ravel()]
+    if level.size == 0:
+        return Links(np.zeros(0, np.int64), np.zeros(0), np.zeros(0))  # type: ignore[arg-type]
+    first, which = distinct(level, per_node)
+    each = np.array([shape_links(pool, name, base, int(level[k]), int(per_node[k])) for k in first],
+                    dtype=np.float64).reshape(-1, 3)[which]
     return Links(each[:, 0].astype(np.int64), each[:, 1], each[:, 2])  # type: ignore[arg-type]
 
 
@@ -485,11 +527,12 @@ def _host_placed(pools: list[NodePool], name: str, base: Links, tp: np.ndarray, 
     pool = pools[0]
     level, per_node = np.full(tp.shape, -1, np.int64), np.zeros(tp.shape, np.int64)
     cols, which = np.zeros((tp.size, 3)), np.zeros(tp.shape, np.int64)
-    groups: dict[tuple[tuple[int, int], ...], list[int]] = {}
-    for h in np.unique(host):
-        groups.setdefault(pool.host_limits(name, int(h)), []).extend(np.flatnonzero(host == h).tolist())
+    groups: dict[tuple[tuple[int, int], ...], list[np.ndarray]] = {}
+    values, which_value = np.unique(host, return_inverse=True)
+    for k, h in enumerate(values):
+        groups.setdefault(pool.host_limits(name, int(h)), []).append(np.flatnonzero(which_value == k))
     for limits, members in groups.items():
-        rows = np.asarray(members, dtype=np.int64)
+        rows = members[0] if len(members) == 1 else np.sort(np.concatenate(members))
         capped = pool.host_capped(name, limits)
         if limits:
             pools.append(capped)

@@ -84,13 +84,21 @@ def _replica_layouts(search: Search) -> LayoutArrays:
     return lay.take(keep)
 
 
-def _fits_at_best(search: Search, lay: LayoutArrays, gpu_type: str, d: np.ndarray) -> np.ndarray:
-    """Per replica layout: whether it fits ``gpu_type`` at dp = ``d`` with one micro-batch per rank."""
-    recipe = search.recipe(gpu_type)
-    rows = LayoutArrays.from_columns({**{k: getattr(lay, k) for k in _RECIPE}, "dp": d, "num_microbatches": 1},
-                                     recipe)
-    dev = search.estimator.device_bytes(search.model, recipe, rows)  # negative: the layout rules refuse it
-    return np.asarray((dev >= 0) & (dev <= search.usable_bytes(gpu_type)))
+def _fits_at_best(search: Search, lay: LayoutArrays, allowed: tuple[str, ...], d: np.ndarray
+                  ) -> dict[str, np.ndarray]:
+    """Per allowed type, per replica layout: whether it fits that type at dp = ``d`` with one micro-batch per
+    rank. The rows are the same for every type: memory once per precision."""
+    cols = {**{k: getattr(lay, k) for k in _RECIPE}, "dp": d, "num_microbatches": 1}
+    devices: dict[object, np.ndarray] = {}
+    out = {}
+    for t in allowed:
+        recipe = search.recipe(t)
+        if recipe.precision not in devices:  # negative: the layout rules refuse the row
+            rows = LayoutArrays.from_columns(cols, recipe)
+            devices[recipe.precision] = search.estimator.device_bytes(search.model, recipe, rows)
+        dev = devices[recipe.precision]
+        out[t] = np.asarray((dev >= 0) & (dev <= search.usable_bytes(t)))
+    return out
 
 
 def _row_times(search: Search, lay: LayoutArrays, allowed: tuple[str, ...], caps: dict[str, np.ndarray],
@@ -137,8 +145,9 @@ def _all_tables(search: Search, lay: LayoutArrays, allowed: tuple[str, ...]) -> 
     d_top = np.maximum(np.minimum(held, n), 1)
     # a type whose GPUs cannot hold the layout at its least memory (most replicas, one micro-batch: memory
     # never grows with dp nor shrinks with micro-batches, tests/test_planning_mixed.py) holds no replica
+    fits = _fits_at_best(search, lay, allowed, d_top)
     for t in allowed:
-        caps[t] = np.where(_fits_at_best(search, lay, t, d_top), caps[t], 0)
+        caps[t] = np.where(fits[t], caps[t], 0)
     held = np.sum([caps[t] for t in allowed], axis=0)
     usable_types = np.sum([caps[t] > 0 for t in allowed], axis=0)
     d_max = np.where(usable_types >= 2, np.minimum(held, n), 0)

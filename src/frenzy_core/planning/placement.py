@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from frenzy_core.planning.candidates import CandidateTable, dense_rank
+from frenzy_core.planning.candidates import CandidateTable
 from frenzy_core.planning.cover import OptionShape, cover, min_cover, node_costs, spread
 from frenzy_core.planning.nodes import Locality, NodePool
 from frenzy_core.planning.request import PlacementMode
@@ -128,16 +128,9 @@ def solve_exhaustive(table: CandidateTable, pool: NodePool) -> Solution | None:
 
 def placement_options(table: CandidateTable, pool: NodePool) -> tuple[np.ndarray, np.ndarray]:
     """Rows representing each (type, tp, world, pool) option, sorted by (rank, order), and whether each can be placed
-    (its shape: :mod:`frenzy_core.planning.shapes`)."""
-    if len(table) == 0:
-        return np.zeros(0, np.int64), np.zeros(0, bool)
-    by_score = np.lexsort((table.order, table.rank))
-    group = dense_rank(np.stack([table.gpu, table.tp, table.world, table.pool]))[by_score]
-    first = np.zeros(len(by_score), dtype=bool)
-    _, where = np.unique(group, return_index=True)  # first occurrence in score order = best of its group
-    first[where] = True
-    rows = by_score[first]
-    return rows, table.level[rows] >= 0
+    (its shape: :mod:`frenzy_core.planning.shapes`): :attr:`CandidateTable.options`, worked out once per table
+    (the solver, the plan, its runners-up and the diagnosis all read them)."""
+    return table.options
 
 
 def _greedy_nodes(shape: OptionShape) -> np.ndarray:

@@ -89,7 +89,7 @@ def build_plan(search: Search, table: CandidateTable, solution: Solution, top_k:
     groups: tuple[StagePlan, ...] = ()
     if samples != training.global_batch_size:  # ranks that differ by one micro-batch: two groups of the type
         groups, time_estimate = uneven_groups(search.model, training, parallel, samples, search.estimator, spec,
-                                              links, placement, usable, gpu_type)
+                                              links, placement, usable, gpu_type, (memory, time_estimate))
         training = training.replace(global_batch_size=samples)
         notes.append(uneven_note(groups, training.micro_batch_size))
     rows, feasible = placement_options(table, search.pool)

@@ -40,7 +40,7 @@ def runners_up(table: CandidateTable, rows: np.ndarray, feasible: np.ndarray, ch
                 int(lay.vpp[i]))
 
     seen = {layout_key(chosen)}
-    for r in np.lexsort((table.order, table.rank)):
+    for r in table.by_score:
         r = int(r)
         if (int(table.gpu[r]), int(table.tp[r]), int(table.world[r])) not in ok_groups:
             continue

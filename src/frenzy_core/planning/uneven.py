@@ -11,6 +11,7 @@ from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.parallel import ParallelConfig
 from frenzy_core.config.training import TrainingConfig
 from frenzy_core.hardware.gpu import GPUSpec, Links
+from frenzy_core.memory import MemoryEstimate
 from frenzy_core.planning.estimators import LayoutEstimator
 from frenzy_core.planning.plan import StagePlan
 from frenzy_core.timing import TimeEstimate
@@ -43,10 +44,13 @@ def _cut(placement: dict[str, list[int]], first: int) -> tuple[dict[str, list[in
 
 def uneven_groups(model: ModelConfig, training: TrainingConfig, parallel: ParallelConfig, samples: int,
                   estimator: LayoutEstimator, spec: GPUSpec, links: Links, placement: dict[str, list[int]],
-                  usable_bytes: int, gpu_type: str) -> tuple[tuple[StagePlan, ...], TimeEstimate]:
+                  usable_bytes: int, gpu_type: str, estimates: tuple[MemoryEstimate, TimeEstimate]
+                  ) -> tuple[tuple[StagePlan, ...], TimeEstimate]:
     """The two groups of a plan whose ``samples`` do not split evenly over ``parallel.dp`` ranks, each estimated
     with its own count (memory at dp with that count on every rank, time on the plan's links), and the job's
-    time: the slower group's step (the ranks meet at the gradient sync), the batch ``samples``."""
+    time: the slower group's step (the ranks meet at the gradient sync), the batch ``samples``. ``training`` is
+    the slowest rank's view (ceil(M / dp) micro-batches on every rank) and ``estimates`` its memory and time,
+    which the plan has made already: the group running ceil(M / dp) is that recipe, so it reuses them."""
     mbs = training.micro_batch_size
     per_replica = parallel.world_size // parallel.dp
     (r_hi, m_hi), (r_lo, m_lo) = split_counts(samples, mbs, parallel.dp)
@@ -54,8 +58,8 @@ def uneven_groups(model: ModelConfig, training: TrainingConfig, parallel: Parall
     groups, times = [], []
     for (r, m), where in zip(((r_hi, m_hi), (r_lo, m_lo)), parts):
         recipe = training.replace(global_batch_size=m * mbs * parallel.dp)
-        memory = estimator.memory(model, recipe, parallel)
-        tm = estimator.time(model, recipe, parallel, spec, links)
+        memory, tm = estimates if recipe.global_batch_size == training.global_batch_size else (
+            estimator.memory(model, recipe, parallel), estimator.time(model, recipe, parallel, spec, links))
         groups.append(StagePlan(gpu_type=gpu_type, num_gpus=r * per_replica, tp=parallel.tp, pp=parallel.pp,
                                 cp=parallel.cp, dp=r, num_layers=model.num_layers, micro_batches=m,
                                 samples=r * m * mbs, placement=where, device_bytes=memory.device_bytes,

@@ -257,14 +257,21 @@ CASES: tuple[Case, ...] = (
     Case("plot_memory into a missing folder", lambda t: _plot(t / "missing" / "m.png"), r"missing. does not exist",
          ("matplotlib",)),
     Case("plot_memory(path=3)", lambda t: _plot(3), r"path must be a file path, got int"),
+    Case("plot_memory of a 100,000-character title (56 CPU s to draw)", lambda t: _plot(t / "m.png", title="a" * 10**5),
+         r"title has 100,000 characters, more than 1,000"),
+    Case("plot_memory of a title with a lone surrogate", lambda t: _plot(t / "m.png", title="\ud800"),
+         r"title .* lone surrogate at 0"),
+    Case("plot_memory to a file name with a lone surrogate (UnicodeEncodeError at open)",
+         lambda t: _plot(t / "\ud800.png"), r"path .* holds a character no file name can \(at"),
+    Case("plot_memory(title=3)", lambda t: _plot(t / "m.png", title=3), r"title must be a string, got int"),
 )
 
 
-def _plot(path: object) -> object:
+def _plot(path: object, title: object = None) -> object:
     from frenzy_core.plotting import plot_memory
 
     estimate = f.estimate_memory(GPT2, f.TrainingConfig(seq_len=512), f.ParallelConfig())
-    return plot_memory(estimate, path)  # type: ignore[arg-type]
+    return plot_memory(estimate, path, title=title)  # type: ignore[arg-type]
 
 
 def _write(path: Path, data: bytes) -> Path:

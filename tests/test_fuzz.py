@@ -4,10 +4,10 @@ non-negative, no accepted input is truncated or wrapped, and every call ends wit
 above its usual time: unbounded work, not speed, is what the bound catches).
 
 CI runs ``FRENZY_FUZZ_EXAMPLES`` examples per entry point (default 20, derandomized: the same every run; the probe
-a fifth of them). The campaign of docs/architecture.md ("Hostile input") runs 10,000 fresh random ones per entry
-point, one test at a time:
+a fifth of them). The campaign of docs/architecture.md ("Hostile input") runs more than 100 (10,000) fresh random
+ones per entry point, the probe too, one test at a time:
 
-    FRENZY_FUZZ_EXAMPLES=10000 nice -n 15 pytest -q -x --hypothesis-show-statistics tests/test_fuzz.py::test_traces
+    FRENZY_FUZZ_EXAMPLES=10000 nice -n 19 pytest -q -x --hypothesis-show-statistics tests/test_fuzz.py::test_traces
 """
 
 from __future__ import annotations
@@ -36,9 +36,13 @@ from hypothesis import strategies as st
 import frenzy_core as f
 from frenzy_core import _limits as limits
 from frenzy_core.config.arrays import LAYOUT_COLUMNS
+from frenzy_core.memory.probe import MAX_PROBE_STEPS
+from frenzy_core.timing.calibrate import DEFAULT_FIT
 
 EXAMPLES = int(os.environ.get("FRENZY_FUZZ_EXAMPLES", "20"))
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=EXAMPLES <= 100, database=None,
+CAMPAIGN = EXAMPLES > 100
+"""More examples than CI's: a campaign, fresh random examples."""
+FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=not CAMPAIGN, database=None,
                 suppress_health_check=list(HealthCheck))
 """CI: a fixed set of examples (derandomized: the same every run); the campaign: fresh random ones."""
 
@@ -53,24 +57,28 @@ process can wait tens of seconds for a core, which a wall clock would count agai
 
 
 @contextlib.contextmanager
-def library_errors_only(bound_s: float = ESTIMATE_BOUND_S) -> Iterator[None]:
-    """The block may raise only FrenzyError subclasses, no RuntimeWarning (numpy overflow, invalid value), and
-    must finish within ``bound_s``."""
+def library_errors_only(bound_s: float = ESTIMATE_BOUND_S, bugs: tuple[type[Exception], ...] = ()) -> Iterator[None]:
+    """The block may raise only FrenzyError subclasses other than ``bugs`` (library errors that report a bug of
+    ours, never a refusal), no RuntimeWarning (numpy overflow, invalid value), and must finish within
+    ``bound_s``."""
     began = clock()
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         try:
             yield
+        except bugs:
+            raise
         except f.FrenzyError:
             pass
     assert clock() - began < bound_s, "unbounded work"
 
 
-def call(fn: Callable[..., Any], *args: Any, bound_s: float = ESTIMATE_BOUND_S, **kwargs: Any) -> Any:
+def call(fn: Callable[..., Any], *args: Any, bound_s: float = ESTIMATE_BOUND_S,
+         bugs: tuple[type[Exception], ...] = (), **kwargs: Any) -> Any:
     """``fn(*args, **kwargs)`` under :func:`library_errors_only`; None when it raised a library error (the
     outcome is a hypothesis event: ``--hypothesis-show-statistics`` shows how often each entry point answered)."""
     out = None
-    with library_errors_only(bound_s):
+    with library_errors_only(bound_s, bugs):
         out = fn(*args, **kwargs)
     event(f"{getattr(fn, '__qualname__', fn)}: {'answered' if out is not None else 'refused'}")
     return out
@@ -107,14 +115,21 @@ hostile = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size
 
 
 def mostly(valid: st.SearchStrategy[Any], bad: st.SearchStrategy[Any] | None = None) -> st.SearchStrategy[Any]:
-    """``valid`` three times in four, else ``bad`` (default: any hostile value)."""
-    return st.one_of(valid, valid, valid, bad if bad is not None else hostile)
+    """``valid`` three times in four, else ``bad`` (default: any hostile value). A drawn branch index, not
+    ``one_of(valid, valid, valid, bad)``: hypothesis drew that one's ``bad`` in two to three of four examples
+    (66 % and 73 % of 400, measured)."""
+    other = bad if bad is not None else hostile
+    return st.integers(0, 3).flatmap(lambda i: other if i == 3 else valid)
 
 
 def wide_ints(low: int, high: int) -> st.SearchStrategy[int]:
     """Log-uniform-ish integers from ``low`` to ``high`` (both ends and the powers of two between included)."""
     powers = [2**k for k in range(max(low, 1).bit_length() - 1, high.bit_length()) if low <= 2**k <= high]
     return st.one_of(st.integers(low, min(high, 64)), st.sampled_from(powers or [low]), st.integers(low, high))
+
+
+seeds = mostly(st.integers(0, 2**63 - 1))
+"""Any seed the library takes (0 to 2^63 - 1) three times in four, else a hostile value."""
 
 
 def json_text(value: Any) -> str:
@@ -410,7 +425,7 @@ JSON list of objects (a converted trace handed in as is), plain or gzipped."""
 @given(st.sampled_from(sorted(TRACE_FORMATS)), st.lists(st.lists(cells, min_size=3, max_size=12), max_size=6),
        st.binary(max_size=16), st.sampled_from(["skip", "fail"]), st.sampled_from(sorted(TRACE_KINDS)),
        mostly(st.sampled_from([None, 1, 0.5, 3]), hostile), mostly(st.sampled_from([None, (0, 1e9), (5, 1)]), hostile),
-       mostly(st.just(1.0), hostile), mostly(st.just(0), hostile))
+       mostly(st.floats(0.01, 100.0), hostile), seeds)
 def test_traces(fmt: str, rows: list[list[str]], junk: bytes, on_error: str, kind: str, sample: Any,
                 window: Any, arrival_scale: Any, seed: Any) -> None:
     if kind.startswith("json"):
@@ -450,7 +465,7 @@ CONSTRAINT_FIELDS = list(f.PlanConstraints.model_fields)
                                            max_size=2)),
        mostly(st.sampled_from(["throughput", "gpus"]), st.sampled_from(["cost", "time_to_train", "x", 3])),
        mostly(st.fixed_dictionaries({"seq_len": st.sampled_from([512, 2048])}), wide_training()),
-       mostly(st.just(1.0), hostile_floats), mostly(st.just(3), hostile_ints))
+       mostly(st.floats(0.2, 1.0), hostile_floats), mostly(st.integers(1, 8), hostile_ints))
 def test_plan_job(preset: str, cluster: dict[str, Any], constraints: dict[str, Any], objective: Any,
                   training: dict[str, Any], time_limit: Any, top_k: Any) -> None:
     built = call(f.Cluster.from_dict, cluster)
@@ -476,15 +491,15 @@ def _jobs(n: int, work: Any, submit: Any) -> list[Any]:
 
 
 @FUZZ
-@given(st.integers(0, 3), st.one_of(st.just(10**7), hostile_ints), st.one_of(st.just(0.0), hostile_floats),
-       st.sampled_from(["fifo-requested", "frenzy-core", "sia-like", "nope"]), st.one_of(st.just(0), hostile),
+@given(st.integers(0, 3), mostly(wide_ints(1, 2**40), hostile_ints), mostly(st.floats(0, 1e6), hostile_floats),
+       st.sampled_from(["fifo-requested", "frenzy-core", "sia-like", "nope"]), seeds,
        st.sampled_from(["frenzy-paper", "philly-like"]))
 def test_simulate(n: int, work: Any, submit: Any, policy: str, seed: Any, cluster: str) -> None:
     jobs = call(_jobs, n, work, submit)
     if jobs is None:
         return
     result = call(f.simulate, jobs, f.Cluster.preset(cluster), policy, seed=seed, progress=False,
-                  bound_s=PLAN_BOUND_S)
+                  bound_s=PLAN_BOUND_S, bugs=(f.scheduling.SchedulerError,))  # a policy's placement the check refuses
     if result is not None:
         finite_numbers(result.model_dump(exclude={"utilisation"}))
         assert all(r.submit_time_s >= 0 for r in result.jobs)
@@ -525,7 +540,7 @@ def test_training_jobs(fields: dict[str, Any], as_json: bool) -> None:
 @given(mostly(st.integers(0, 20), hostile_ints.filter(lambda n: not 50 < n <= 2**20)), mostly(st.floats(1e-3, 10), hostile),
        mostly(st.dictionaries(st.sampled_from(["gpt2", "llama-2-7b", "mixtral-8x7b"]), st.floats(1e-3, 10),
                               min_size=1), st.dictionaries(st.text(max_size=12), hostile, max_size=2)),
-       mostly(st.floats(1e6, 1e12), hostile), mostly(st.floats(0, 10), hostile), mostly(st.integers(0, 2**63 - 1)))
+       mostly(st.floats(1e6, 1e12), hostile), mostly(st.floats(0, 10), hostile), seeds)
 def test_synthetic_jobs(n: Any, rate: Any, mix: dict[str, Any], median: Any, sigma: Any, seed: Any) -> None:
     work = call(f.scheduling.LogNormalWork, median_tokens=median, sigma=sigma)
     jobs = call(f.synthetic_jobs, n, arrival_rate_per_s=rate, model_mix=mix, work_distribution=work, seed=seed,
@@ -650,7 +665,7 @@ SCHEDULER_CALLS = st.lists(st.one_of(
 
 @FUZZ
 @given(st.sampled_from(["fifo-requested", "frenzy-core", "sia-like", "gavel-like"]),
-       mostly(st.integers(0, 2**63 - 1), hostile), SCHEDULER_CALLS)
+       seeds, SCHEDULER_CALLS)
 def test_online_scheduler(policy: str, seed: Any, calls: list[tuple[Any, ...]]) -> None:
     """Any sequence of calls, with hostile arguments and hand-edited saved states, answers or refuses with a
     library error; every action's numbers are finite."""
@@ -688,8 +703,8 @@ GOOD_RUN = {"model": "gpt2", "gpu": "h100", "dp": "1", "seq_len": "1024", "globa
 
 @FUZZ
 @given(st.lists(st.dictionaries(st.sampled_from(RUN_COLUMNS), cells, max_size=3), min_size=1, max_size=3),
-       st.sampled_from([".csv", ".json"]), st.binary(max_size=8), mostly(st.just(0.1), hostile),
-       mostly(st.just(("matmul_efficiency",)), hostile))
+       st.sampled_from([".csv", ".json"]), st.binary(max_size=8), mostly(st.floats(0.0, 10.0), hostile),
+       mostly(st.lists(st.sampled_from(DEFAULT_FIT), min_size=1, max_size=3, unique=True).map(tuple), hostile))
 def test_calibrate_run_tables(edits: list[dict[str, str]], suffix: str, junk: bytes, prior: Any, fit: Any) -> None:
     """Run tables (CSV or JSON) with hostile cells, junk bytes appended: a fit or a library error."""
     rows = [{**GOOD_RUN, **edit} for edit in edits]
@@ -730,60 +745,113 @@ def test_time_model_files(gpus: dict[str, Any], suffix: str, edits: list[tuple[i
 
 
 # ---------------------------------------------------------------------------------------------- probe, plotting
-PROBE_KEYS = ["architectures", "model_type", "torch_dtype", "hidden_act", "rope_scaling", "rope_theta",
-              "tie_word_embeddings", "use_cache", "attention_dropout", "rms_norm_eps", "num_key_value_heads",
-              "hidden_size", "intermediate_size", "vocab_size", "num_attention_heads", "max_position_embeddings",
-              "bogus"]
-"""Keys given hostile values: widths too (bounded as ModelConfig's fields, and fake tensors cost the same at any
-width), not ``num_hidden_layers``, whose bound (``_limits.PROBE_LAYER_PASSES``) admits minutes of work: its
+PROBE_VALUES: dict[str, st.SearchStrategy[Any]] = {
+    "architectures": st.sampled_from([["LlamaForCausalLM"], ["LlamaModel"], ["LlamaForSequenceClassification"],
+                                      ["MistralForCausalLM"], []]),
+    "model_type": st.sampled_from(["llama", "mistral", "qwen2"]),
+    "torch_dtype": st.sampled_from(["float32", "bfloat16", "float16"]),
+    "hidden_act": st.sampled_from(["silu", "gelu", "gelu_new", "relu", "tanh"]),
+    "rope_scaling": st.sampled_from([None, {"rope_type": "linear", "factor": 2.0},
+                                     {"rope_type": "dynamic", "factor": 4.0},
+                                     {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                      "high_freq_factor": 4.0, "original_max_position_embeddings": 64}]),
+    "rope_theta": st.floats(1.0, 1e7),
+    "tie_word_embeddings": st.booleans(),
+    "use_cache": st.booleans(),
+    "attention_dropout": st.floats(0.0, 0.5),
+    "rms_norm_eps": st.floats(1e-8, 1e-3),
+    "num_key_value_heads": st.sampled_from([1, 2]),
+    "num_attention_heads": st.sampled_from([1, 2, 4]),
+    "hidden_size": st.sampled_from([16, 32, 64, 128, 256]),
+    "intermediate_size": wide_ints(1, 512),
+    "vocab_size": wide_ints(1, 2**10),
+    "max_position_embeddings": wide_ints(1, 2**16),
+    "bogus": hostile,
+}
+"""The keys a probe's config.json is given other values on, each valid value (three times in four) from a range
+a real config uses, else a hostile one. Widths too (bounded as ModelConfig's fields, and fake tensors cost the same
+at any width), not ``num_hidden_layers``, whose bound (``_limits.PROBE_LAYER_PASSES``) admits minutes of work: its
 reproducers are in tests/hostile_cases.py."""
 
 
 @st.composite
 def tiny_hf_config_bytes(draw: st.DrawFn) -> bytes:
-    """The config.json of a one-layer 64-wide Llama, with hostile values on :data:`PROBE_KEYS`, or junk bytes
-    spliced in where they cannot make a number larger (the layer count)."""
+    """The config.json of a one-layer 64-wide Llama with other values on up to three :data:`PROBE_VALUES` keys,
+    and one time in four junk bytes spliced in where they cannot make a number larger (the layer count)."""
     from frenzy_core.config.hf import to_hf_config
 
     tiny = f.ModelConfig.preset("llama-2-7b").replace(num_layers=1, hidden_size=64, num_attention_heads=2,
                                                       num_kv_heads=2, head_dim=0, ffn_hidden_size=128,
                                                       vocab_size=128, max_position_embeddings=256)
     config = dict(to_hf_config(tiny))
-    config.update(draw(st.dictionaries(st.sampled_from(PROBE_KEYS), hostile, max_size=2)))
+    for key in draw(st.lists(st.sampled_from(sorted(PROBE_VALUES)), max_size=3, unique=True)):
+        config[key] = draw(mostly(PROBE_VALUES[key]))
     text = json_text(config).encode()
-    junk = draw(st.binary(max_size=8).filter(lambda b: not any(48 <= c <= 57 for c in b)))
+    junk = draw(mostly(st.just(b""), st.binary(min_size=1, max_size=8).filter(
+        lambda b: not any(48 <= c <= 57 for c in b))))
     cut = draw(st.integers(0, len(text)))
     while cut < len(text) and 48 <= text[cut - 1 if cut else 0] <= 57:  # never next to a digit
         cut += 1
     return text[:cut] + junk + text[cut:]
 
 
-PROBE_FUZZ = settings(FUZZ, max_examples=max(1, EXAMPLES // 5))
-"""A fifth of the examples: each probe that gets past the config builds and trains a model (about a second)."""
+probe_trainings = st.builds(lambda seq, mbs, precision, attention, recompute: f.TrainingConfig(
+    seq_len=seq, micro_batch_size=mbs, global_batch_size=mbs, precision=precision, attention=attention,
+    recompute=recompute), st.sampled_from([8, 16, 32]), st.integers(1, 2),
+    st.sampled_from(["fp32", "bf16", "fp16", "amp-bf16", "amp-fp16"]), st.sampled_from(["sdpa", "flash", "eager"]),
+    st.sampled_from(["none", "full"]))
+"""One micro-batch of 8 to 64 tokens (a probe's cost is its operator count, the same at any length: fake tensors),
+in every precision and attention the probe runs, with and without full recompute."""
+probe_steps = mostly(st.integers(1, 2), hostile.filter(lambda s: not (type(s) is int and 2 < s <= MAX_PROBE_STEPS)))
+"""One or two steps (the peak settles by the second), else a hostile count; accepted counts above two are left
+out: each more step repeats the second at about 0.3 CPU s, so 1,000 (the bound) would take 5 minutes."""
+PROBE_FUZZ = settings(FUZZ, max_examples=EXAMPLES if CAMPAIGN else max(1, EXAMPLES // 5))
+"""In CI a fifth of the examples (each probe that gets past the config builds and trains a model: about 0.3 CPU s a
+step), in a campaign all of them."""
 
 
 @PROBE_FUZZ
-@given(tiny_hf_config_bytes(), mostly(st.just(1), hostile), st.sampled_from(["plain", "framework", "nope"]))
-def test_probe_memory_of_a_config_file(data: bytes, steps: Any, loop: str) -> None:
+@given(tiny_hf_config_bytes(), probe_trainings, probe_steps,
+       mostly(st.sampled_from(["plain", "framework"]), st.just("nope") | hostile))
+def test_probe_memory_of_a_config_file(data: bytes, training: f.TrainingConfig, steps: Any, loop: Any) -> None:
     """``probe_memory`` of a hostile config.json (path) measures the tiny model or refuses with a library error."""
     pytest.importorskip("transformers")
-    training = f.TrainingConfig(seq_len=16, micro_batch_size=1, precision="fp32", attention="sdpa")
     with scratch_file("probe-config.json", data) as path:
         result = call(f.probe_memory, str(path), training, steps=steps, loop=loop, bound_s=PLAN_BOUND_S)
         if result is not None:
             assert result.peak_bytes > 0
+            finite_numbers(result.breakdown)
+
+
+PLOT_ESTIMATES = [f.estimate_memory(f.ModelConfig.preset(m), f.TrainingConfig(**t), f.ParallelConfig(**p))
+                  for m, t, p in (("gpt2", {"seq_len": 512}, {}),
+                                  ("llama-2-7b", {"seq_len": 2048, "global_batch_size": 8}, {"pp": 4, "tp": 2}),
+                                  ("mixtral-8x7b", {"seq_len": 1024, "global_batch_size": 4}, {"pp": 2, "dp": 2,
+                                                                                              "ep": 2}))]
+"""One stage, four stages, and an MoE model over two: what a figure draws."""
+GPU_NAMES = sorted({n for s in f.load_gpu_specs().values() for n in (s.id, *s.aliases)})
+plot_names = st.tuples(st.text(st.characters(blacklist_characters="/\x00"), max_size=12),
+                       st.sampled_from([".png", ".svg", ".pdf", ".PNG", ".Svg"])).map("".join)
+"""File names in the scratch folder of every figure type, any case (never a ``/``: a name stays in the folder)."""
 
 
 @pytest.mark.filterwarnings("ignore:Glyph")  # a title in a script the font lacks: boxes, and matplotlib says so
 @FUZZ
-@given(mostly(st.sampled_from(["m.png", "m.svg"]), hostile | st.sampled_from(["x.nope", "/nonexistent/x.png", "",
-                                                                               "a" * 300 + ".png", "\x00.png"])),
-       mostly(st.just(["h100"]), hostile), mostly(st.just(0.1), hostile), mostly(st.none(), hostile))
-def test_plotting(path: Any, gpus: Any, headroom: Any, title: Any) -> None:
+@given(st.sampled_from(PLOT_ESTIMATES),
+       mostly(plot_names, hostile | st.sampled_from(["x.nope", "/nonexistent/x.png", "", "a" * 300 + ".png",
+                                                     "\x00.png"])),
+       mostly(st.lists(st.sampled_from(GPU_NAMES), max_size=3), hostile | st.lists(st.text(max_size=8), min_size=1,
+                                                                                    max_size=2)),
+       mostly(st.floats(0, 0.95), hostile), mostly(st.none() | st.text(max_size=40), hostile | st.sampled_from(
+           ["$$", "$x^$", r"$\frac$", "a $ b $", "\ud800", "a" * 1001])))
+def test_plotting(estimate: f.MemoryEstimate, path: Any, gpus: Any, headroom: Any, title: Any) -> None:
+    """``plot_memory`` of any GPU list, headroom, title and file name writes the figure or refuses with a library
+    error (matplotlib's own errors never escape)."""
     pytest.importorskip("matplotlib")
     from frenzy_core.plotting import plot_memory
 
-    estimate = f.estimate_memory(f.ModelConfig.preset("gpt2"), f.TrainingConfig(seq_len=512), f.ParallelConfig())
     with scratch_folder("plots") as folder:
         target = folder / path if isinstance(path, str) and not path.startswith("/") else path
-        call(plot_memory, estimate, target, gpus=gpus, headroom=headroom, title=title)
+        out = call(plot_memory, estimate, target, gpus=gpus, headroom=headroom, title=title)
+        if out is not None:
+            assert out.stat().st_size > 0

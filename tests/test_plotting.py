@@ -108,6 +108,21 @@ def test_the_memory_figure_draws_each_gpus_limits() -> None:
     assert f"{estimate.device_bytes / GIB:.1f} GiB" in ax.get_title(loc="left")
 
 
+def test_dollar_signs_in_titles_and_names_are_drawn_as_text(interleaved_plan: Plan, tmp_path: Path) -> None:
+    """A title or model name with dollar signs is drawn as written, not parsed as mathtext, which failed at save
+    time with matplotlib's ValueError on ``$$`` or ``$x^$`` (found by issue 15's plotting campaign)."""
+    from matplotlib.cbook import is_math_text
+
+    for title in ("$$", "$x^$", r"$\frac$", r"a \$ b $"):
+        assert plot_memory(interleaved_plan.memory, tmp_path / "m.png", title=title).stat().st_size > 0
+        shown = memory_figure(interleaved_plan.memory, title=title).axes[0].get_title(loc="left")
+        assert not is_math_text(shown) and shown.replace(r"\$", "$").startswith(title + "\n")
+    named = interleaved_plan.replace(model=interleaved_plan.model.replace(name="$x^$"))
+    assert plot_plan(named, tmp_path / "plan.png").stat().st_size > 0
+    suptitle = plan_figure(named)._suptitle.get_text()  # type: ignore[attr-defined]
+    assert not is_math_text(suptitle) and suptitle.replace(r"\$", "$").startswith("$x^$ on ")
+
+
 def test_bad_paths_and_missing_matplotlib_are_config_errors(interleaved_plan: Plan, tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ConfigError, match=r"must end in \.png, \.svg or \.pdf"):

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from frenzy_core import Cluster, InfeasiblePlanError, ModelConfig
+from frenzy_core import Cluster, InfeasiblePlanError, ModelConfig, TrainingConfig
 from frenzy_core.hardware.gpus import get_gpu_spec
 from frenzy_core.planning import plan_job
 from frenzy_core.planning.candidates import KEY_STEPS_PER_DOUBLING
@@ -180,6 +180,18 @@ def test_the_check_catches_a_split_tensor_parallel_group() -> None:
     assert "span nodes" in str(check(job, split))
     faster = plan.model_copy(update={"tokens_per_s": plan.tokens_per_s * 1.01})
     assert "claims" in str(check(job, faster))
+
+
+def test_the_check_takes_the_planners_fp16_fallback_on_gpus_without_bf16() -> None:
+    """A defaulted bf16-mixed recipe runs in fp16-mixed on V100s, as the planner plans it; the check took that for
+    a changed recipe and simulate raised SchedulerError (found by issue 15's simulate fuzz: three gpt2 jobs on
+    frenzy-paper under frenzy-core)."""
+    model = ModelConfig.preset("gpt2")
+    jobs = [TrainingJob(id=f"j{i}", submit_time_s=0.0, model=model, training=TrainingConfig(seq_len=512),
+                        work_tokens=10**6) for i in range(3)]
+    result = simulate(jobs, Cluster.preset("frenzy-paper"), "frenzy-core", progress=False)  # raised SchedulerError
+    assert result.violations == 0 and result.finished == 3
+    assert any(r.gpu_type == "v100-32gb" for r in result.jobs)
 
 
 def test_the_check_times_the_layout_where_its_groups_land_not_on_the_largest_node() -> None:

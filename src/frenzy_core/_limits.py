@@ -36,6 +36,7 @@ __all__ = [
     "DEGREE",
     "EXPERTS",
     "FFN",
+    "FIGURE_TEXT_CHARS",
     "GLOBAL_BATCH",
     "GPUS",
     "GPUS_PER_NODE",
@@ -144,6 +145,10 @@ TIME_S = Limit(2**40, "seconds (34,800 years): float64 still resolves a quarter 
 # ---- work ----------------------------------------------------------------------------------------------------------
 # A probe's layer pass (forward, backward and optimizer step of one layer) measured at 0.27 CPU s: Llama-2-7B with
 # 1 and 33 layers, 2 steps, on the project's 2-core machine (2026-12-01); fake tensors make it independent of width.
+# Drawing a figure's title took 1.2 CPU s at 1,000 characters, 10 s at 20,000 and 56 s at 100,000 (plot_memory,
+# PNG, matplotlib 3.11 on the project's 2-core machine, 2026-12-01): the text, not the bars, sets its cost.
+FIGURE_TEXT_CHARS = Limit(1_000, "characters of one text a figure draws (a title, a model or GPU name): seven lines "
+                                 "of a 14-inch-wide figure at 11 pt, drawn in about a CPU second")
 PROBE_LAYER_PASSES = Limit(2**10, "layers x micro-batches x steps of one memory probe: each layer pass takes about "
                                   "0.3 CPU s whatever the layer's width (fake tensors), so about 5 CPU minutes; "
                                   "Llama 3.1 405B's 126 layers for 2 steps of 4 micro-batches fit")

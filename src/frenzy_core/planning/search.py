@@ -27,7 +27,7 @@ from frenzy_core.planning.nodes import NodePool
 from frenzy_core.planning.placement import placement_options
 from frenzy_core.planning.request import Objective, PlacementMode, PlanConstraints
 
-__all__ = ["HALF_PRECISION_FALLBACK", "ClusterLike", "Search", "make_search"]
+__all__ = ["HALF_PRECISION_FALLBACK", "ClusterLike", "Search", "make_search", "precision_on"]
 
 HALF_PRECISION_FALLBACK: dict[Precision, Precision] = {
     Precision.BF16_MIXED: Precision.FP16_MIXED, Precision.BF16: Precision.FP16, Precision.AMP_BF16: Precision.AMP_FP16,
@@ -194,6 +194,12 @@ def _fallback_precisions(training: TrainingConfig, specs: dict[str, GPUSpec]) ->
         return {}
     return {name: fallback for name, spec in specs.items()
             if "bf16" not in spec.peak_tflops and "fp16" in spec.peak_tflops}
+
+
+def precision_on(training: TrainingConfig, spec: GPUSpec) -> Precision:
+    """The precision a plan of ``training`` runs in on ``spec``: its own, or the fp16 fallback of a defaulted bf16
+    recipe on a GPU without bf16 (what a checker of the planner's layouts must expect)."""
+    return _fallback_precisions(training, {spec.id: spec}).get(spec.id, training.precision)
 
 
 def _within_scope(scope: LaunchScope, training: TrainingConfig, cons: PlanConstraints

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import os
 from os import PathLike
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from frenzy_core import _limits as limits
 from frenzy_core._files import is_dir
 from frenzy_core.errors import ConfigError, OptionalDependencyError, short_repr
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["GIB", "PLOT_SUFFIXES", "category_colour", "check_plot_path", "new_figure", "save"]
+__all__ = ["GIB", "PLOT_SUFFIXES", "category_colour", "check_plot_path", "figure_text", "new_figure", "save"]
 
 GIB = 2**30
 
@@ -29,13 +31,38 @@ def category_colour(index: int) -> str:
     return _PALETTE[index % len(_PALETTE)]
 
 
+def figure_text(field: str, value: object) -> str:
+    """``value``, a text given by the user, as a figure draws it literally: every ``$`` escaped, since matplotlib
+    would parse the text between two as mathtext and fail at save time on ``$$`` or ``$x^$``. ConfigError naming
+    ``field`` unless it is a str, encodable as UTF-8 (a lone surrogate makes matplotlib's text layout raise) and
+    within :data:`~frenzy_core._limits.FIGURE_TEXT_CHARS` (drawing time grows with its length)."""
+    if not isinstance(value, str):
+        raise ConfigError(f"{field} must be a string, got {type(value).__name__} {short_repr(value)}", field=field,
+                          value=value)
+    if len(value) > limits.FIGURE_TEXT_CHARS.high:
+        raise ConfigError(f"{field} has {len(value):,} characters, more than {limits.FIGURE_TEXT_CHARS.high:,}, "
+                          f"the most frenzy_core draws ({limits.FIGURE_TEXT_CHARS.why})", field=field,
+                          value=value, hint="shorten it")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ConfigError(f"{field} {short_repr(value)} holds a lone surrogate at {exc.start}, which no font draws",
+                          field=field, value=value, hint="pass valid Unicode text") from None
+    return value.replace("$", r"\$")
+
+
 def check_plot_path(path: str | Path, field: str = "path") -> Path:
-    """``path`` as a Path when its suffix is a figure type and its folder exists (checked before any drawing);
-    ConfigError naming ``field`` otherwise."""
+    """``path`` as a Path when it is a name the OS can encode, its suffix is a figure type and its folder exists
+    (checked before any drawing); ConfigError naming ``field`` otherwise."""
     if not isinstance(path, (str, PathLike)) or "\0" in str(path):
         raise ConfigError(f"{field} must be a file path, got {type(path).__name__} {short_repr(path)}", field=field,
                           hint="e.g. plan.png or plan.svg")
     out = Path(path)
+    try:
+        os.fsencode(out)
+    except UnicodeEncodeError as exc:  # a lone surrogate: open() would raise it
+        raise ConfigError(f"{field} {short_repr(str(out), 200)} holds a character no file name can (at {exc.start})",
+                          field=field, value=str(out), hint="use a name of valid Unicode text") from None
     if out.suffix.lower() not in PLOT_SUFFIXES:
         raise ConfigError(f"{field} {str(out)!r} must end in " + ", ".join(PLOT_SUFFIXES[:-1]) + " or "
                           + PLOT_SUFFIXES[-1], field=field, value=str(out), hint="e.g. plan.png or plan.svg")

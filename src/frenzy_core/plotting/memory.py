@@ -13,7 +13,7 @@ from frenzy_core.hardware import get_gpu_spec
 from frenzy_core.hardware.gpu import usable_bytes
 from frenzy_core.memory.result import MEMORY_CATEGORIES, OVERHEAD_CATEGORIES, MemoryEstimate
 from frenzy_core.planning.request import DEFAULT_HEADROOM, PlanConstraints
-from frenzy_core.plotting.figure import GIB, category_colour, check_plot_path, new_figure, save
+from frenzy_core.plotting.figure import GIB, category_colour, check_plot_path, figure_text, new_figure, save
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -38,7 +38,7 @@ class GPULimit:
     def of(cls, gpu: str, headroom: float) -> GPULimit:
         """The catalogue GPU ``gpu`` with ``headroom`` of its memory kept free."""
         spec = get_gpu_spec(gpu)
-        return cls(spec.id, spec.memory_bytes, usable_bytes(spec.memory_bytes, headroom))
+        return cls(figure_text("gpus", spec.id), spec.memory_bytes, usable_bytes(spec.memory_bytes, headroom))
 
 
 def draw_memory(ax: Axes, estimate: MemoryEstimate, limits: Sequence[GPULimit] = ()) -> None:
@@ -89,12 +89,13 @@ def memory_figure(estimate: MemoryEstimate, *, gpus: Sequence[str] = (), headroo
     if isinstance(gpus, str) or not isinstance(gpus, Sequence):
         raise ConfigError(f"gpus must be a list of GPU type names, got {type(gpus).__name__}", field="gpus")
     limits = [GPULimit.of(g, headroom) for g in gpus]
+    heading = "" if title is None else figure_text("title", title)
     fig = new_figure("plot_memory", figsize=(max(6.0, 3.0 + 0.35 * len(estimate.stages)), 4.8))
     ax = fig.add_subplot()
     draw_memory(ax, estimate, limits)
     busiest = (f"{estimate.device_bytes / GIB:.1f} GiB per GPU on the busiest stage ({estimate.busiest_stage}, "
                f"peak in {estimate.peak_phase})")
-    ax.set_title(f"{title or 'Memory per GPU by pipeline stage'}\n{busiest}", fontsize=10, loc="left")
+    ax.set_title(f"{heading or 'Memory per GPU by pipeline stage'}\n{busiest}", fontsize=10, loc="left")
     return fig
 
 

@@ -9,7 +9,7 @@ from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.errors import require_instance
 from frenzy_core.hardware import get_gpu_spec
 from frenzy_core.planning.plan import Plan
-from frenzy_core.plotting.figure import GIB, category_colour, check_plot_path, new_figure, save
+from frenzy_core.plotting.figure import GIB, category_colour, check_plot_path, figure_text, new_figure, save
 from frenzy_core.plotting.memory import GPULimit, draw_memory
 from frenzy_core.plotting.schedule import draw_schedule
 from frenzy_core.timing.pipeline import step_timeline
@@ -29,19 +29,20 @@ def draw_runners_up(ax: Axes, plan: Plan) -> None:
     """GiB per GPU against tokens/s for the plan (a star) and each runner-up (numbered, coloured by GPU type,
     named in the legend), with the chosen GPU type's usable memory as a dashed line."""
     types = list(dict.fromkeys([plan.gpu_type, *(a.gpu_type for a in plan.alternatives)]))
+    shown = {t: figure_text("plan.gpu_type", t) for t in types}
     for rank, alt in enumerate(plan.alternatives, start=1):
         xy = (alt.device_bytes / GIB, alt.tokens_per_s)
         named = rank <= _MAX_NAMED_RUNNERS_UP
-        label = (f"{rank}: {alt.num_gpus} x {alt.gpu_type}, {alt.parallel.describe()}, mbs {alt.micro_batch_size}"
+        label = (f"{rank}: {alt.num_gpus} x {shown[alt.gpu_type]}, {alt.parallel.describe()}, mbs {alt.micro_batch_size}"
                  if named else None)
         ax.scatter(*xy, s=40, color=category_colour(types.index(alt.gpu_type)), zorder=3, label=label)
         if named:
             ax.annotate(str(rank), xy, textcoords="offset points", xytext=(5, 4), fontsize=8)
     ax.scatter(plan.memory.device_bytes / GIB, plan.time.tokens_per_s, s=220, marker="*", color="#e15759",
                edgecolor="black", linewidth=0.6, zorder=4,
-               label=f"chosen: {plan.num_gpus} x {plan.gpu_type}, {plan.parallel.describe()}")
+               label=f"chosen: {plan.num_gpus} x {shown[plan.gpu_type]}, {plan.parallel.describe()}")
     ax.axvline(plan.usable_bytes / GIB, color="black", linestyle="--", linewidth=1,
-               label=f"{plan.gpu_type} usable: {plan.usable_bytes / GIB:.1f} GiB")
+               label=f"{shown[plan.gpu_type]} usable: {plan.usable_bytes / GIB:.1f} GiB")
     ax.margins(x=0.15)
     ax.set_ylim(0, max([plan.time.tokens_per_s, *(a.tokens_per_s for a in plan.alternatives)]) * 1.12)
     ax.set_xlabel("GiB per GPU (busiest stage)")
@@ -55,7 +56,8 @@ def draw_runners_up(ax: Axes, plan: Plan) -> None:
 def _title(plan: Plan) -> str:
     layout = LayoutArrays.from_configs(plan.training, plan.parallel).describe(0)
     t, tm = plan.training, plan.time
-    return (f"{plan.model.name or 'model'} on {plan.num_gpus} x {plan.gpu_type} ({len(plan.placement)} node(s)): "
+    name = figure_text("plan.model.name", plan.model.name) if plan.model.name else "model"
+    return (f"{name} on {plan.num_gpus} x {figure_text('plan.gpu_type', plan.gpu_type)} ({len(plan.placement)} node(s)): "
             f"{layout}\n{t.precision.value}, seq {t.seq_len}, global batch {tm.global_batch_size}: "
             f"{tm.tokens_per_s:,.0f} tokens/s, {tm.iteration_s:.3f} s per step, MFU {tm.mfu:.0%}; "
             f"{plan.memory.device_bytes / GIB:.1f} of {plan.usable_bytes / GIB:.1f} GiB usable")

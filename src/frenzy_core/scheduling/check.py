@@ -27,11 +27,12 @@ import numpy as np
 
 from frenzy_core.config.parallel import ParallelConfig
 from frenzy_core.config.training import TrainingConfig
-from frenzy_core.hardware.gpu import Links, usable_bytes
+from frenzy_core.hardware.gpu import GPUSpec, Links, usable_bytes
 from frenzy_core.hardware.gpus import get_gpu_spec
 from frenzy_core.memory import estimate_memory
 from frenzy_core.planning.candidates import placed_links
 from frenzy_core.planning.request import DEFAULT_HEADROOM, SEARCHED_TRAINING_FIELDS, PlacementMode
+from frenzy_core.planning.search import precision_on
 from frenzy_core.scheduling.jobs import TrainingJob
 from frenzy_core.scheduling.mixed import group_links
 from frenzy_core.scheduling.plans import Placement, PlacementGroup, RunLayout
@@ -82,9 +83,9 @@ class PlacementCheck:
         tp = layout.parallel.tp
         if any(c % tp for c in plan.nodes.values()):
             return f"a tensor-parallel group of {tp} would span nodes (GPUs per node: {sorted(plan.nodes.values())})"
-        if layout.training.model_dump(exclude=_SEARCHED) != job.training.model_dump(exclude=_SEARCHED):
-            return "layout changes the job's recipe beyond the searched fields"
         spec = get_gpu_spec(plan.gpu_type)
+        if not _same_recipe(job.training, layout.training, [spec]):
+            return "layout changes the job's recipe beyond the searched fields"
         device = self._device_bytes(job, layout)
         usable = usable_bytes(spec.memory_bytes, DEFAULT_HEADROOM)
         if device > usable:
@@ -120,7 +121,7 @@ class PlacementCheck:
         gbs, mbs = training.global_batch_size, training.micro_batch_size
         if gbs is None or sum(g.replicas * g.micro_batches for g in plan.groups) * mbs != gbs:
             return f"the groups' micro-batches do not make the global batch {gbs}"
-        if training.model_dump(exclude=_SEARCHED) != job.training.model_dump(exclude=_SEARCHED):
+        if not _same_recipe(job.training, training, [get_gpu_spec(t) for t in types]):
             return "layout changes the job's recipe beyond the searched fields"
         step = 0.0
         for g in plan.groups:
@@ -175,3 +176,12 @@ class PlacementCheck:
 
 _SEARCHED = {*SEARCHED_TRAINING_FIELDS, "global_batch_size"}
 """Training fields the planner may set (and the global batch a recipe that leaves it open gets)."""
+
+
+def _same_recipe(asked: TrainingConfig, run: TrainingConfig, specs: list[GPUSpec]) -> bool:
+    """``run`` is ``asked`` but for the searched fields and the precision the planner runs it in on one of
+    ``specs`` (a defaulted bf16 recipe runs in fp16 on a GPU without bf16)."""
+    ran = run.model_dump(exclude=_SEARCHED)
+    wanted = asked.model_dump(exclude=_SEARCHED)
+    return ran == {**wanted, "precision": ran["precision"]} and ran["precision"] in {
+        precision_on(asked, spec) for spec in specs}

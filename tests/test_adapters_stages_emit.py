@@ -23,7 +23,7 @@ from frenzy_core.adapters import ADAPTERS
 from frenzy_core.config import Framework
 from frenzy_core.hardware.gpus import load_gpu_specs
 from frenzy_core.planning import Plan
-from frenzy_core.planning.launchers import launchers_where
+from frenzy_core.planning.launchers import get_launch_scope, launchers_where
 
 STAGE_LAUNCHERS = launchers_where(lambda s: s.stages)
 """Derived from the declarations: the launchers plan_job searches form (a) plans for."""
@@ -108,7 +108,15 @@ def test_a_hundred_pipelines_over_types_within_each_launcher_are_accepted(launch
     assert outcomes.count(True) >= 25, outcomes
 
 
-@pytest.mark.parametrize("launcher", launchers_where(lambda s: not s.stages)[:1])
-def test_a_launcher_that_cannot_start_stages_is_never_given_them(launcher: str) -> None:
-    # the request torchrun gets a pipeline over both types for: this launcher gets another plan, or none
-    assert _accepted(launcher, _request(launcher, (4, 4), [("a10g", 2, 1), ("l4", 4, 1)], 8)) is not True
+def test_a_launcher_that_cannot_start_stages_is_never_given_them() -> None:
+    """torchrun's own scope with ``stages`` off: the request that gives torchrun a pipeline over both types
+    gives it none, or no plan (the declaration alone decides)."""
+    request = _request("torchrun", (4, 4), [("a10g", 2, 1), ("l4", 4, 1)], 8)
+    assert _accepted("torchrun", request) is True
+    cluster, training, constraints = request
+    try:
+        plan = plan_job(STAGE_MODEL, cluster, training, constraints=constraints, top_k=0, mixed_stages=True,
+                        launcher=get_launch_scope("torchrun").replace(stages=False), time_limit_s=10)
+    except InfeasiblePlanError:
+        return
+    assert not plan.stages or plan.stages[0].pipeline_stage is None

@@ -86,6 +86,21 @@ def test_batch_marks_uncovered_torch_sequence_parallel_rows_invalid_and_keeps_th
     assert np.all(estimate_memory_batch(LLAMA, rows, plain).valid)
 
 
+def test_torch_routing_imbalance_under_expert_parallelism_is_refused() -> None:
+    """torch's MoE terms give each expert-parallel rank its fair share: an explicit imbalance at ep > 1 is refused
+    (at ep = 1 a rank computes every routed pair, so the factor truly has no effect)."""
+    moe = ModelConfig.preset("qwen1.5-moe-a2.7b")
+    t = TrainingConfig(seq_len=1024, global_batch_size=8, moe_load_imbalance=1.5)
+    with pytest.raises(ConfigError) as err:
+        estimate_memory(moe, t, ParallelConfig(dp=4, ep=4))
+    assert err.value.field == "training.moe_load_imbalance"
+    assert estimate_memory(moe, t, ParallelConfig(dp=4)) == estimate_memory(
+        moe, t.replace(moe_load_imbalance=None), ParallelConfig(dp=4))
+    batch = estimate_memory_batch(moe, {"dp": [4, 4], "ep": [1, 4]}, t)
+    assert batch.valid.tolist() == [True, False]
+    assert np.all(estimate_memory_batch(moe, {"dp": [4, 4], "ep": [1, 4]}, t.replace(framework="megatron")).valid)
+
+
 def test_torch_context_parallelism_is_refused_naming_the_field() -> None:
     t = TrainingConfig(seq_len=8192, global_batch_size=8)
     with pytest.raises(ConfigError) as err:

@@ -100,11 +100,15 @@ def probe_torchtitan_tp(model: ModelConfig, training: TrainingConfig, tp: int, *
         labels = torch.zeros(logits.shape[0] * logits.shape[1], dtype=torch.long)
         return torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels)
 
-    with setup.runtime(), loss_parallel():
-        return measure_training_step(lambda: _apply_tp(setup.module_factory(), mesh), batch,
-                                     optimizer_factory=setup.optimizer_factory, loss_fn=loss, backbone="model",
-                                     autocast_dtype=setup.autocast_dtype, steps=steps, attribute_peak=attribute_peak,
-                                     label=f"{setup.label}, torchtitan TP+SP over {tp} ranks")
+    try:
+        with setup.runtime(), loss_parallel():
+            return measure_training_step(lambda: _apply_tp(setup.module_factory(), mesh), batch,
+                                         optimizer_factory=setup.optimizer_factory, loss_fn=loss, backbone="model",
+                                         autocast_dtype=setup.autocast_dtype, steps=steps,
+                                         attribute_peak=attribute_peak,
+                                         label=f"{setup.label}, torchtitan TP+SP over {tp} ranks")
+    finally:  # later tests must not see this process group
+        torch.distributed.destroy_process_group()
 
 
 def tracked_peak(rank: int, world: int, backend: str, port: int, out: Any) -> None:

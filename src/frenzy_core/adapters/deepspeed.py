@@ -13,7 +13,7 @@ from pydantic import Field
 
 from frenzy_core.adapters.base import Adapter, AdapterOptions, OutputFormat
 from frenzy_core.config.layout import global_batch_size, num_microbatches
-from frenzy_core.config.training import OffloadDevice, Precision, Recompute
+from frenzy_core.config.training import Framework, OffloadDevice, Precision, Recompute
 from frenzy_core.errors import ConfigError
 from frenzy_core.planning.plan import Plan
 
@@ -47,6 +47,10 @@ def _check_expressible(plan: Plan) -> None:
         raise ConfigError(f"DeepSpeed has no context parallelism (cp={p.cp}); its Ulysses sequence parallelism splits "
                           "attention heads, not sequence chunks", field="plan.parallel.cp", value=p.cp,
                           hint="use the megatron adapter, or plan with cp=1")
+    if t.sequence_parallel and p.tp > 1 and t.framework is Framework.TORCH:  # Megatron-DeepSpeed brings its own
+        raise ConfigError("DeepSpeed's AutoTP (tensor_parallel.autotp_size) shards the linear layers only: it has no "
+                          "sequence parallelism of the norms and the residual stream", field="training.sequence_parallel",
+                          value=True, hint="plan with sequence_parallel=False, or use the torchrun or torchtitan adapter")
     if p.pp > 1 and t.effective_zero_stage > 1:
         raise ConfigError(f"DeepSpeed's pipeline engine runs ZeRO stage 0 or 1, not {t.effective_zero_stage}",
                           field="training.zero_stage", value=t.effective_zero_stage,

@@ -46,7 +46,8 @@ def stage_layer_counts(plan: Plan) -> tuple[int, ...]:
 
 def _check(plan: Plan) -> None:
     """ConfigError where torchtitan cannot run the plan as written: stages of different tp, virtual stages,
-    replica groups with their own micro-batch counts, context or expert parallelism (not written here)."""
+    replica groups with their own micro-batch counts, context or expert parallelism (not written here), an offload
+    other than FSDP2's, or FSDP2's without data or context parallel ranks to apply it."""
     p = plan.parallel
     if plan.grouped and plan.stages[0].pipeline_stage is None:
         raise ConfigError(
@@ -77,6 +78,12 @@ def _check(plan: Plan) -> None:
             f"together, --training.enable_cpu_offload), not offload {kind!r}", field="training.offload_optimizer",
             value=kind, hint="launch it with torchrun and a script that reads FRENZY_OFFLOAD_*, or plan with "
                              "offload_optimizer='cpu' and offload_params='cpu'")
+    if kind == FULL_OFFLOAD and p.dp * p.cp == 1:
+        # parallelize.py passes cpu_offload to apply_fsdp only when parallel_dims.fsdp_enabled (dp_shard or cp > 1)
+        raise ConfigError("torchtitan offloads through FSDP2, which it applies only with data or context parallel "
+                          "ranks: at dp = cp = 1 --training.enable_cpu_offload would keep everything on the GPU",
+                          field="plan.parallel.dp", value=p.dp,
+                          hint="plan with dp > 1, or launch it with torchrun and a script that reads FRENZY_OFFLOAD_*")
     if p.vpp > 1 or p.schedule not in SCHEDULES:
         raise ConfigError(
             f"torchtitan's split is written here for one stage per pp rank (1F1B or GPipe), not {p.describe()} "

@@ -46,6 +46,7 @@ __all__ = [
     "log_key",
     "placed_links",
     "row_links",
+    "sp_with_tp",
 ]
 
 LONG_CONTEXT_TOKENS = 16384
@@ -96,6 +97,15 @@ def enumerate_layouts(model: ModelConfig, training: TrainingConfig, constraints:
     (:func:`enumerate_rows` without uneven splits)."""
     return enumerate_rows(model, training, constraints, max_world=max_world, max_tp=max_tp,
                           adjustable_batch=adjustable_batch)[0]
+
+
+def sp_with_tp(model: ModelConfig, training: TrainingConfig, constraints: PlanConstraints) -> bool:
+    """Whether tensor parallelism is searched only with sequence parallelism: torch, sequence parallelism unpinned
+    and modelled for the model, as torchtitan's apply_tp always runs it; the eager terms of torch tp > 1 without it
+    match no launcher's plan (Transformers' tp_plan keeps the embedding whole and gathers the logits:
+    docs/memory-model.md, torch sequence parallelism, open items)."""
+    return (training.framework is Framework.TORCH and constraints.sequence_parallel is None
+            and torch_sp_covered(model))
 
 
 def enumerate_rows(model: ModelConfig, training: TrainingConfig, constraints: PlanConstraints, *,
@@ -164,10 +174,7 @@ def enumerate_rows(model: ModelConfig, training: TrainingConfig, constraints: Pl
     # (trained != batch) must issue the same collectives, not so for ZeRO-3's gather per micro-batch
     # (:func:`_batch_rows` leaves out expert parallelism alike)
     keep = ((sp == 0) | (tp > 1)) & ((trained == batch) | (zero != 3))
-    if sps == [0, 1] and not megatron:
-        # torch: tensor parallelism only with sequence parallelism, as torchtitan's apply_tp always runs it; the
-        # eager terms of tp > 1 without it match no launcher's plan (Transformers' tp_plan keeps the embedding
-        # whole and gathers the logits: docs/memory-model.md, torch sequence parallelism, open items)
+    if sp_with_tp(model, training, c):
         keep &= (tp == 1) | (sp == 1)
     grid, batch, trained = grid[keep], batch[keep], trained[keep]
     layouts = _layouts(grid, training, batch)

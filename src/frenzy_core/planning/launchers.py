@@ -24,8 +24,8 @@ from frenzy_core.errors import ConfigError, UnknownNameError
 from frenzy_core.hardware.gpu import GPUSpec
 from frenzy_core.planning.request import PlacementMode
 
-__all__ = ["FULL_OFFLOAD", "LAUNCH_SCOPES", "OPTIMIZER_OFFLOAD", "LaunchScope", "get_launch_scope", "launchers_where",
-           "offload_kind"]
+__all__ = ["FULL_OFFLOAD", "LAUNCH_SCOPES", "OFFLOAD_ZERO_STAGES", "OPTIMIZER_OFFLOAD", "LaunchScope",
+           "get_launch_scope", "launchers_where", "offload_kind"]
 
 BoolArray = npt.NDArray[np.bool_]
 LayoutCheck = Callable[[LayoutArrays], BoolArray]
@@ -107,6 +107,12 @@ FULL_OFFLOAD = "optimizer-cpu+params-cpu"
 """The parameters (and gradients) on the host too (FSDP CPUOffload, ZeRO-Infinity offload_param to the CPU)."""
 
 
+OFFLOAD_ZERO_STAGES = {OPTIMIZER_OFFLOAD: (1, 2, 3), FULL_OFFLOAD: (3,)}
+"""ZeRO stages each torch offload recipe runs at: DeepSpeed offloads the optimizer at ZeRO stage 1-3 and parameters
+at stage 3 only (its config docs, zero_optimization.offload_optimizer / offload_param); FSDP's CPUOffload moves the
+parameters of a sharded model."""
+
+
 def offload_kind(training: TrainingConfig) -> str:
     """The recipe's offload in one word: ``none``, ``optimizer-<device>``, ``params-<device>``, the two joined
     with ``+``, and ``+activations`` when saved activations go to the host."""
@@ -129,8 +135,9 @@ def _megatron_layouts(a: LayoutArrays) -> BoolArray:
 
 
 def _deepspeed_layouts(a: LayoutArrays) -> BoolArray:
-    # no context parallelism; its pipeline engine runs ZeRO 0 or 1 only (adapters/deepspeed.py)
-    return np.asarray((a.cp == 1) & ((a.pp == 1) | (a.effective_zero_stage <= 1)))
+    # no context parallelism, no sequence parallelism (AutoTP); its pipeline engine runs ZeRO 0 or 1 only
+    # (adapters/deepspeed.py)
+    return np.asarray((a.cp == 1) & (a.active_sequence_parallel == 0) & ((a.pp == 1) | (a.effective_zero_stage <= 1)))
 
 
 def _accelerate_layouts(a: LayoutArrays) -> BoolArray:

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from frenzy_core.config.training import Framework, OffloadDevice, TrainingConfig
 from frenzy_core.planning.candidates import CandidateTable
-from frenzy_core.planning.launchers import FULL_OFFLOAD, OPTIMIZER_OFFLOAD, offload_kind
+from frenzy_core.planning.launchers import OFFLOAD_ZERO_STAGES, offload_kind
 from frenzy_core.planning.plan import Plan, RejectReason
 from frenzy_core.planning.search import Search
 
@@ -19,12 +19,6 @@ OFFLOAD_FIELDS = ("offload_optimizer", "offload_params", "activation_offload_lay
 """Training fields a request that sets any of keeps as it set them (no fallback)."""
 
 GIB = 2**30
-
-_ZERO_STAGES = {OPTIMIZER_OFFLOAD: (1, 2, 3), FULL_OFFLOAD: (3,)}
-"""ZeRO stages each torch recipe runs at: DeepSpeed offloads the optimizer at ZeRO stage 1-3 and parameters at
-stage 3 only (its config docs, zero_optimization.offload_optimizer / offload_param); FSDP's CPUOffload moves the
-parameters of a sharded model."""
-
 
 def _recipes(training: TrainingConfig) -> list[TrainingConfig]:
     """The offloading recipes tried, in order: the optimizer on the host, then the parameters too (torch)."""
@@ -65,7 +59,7 @@ def offload_searches(search: Search) -> list[Search]:
             pinned = cons.replace(distributed_optimizer=True)
             recipe = recipe.replace(distributed_optimizer=True)  # as the launcher's type check reads it
         else:
-            stages = [z for z in cons.zero_stages or (0, 1, 2, 3) if z in _ZERO_STAGES[kind]]
+            stages = [z for z in cons.zero_stages or (0, 1, 2, 3) if z in OFFLOAD_ZERO_STAGES[kind]]
             if not stages:
                 continue
             pinned = cons.replace(zero_stages=stages)

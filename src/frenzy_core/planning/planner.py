@@ -174,9 +174,9 @@ def plan_job(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig 
     when nothing fits. ``estimator`` replaces the analytic memory and time models; ``time_model`` (a file from
     ``frenzy calibrate``) gives the analytic time model calibrated parameters. ``mixed_types`` also searches
     data-parallel replica groups of different GPU types (:mod:`frenzy_core.planning.mixed`), taken only when
-    their objective beats the best single-type plan's (no launcher, placement ``any``). ``mixed_stages`` (with
-    ``mixed_types``) also searches pipelines whose stages run on different GPU types with uneven layer counts
-    (:mod:`frenzy_core.planning.stages`), taken only where it beats both (default
+    their objective beats the best single-type plan's (no launcher or one whose scope launches them, placement
+    ``any``). ``mixed_stages`` (with ``mixed_types``) also searches pipelines whose stages run on different GPU
+    types with uneven layer counts (:mod:`frenzy_core.planning.stages`), taken only where it beats both (default
     :data:`~frenzy_core.planning.request.DEFAULT_MIXED_STAGES`); with ``launcher``, only for a launcher that
     starts such pipelines (``LaunchScope.stages``). ``uneven_dp`` also plans data-parallel ranks that differ by one
     micro-batch where the batch does not split evenly (framework ``torch``, no launcher or one that passes each
@@ -185,6 +185,10 @@ def plan_job(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig 
     (:mod:`frenzy_core.planning.offload`; the scheduler's runs say no).
     """
     _check_options(solver, time_limit_s, top_k)
+    if mixed_stages and not mixed_types:
+        raise ConfigError("mixed_stages=True searches pipelines over GPU types, which mixed_types=False rules out",
+                          field="mixed_stages", value=mixed_stages,
+                          hint="set mixed_types=True (the default; --mixed-types), or leave mixed_stages off")
     if time_model is not None:
         if estimator is not None:
             raise ConfigError("give estimator or time_model, not both", field="time_model",

@@ -22,7 +22,7 @@ from frenzy_core.hardware.gpus import get_gpu_spec
 from frenzy_core.memory.kernel import TORCH_SP_REFUSAL, torch_sp_covered
 from frenzy_core.planning.candidates import CandidateTable, build_candidates
 from frenzy_core.planning.estimators import AnalyticEstimator, LayoutEstimator
-from frenzy_core.planning.launchers import LaunchScope, get_launch_scope
+from frenzy_core.planning.launchers import OFFLOAD_ZERO_STAGES, LaunchScope, get_launch_scope, offload_kind
 from frenzy_core.planning.nodes import NodePool
 from frenzy_core.planning.placement import placement_options
 from frenzy_core.planning.request import Objective, PlacementMode, PlanConstraints
@@ -209,7 +209,17 @@ def _within_scope(scope: LaunchScope, training: TrainingConfig, cons: PlanConstr
     if training.framework not in scope.frameworks and "framework" not in training.model_fields_set:
         training = training.replace(framework=scope.frameworks[0])
     scope.check(training)
-    return training, cons.replace(placement=cons.placement.at_least(scope.placement))
+    cons = cons.replace(placement=cons.placement.at_least(scope.placement))
+    stages = OFFLOAD_ZERO_STAGES.get(offload_kind(training))
+    if scope.offload is not None and stages is not None and training.framework is Framework.TORCH:
+        # the launcher writes the offload only at the ZeRO stages that run it (its adapter refuses the others)
+        zeros = [z for z in cons.zero_stages or (0, 1, 2, 3) if z in stages]
+        if not zeros:
+            raise ConfigError(f"{scope.name} offloads {offload_kind(training)} at ZeRO stage "
+                              f"{' or '.join(map(str, stages))} only", field="constraints.zero_stages",
+                              value=cons.zero_stages, hint=f"allow zero_stages {list(stages)}")
+        cons = cons.replace(zero_stages=zeros)
+    return training, cons
 
 
 def make_search(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig | None, objective: Objective | str,

@@ -30,7 +30,7 @@ from frenzy_core.config.parallel import ParallelConfig, PipelineSchedule
 from frenzy_core.config.training import Precision
 from frenzy_core.hardware.gpu import Links
 from frenzy_core.memory.batch import stage_device_bytes
-from frenzy_core.planning.candidates import enumerate_layouts
+from frenzy_core.planning.candidates import enumerate_layouts, sp_with_tp
 from frenzy_core.planning.estimators import AnalyticEstimator
 from frenzy_core.planning.mixed import mixable_types, one_collective_library
 from frenzy_core.planning.mixed_plan import group_placement
@@ -181,7 +181,9 @@ def _recipes(search: Search) -> LayoutArrays:
         lay = lay.take(np.flatnonzero(search.scope.allows(lay)))
     if not len(lay):
         return lay
-    cols = np.stack([getattr(lay, k) for k in _RECIPE], axis=1)
+    tied = sp_with_tp(search.model, search.training, c)  # then a stage's tp alone sets sequence parallelism
+    cols = np.stack([np.zeros(len(lay), dtype=np.int64) if tied and k == "sequence_parallel" else getattr(lay, k)
+                     for k in _RECIPE], axis=1)
     _, first = np.unique(cols, axis=0, return_index=True)
     return lay.take(np.sort(first))
 
@@ -223,6 +225,7 @@ class _Tables:
         self.cache: dict[tuple[str, int, float], dict[tuple[int, int, bool], FloatArray]] = {}
         self.caps: dict[tuple[int, int, str, int, int, int], int] = {}
         self.bounds: dict[tuple[int, int, str, int], npt.NDArray[np.int64]] = {}
+        self.sp_with_tp = sp_with_tp(search.model, search.training, search.constraints)
         self.floors: dict[tuple[int, int, str, int, bool, float], FloatArray] = {}
 
     def layout(self, r: npt.ArrayLike, dp: npt.ArrayLike, tp: npt.ArrayLike, splits: Sequence[tuple[int, ...]],
@@ -233,7 +236,8 @@ class _Tables:
         ri = np.broadcast_to(np.asarray(r, dtype=np.int64), (n,))
         tpa = np.broadcast_to(np.asarray(tp, dtype=np.int64), (n,))
         cols = {k: getattr(self.recipes, k)[ri] for k in _RECIPE}
-        cols["sequence_parallel"] = cols["sequence_parallel"] & (tpa > 1)
+        at_tp = (tpa > 1).astype(np.int64)
+        cols["sequence_parallel"] = at_tp if self.sp_with_tp else cols["sequence_parallel"] & at_tp
         gbs = self.search.training.global_batch_size if gbs is None else gbs
         assert gbs is not None
         table: dict[tuple[int, ...], int] = {EVEN_SPLIT: 0}

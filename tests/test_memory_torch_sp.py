@@ -189,6 +189,10 @@ MEASURED_CASES = [
                                   ("llama-3.1-8b", 2, "amp-bf16", "none"), ("llama-3.1-8b", 2, "bf16", "full"),
                                   ("mistral-7b", 2, "bf16", "none"), ("qwen2.5-7b", 2, "bf16", "none"),
                                   ("qwen3-8b", 2, "bf16", "none")]],
+    # the optimizer-step peak, where the word embedding's whole gradient counts (states.embedding_grad_share)
+    pytest.param(ModelConfig.preset("llama-2-7b").replace(num_layers=2), TrainingConfig(
+        seq_len=2048, global_batch_size=2, micro_batch_size=2, precision="fp32"), 2, id="llama-2-7b-tp2-fp32-s2048",
+        marks=pytest.mark.slow),
 ]
 
 

@@ -161,6 +161,8 @@ class StageParams:
     """Of ``split``, ``replicated`` and ``experts``: the parameters that train (all of them unless frozen)."""
     trainable_replicated: FloatArray
     trainable_experts: FloatArray
+    trainable_embedding: FloatArray
+    """Of ``trainable_split``: the word embedding's rows (first stage; 0 where it is frozen or elsewhere)."""
     matmul_split: FloatArray
     """Of ``split`` and ``experts``: the layers' matmul weights (what QLoRA stores in 4 bits and Transformer
     Engine keeps fp8 copies of; biases, norms, routers, embeddings and head excluded)."""
@@ -225,19 +227,20 @@ def stage_params(model: ModelConfig, shape: StageShape, tp: npt.ArrayLike,
         ad_dense, ad_moe = adapter_counts(model, lora, model.ffn_hidden_size), adapter_counts(model, lora, shared)
         t_split = ntd * ad_dense.split + ntm * ad_moe.split
         t_repl = ntd * ad_dense.replicated + ntm * ad_moe.replicated
-        t_experts = zero
+        t_experts, t_emb = zero, zero
         split, repl = split + t_split, repl + t_repl
     elif training is None or (not training.freeze_embeddings and first_trainable_layer(model, training) == 0):
         # everything trains: the counts themselves (integers below 2^53, so summed in any order they are equal)
         t_split, t_repl, t_experts = split, repl, experts
+        t_emb = emb_s
     else:
         frozen_emb = training.freeze_embeddings
         t_split = ntd * c.mlp_split + ntm * c.moe_shared_split + nt * c.attn_split + head_s
         t_repl = ntd * c.mlp_replicated + ntm * (c.moe_shared_replicated + c.moe_router) + nt * c.attn_replicated \
             + head_r
-        t_experts = ntm * c.moe_experts
+        t_experts, t_emb = ntm * c.moe_experts, zero
         if not frozen_emb:
-            t_split, t_repl = t_split + emb_s + tied, t_repl + emb_r
+            t_split, t_repl, t_emb = t_split + emb_s + tied, t_repl + emb_r, emb_s
     tp_a = np.asarray(tp, dtype=np.float64)
     v, h = model.vocab_size, model.hidden_size
     largest = np.maximum(np.where(n > 0, c.largest_layer_tensor / tp_a, 0.0),
@@ -245,5 +248,6 @@ def stage_params(model: ModelConfig, shape: StageShape, tp: npt.ArrayLike,
     return StageParams(split=np.asarray(split), replicated=np.asarray(repl), experts=np.asarray(experts),
                        tied_copy=np.asarray(tied), largest_tensor=np.asarray(largest),
                        trainable_split=np.asarray(t_split), trainable_replicated=np.asarray(t_repl),
-                       trainable_experts=np.asarray(t_experts), matmul_split=np.asarray(q_split),
+                       trainable_experts=np.asarray(t_experts), trainable_embedding=np.asarray(t_emb),
+                       matmul_split=np.asarray(q_split),
                        matmul_experts=np.asarray(q_experts))

@@ -90,15 +90,15 @@ def _sum(dense: FloatArray, experts: FloatArray | None) -> FloatArray:
     return dense if experts is None else dense + experts
 
 
-def embedding_grad_share(training: TrainingConfig, sh: Sharding) -> FloatArray:
-    """Share of the word embedding's V rows whose gradient a rank holds: 1 / tp, but every row with torch at
+def embedding_grad_split(training: TrainingConfig, sh: Sharding) -> FloatArray:
+    """Over how many ranks the word embedding's gradient rows are split: tp, but 1 (every row) with torch at
     tp > 1 and unsharded gradients (ZeRO < 2): DTensor has no row-wise strategy for embedding_dense_backward
     (torch/distributed/tensor/_ops/_embedding_ops.py), so the vocabulary-parallel embedding's gradient is a Partial
     tensor of all V rows, the weight's .grad until the optimizer step (measured: tests/test_memory_torch_sp.py,
     llama-2-7b tp 2 fp32)."""
     if training.framework is not Framework.TORCH:
-        return 1.0 / sh.tp
-    return np.asarray(np.where((sh.tp > 1) & (sh.zero < 2), 1.0, 1.0 / sh.tp))
+        return sh.tp
+    return np.asarray(np.where(sh.zero < 2, 1.0, sh.tp))
 
 
 def model_states(per_param: StateBytes, training: TrainingConfig, held: StageParams, sh: Sharding) -> States:
@@ -125,7 +125,7 @@ def model_states(per_param: StateBytes, training: TrainingConfig, held: StagePar
     has_trainable = _sum(*local["train"]) > 0
     temporaries = per_param.step_temp_local * trainable + per_param.step_temp_largest * np.where(
         has_trainable, held.largest_tensor, 0.0)
-    whole = held.trainable_embedding * (embedding_grad_share(training, sh) - 1.0 / sh.tp)  # rows beyond V / tp
+    whole = held.trainable_embedding / embedding_grad_split(training, sh) - held.trainable_embedding / sh.tp
     grads = per_param.grad * (shard(2, "train") + whole)
     master, optimizer = per_param.master * trainable, per_param.states * trainable
     megatron = training.framework is Framework.MEGATRON
@@ -279,7 +279,7 @@ def gradients(model: ModelConfig, training: TrainingConfig, per_param: StateByte
     top = np.maximum(passes, head_written)
     # Late backward: the stage's first layer is being recomputed; its own gradients and the embeddings' are not
     # written yet.
-    emb_grad = model.vocab_size * model.hidden_size * embedding_grad_share(training, sh)
+    emb_grad = model.vocab_size * model.hidden_size / embedding_grad_split(training, sh)
     if model.position_embedding is PositionEmbedding.LEARNED:
         emb_grad = emb_grad + model.max_position_embeddings * model.hidden_size
     emb_grad = (emb_grad + model.type_vocab_size * model.hidden_size) * (1.0 if embeddings_train else 0.0)

@@ -147,13 +147,18 @@ class _ResizingMixed(FrenzyCore):
         return [Resize(job_id="big", plan=plan)]
 
 
-def test_a_resize_carries_a_mixed_plan() -> None:
-    sched = OnlineScheduler(CLUSTER, _ResizingMixed(mixing=True), throughput=THROUGHPUT)
+def _holders_then_big(sched: OnlineScheduler) -> list[Action]:
+    """The two holder jobs started at 0 s, then the big job submitted: the actions at 10 s."""
     for job in _jobs()[:2]:
         sched.submit(job)
     sched.advance(0.0)
     sched.submit(_jobs()[2])
-    sched.advance(10.0)
+    return sched.advance(10.0)
+
+
+def test_a_resize_carries_a_mixed_plan() -> None:
+    sched = OnlineScheduler(CLUSTER, _ResizingMixed(mixing=True), throughput=THROUGHPUT)
+    _holders_then_big(sched)
     (resize,) = sched.advance(20.0)
     assert isinstance(resize, Resize) and len(resize.plan.gpu_types) == 2
     assert sched.running["big"].plan == resize.plan and sched.books["big"].resizes == 1
@@ -190,11 +195,7 @@ def test_a_mixed_run_survives_a_json_round_trip_mid_run() -> None:
 
 def test_a_saved_mixed_run_whose_groups_were_edited_is_refused_on_load() -> None:
     sched = OnlineScheduler(CLUSTER, FrenzyCore(mixing=True), throughput=THROUGHPUT)
-    for job in _jobs()[:2]:
-        sched.submit(job)
-    sched.advance(0.0)
-    sched.submit(_jobs()[2])
-    sched.advance(10.0)
+    _holders_then_big(sched)
     saved = json.loads(sched.to_json())
     (run,) = [r for r in saved["running"] if r["job_id"] == "big"]
     a, v = run["plan"]["groups"]

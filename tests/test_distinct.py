@@ -32,6 +32,19 @@ def test_first_and_inverse_rebuild_every_column(cols: list[np.ndarray]) -> None:
     assert {combos[i]: int(inverse[i]) for i in range(len(combos))} == {combos[j]: k for k, j in enumerate(first)}
 
 
+@settings(max_examples=30, deadline=None)
+@given(cols=columns, data=st.data())
+def test_rows_number_the_combinations_of_those_rows(cols: list[np.ndarray], data: st.DataObject) -> None:
+    """``distinct(*cols, rows=r)`` is ``distinct`` of the columns taken at ``r`` (repeats and any order of rows
+    allowed), with a column that is one value broadcast over every row among them."""
+    n = len(cols[0])
+    rows = np.asarray(data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=2 * n)), dtype=np.intp)
+    cols = [*cols, np.broadcast_to(np.int64(data.draw(st.sampled_from([0, 7, -2]))), (n,))]
+    first, inverse = distinct(*cols, rows=rows)
+    expected_first, expected_inverse = distinct(*(x[rows] for x in cols))
+    assert np.array_equal(first, expected_first) and np.array_equal(inverse, expected_inverse)
+
+
 def test_wide_columns_are_sorted_instead() -> None:
     """Combinations beyond a lookup table (here 2^60 of them) are numbered by sorting, with the same law."""
     rng = np.random.default_rng(0)

@@ -210,7 +210,7 @@ def test_distinct_rows_share_nothing_and_change_no_array() -> None:
     assert len(distinct(*state_keys(lay))[0]) == n
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(batch, "SHARED_MIN_ROWS", 0)
-        assert batch._shared_terms(DENSE, training, lay, 2) is None
+        assert batch._shared_terms(DENSE, training, lay, np.arange(n), 2) is None
     results = {}
     for shared in (True, False):
         with pytest.MonkeyPatch.context() as patch:

@@ -24,16 +24,21 @@ ranked through a lookup table first (four operations, two of them indexed), so t
 of two keep the key's table small."""
 
 
-def distinct(*columns: npt.NDArray[np.int64] | npt.NDArray[np.bool_]
+def distinct(*columns: npt.NDArray[np.int64] | npt.NDArray[np.bool_], rows: npt.NDArray[np.intp] | None = None
              ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
     """Index of one row of each distinct combination of the integer columns, and each row's combination number:
     ``x[first][inverse] == x`` for every column ``x``. Linear time where columns span few values (layout
     degrees): they are ranked through lookup tables; a column spanning more, or a key that would outgrow int64,
-    is ranked by sorting."""
-    n = columns[0].size
-    key = np.zeros(columns[0].shape, dtype=np.int64)
+    is ranked by sorting. ``rows``: the combinations of those rows only (positions into one-dimensional columns),
+    as of the columns taken there, each taken in its turn (no copy of every column at once)."""
+    shape = columns[0].shape if rows is None else rows.shape
+    n = int(np.prod(shape))
+    key = np.zeros(shape, dtype=np.int64)
     size = 1
-    for col in columns:
+    for column in columns:
+        if rows is not None and not any(column.strides):  # one value broadcast over the rows
+            continue
+        col = column if rows is None else column[rows]
         low, high = int(col.min()), int(col.max())
         if low == high:
             continue

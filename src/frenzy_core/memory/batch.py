@@ -51,6 +51,12 @@ cache (1 MiB of L2 on the benchmark machine), about twice as fast as whole array
 work per block stays small (docs/benchmarks.md, vectorised memory estimator)."""
 
 
+RULE_ROWS = 1 << 15
+"""Rows the layout rules (:func:`layout_mask`) check at once: their temporaries are mostly booleans (32 KiB), and
+each of their forty rules costs a few numpy calls per block, so larger blocks than the kernel's pay less Python
+(docs/benchmarks.md, vectorised memory estimator: 25 -> 16 ms for the benchmark's 200,000 rows)."""
+
+
 def _stage_count(model: ModelConfig, lay: LayoutArrays, valid: npt.NDArray[np.bool_],
                  training: TrainingConfig) -> int:
     """How many stages can be the busiest: 2 (the first and the last) unless MoE layers are spread unevenly, a
@@ -91,22 +97,21 @@ def estimate_memory_batch(model: ModelConfig, configs: LayoutArrays | Mapping[st
     check_recipe(model, training)
     shape, flat = layouts.shape, layouts.flat()
     n = len(flat)
-    rows = _blocks(n, BLOCK_ELEMENTS // 2)
-    valid = np.concatenate([_modelled(model, training, flat.take(sl)) for sl in rows])
+    valid = np.concatenate([_modelled(model, training, flat.take(sl)) for sl in _blocks(n, RULE_ROWS)])
     count = _stage_count(model, flat, valid, training)
     out = {name: np.full(n, -1, dtype=np.int64) for name in ("peak", "device", "stage", "host")}
     breakdown = {cat: np.full(n, -1, dtype=np.int64) for cat in MEMORY_CATEGORIES}
     # only the rows the rules accept are evaluated (a planner's table holds many it rejects: they read -1), those
-    # of one pipeline stage at that stage alone (their first stage is their last)
+    # of one pipeline stage at that stage alone (their first stage is their last); each block takes its own rows
+    # (no copy of every accepted row at once: glibc would return its pages to the OS and fault them in again)
     single = flat.pp == 1
     for rows_of, stages in ((valid & single, 1), (valid & ~single, count)):
         accepted = np.flatnonzero(rows_of)
-        kept = flat.take(accepted)
-        shared = _shared_terms(model, training, kept, stages)
+        shared = _shared_terms(model, training, flat, accepted, stages)
         for sl in _blocks(len(accepted), max(BLOCK_ELEMENTS // stages, 1)):
             picked = accepted[sl]
             terms = None if shared is None else gather(shared[0], shared[1][sl])
-            block = _block(model, training, kept.take(sl), stages, terms)
+            block = _block(model, training, flat.take(picked), stages, terms)
             ok = block.pop("in_range").astype(bool)
             valid[picked] = ok
             every = bool(ok.all())  # (the rows beyond 2^60 bytes read -1)
@@ -132,17 +137,18 @@ SHARED_MIN_REPEATS = 4
 about what the terms do at a few rows per key (docs/benchmarks.md, vectorised memory estimator)."""
 
 
-def _shared_terms(model: ModelConfig, training: TrainingConfig, arrays: LayoutArrays, count: int
-                  ) -> tuple[StateTerms, npt.NDArray[np.intp]] | None:
+def _shared_terms(model: ModelConfig, training: TrainingConfig, flat: LayoutArrays, rows: npt.NDArray[np.intp],
+                  count: int) -> tuple[StateTerms, npt.NDArray[np.intp]] | None:
     """The state terms (:func:`~frenzy_core.memory.kernel.state_terms`) of each distinct
-    :func:`~frenzy_core.memory.kernel.state_keys` of ``arrays`` at its candidate stages, and each row's key
-    number, to gather per block; None where most rows are distinct (or few): then each block computes its own."""
-    if len(arrays) < max(SHARED_MIN_ROWS, 1):
+    :func:`~frenzy_core.memory.kernel.state_keys` of the rows ``rows`` of ``flat`` at its candidate stages, and
+    each row's key number, to gather per block; None where most rows are distinct (or few): then each block
+    computes its own."""
+    if len(rows) < max(SHARED_MIN_ROWS, 1):
         return None
-    first, inverse = distinct(*state_keys(arrays))
-    if SHARED_MIN_REPEATS * len(first) > len(arrays):
+    first, inverse = distinct(*state_keys(flat), rows=rows)
+    if SHARED_MIN_REPEATS * len(first) > len(rows):
         return None
-    keys = arrays.take(first)
+    keys = flat.take(rows[first])
     return state_terms(model, training, keys, _candidate_stages(keys, count, count != 2)), inverse
 
 

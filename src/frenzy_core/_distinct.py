@@ -8,12 +8,13 @@ memory model its model states per distinct sharding and pipeline position (docs/
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["distinct", "gather"]
+__all__ = ["collapsed", "distinct", "gather"]
 
 T = TypeVar("T")
 
@@ -73,23 +74,43 @@ def distinct(*columns: npt.NDArray[np.int64] | npt.NDArray[np.bool_], rows: npt.
 
 def gather(value: T, inverse: npt.NDArray[np.intp]) -> T:
     """``value``, computed with one entry per combination along its last axis, taken back to every row: each
-    array becomes ``array[..., inverse]``, inside frozen dataclasses and tuples too; scalars, 0-d arrays and None,
+    array becomes ``array[..., inverse]`` (one of length 1 there, as :func:`collapsed` leaves a term alike for
+    every combination, a broadcast view), inside frozen dataclasses and tuples too; scalars, 0-d arrays and None,
     alike for every row, stay as they are. An array met twice is taken once (the same object twice after, as
     before: sums that share terms by identity still do)."""
-    return _gather(value, inverse, {})  # type: ignore[no-any-return]
+
+    def take(a: np.ndarray) -> np.ndarray:
+        if a.shape[-1] == 1:
+            return np.broadcast_to(a, a.shape[:-1] + inverse.shape)
+        return np.take(a, inverse, axis=-1)
+
+    return _map_arrays(value, take, {})  # type: ignore[no-any-return]
 
 
-def _gather(value: Any, inverse: npt.NDArray[np.intp], memo: dict[int, Any]) -> Any:
+def collapsed(value: T) -> T:
+    """``value`` with each array that holds one value along its last axis cut to its first entry there, so that
+    :func:`gather` broadcasts it instead of copying it to every row (a dense model's MoE layer count, states that
+    are 0 throughout)."""
+
+    def cut(a: np.ndarray) -> np.ndarray:
+        return a[..., :1] if a.shape[-1] > 1 and bool((a == a[..., :1]).all()) else a
+
+    return _map_arrays(value, cut, {})  # type: ignore[no-any-return]
+
+
+def _map_arrays(value: Any, fn: Callable[[np.ndarray], np.ndarray], memo: dict[int, Any]) -> Any:
+    """``fn`` of every array of at least one dimension in ``value`` (each distinct array once), through tuples and
+    dataclasses."""
     if isinstance(value, np.ndarray):
         if value.ndim == 0:
             return value
         if id(value) not in memo:
-            memo[id(value)] = np.take(value, inverse, axis=-1)
+            memo[id(value)] = fn(value)
         return memo[id(value)]
     if isinstance(value, tuple):
-        items = [_gather(v, inverse, memo) for v in value]
+        items = [_map_arrays(v, fn, memo) for v in value]
         return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return type(value)(**{f.name: _gather(getattr(value, f.name), inverse, memo)
+        return type(value)(**{f.name: _map_arrays(getattr(value, f.name), fn, memo)
                               for f in dataclasses.fields(value)})
     return value

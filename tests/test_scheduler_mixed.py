@@ -112,7 +112,36 @@ def test_the_check_refuses_corrupted_mixed_placements() -> None:
         update={"device_bytes": plan.layout.device_bytes + 1})})))
     # one type only, or a group missing from the placement's GPUs
     assert "one group per type" in str(check(job, plan.model_copy(update={"groups": (a,)})))
-    assert "groups' GPUs" in str(check(job, plan.model_copy(update={"nodes": a.nodes})))
+    assert "same GPUs" in str(check(job, plan.model_copy(update={"nodes": a.nodes})))
+
+
+def test_the_check_refuses_a_mix_whose_precision_suits_only_one_of_its_types() -> None:
+    # the plan runs fp16 (the job pins it); a job that leaves bf16 defaulted runs bf16 on the A100 and fp16 on
+    # the V100 (precision_on): no one recipe suits both groups, so the mix is refused, not accepted for one of them
+    state, rates = _held_state()
+    plan, job = _big_placement(state), _jobs()[2]
+    assert plan.layout is not None and plan.layout.training.precision.value == "fp16-mixed"
+    defaulted = TrainingConfig(**BIG_RECIPE.model_dump(exclude_unset=True, exclude={"precision"}))
+    assert "precision" not in defaulted.model_fields_set and defaulted.precision.value == "bf16-mixed"
+    problem = PlacementCheck(rates)(job.model_copy(update={"training": defaulted}), plan)
+    assert problem == "the a100-80gb group runs fp16-mixed; a100-80gb runs the job's recipe in bf16-mixed"
+
+
+@pytest.mark.parametrize("edit", ["one type", "overlap", "other nodes"])
+def test_the_check_and_a_loaded_placement_refuse_malformed_groups_in_the_same_words(edit: str) -> None:
+    # one home for the groups' rules (Placement.group_problem): the check sees copies made without validation,
+    # a loaded placement is validated; both say the same
+    state, rates = _held_state()
+    plan, job = _big_placement(state), _jobs()[2]
+    a, v = plan.groups
+    update: dict[str, Any] = {"one type": {"groups": (a,)},
+                              "overlap": {"groups": (a, v.model_copy(update={"nodes": a.nodes}))},
+                              "other nodes": {"nodes": a.nodes}}[edit]
+    bad = plan.model_copy(update=update)
+    with pytest.raises(ValueError) as err:
+        Placement.model_validate(bad.model_dump())
+    assert bad.group_problem() is not None and bad.group_problem() in str(err.value)
+    assert PlacementCheck(rates)(job, bad) == bad.group_problem()
 
 
 class _Inflating(FrenzyCore):

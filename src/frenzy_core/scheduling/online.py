@@ -277,8 +277,7 @@ class OnlineScheduler:
         asked = None if job.request is None else job.request.gpu_type
         if asked is not None and plan.gpu_types != (asked,):
             return f"placed {job_id!r} on {' + '.join(plan.gpu_types)}; it asked for {asked}"
-        wanted = ({n: g.gpu_type for g in plan.groups for n in g.nodes} if plan.groups
-                  else dict.fromkeys(plan.nodes, plan.gpu_type))
+        wanted = plan.node_types()
         for node, count in plan.nodes.items():
             ok = 0 <= node < len(self.state.node_types)
             gpu_type = wanted.get(node)

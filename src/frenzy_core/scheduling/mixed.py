@@ -14,6 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pydantic import Field
+
+from frenzy_core._base import FrozenModel
 from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.hardware.gpu import Links
 from frenzy_core.hardware.gpus import get_gpu_spec
@@ -25,7 +28,32 @@ from frenzy_core.scheduling.state import Allocation, ClusterState
 from frenzy_core.scheduling.throughput import Offer, PlannedThroughput
 from frenzy_core.timing import estimate_iteration_time
 
-__all__ = ["mixed_placement", "offers", "place_mixed"]
+__all__ = ["WholeMix", "mixed_placement", "offers", "place_mixed"]
+
+
+class WholeMix(FrozenModel):
+    """What frenzy-core keeps of the planner's mixed plan for a job on the whole idle cluster: its rate (the
+    job's fastest run, for the starvation bound) and its GPUs per type (the types it drains towards, and how many
+    of each it waits for). Saved with the queue, so that a restored scheduler needs no re-plan (one cut short by
+    the planner's time limit would otherwise lose the job)."""
+
+    tokens_per_s: float = Field(gt=0)
+    gpus: dict[str, int] = Field(description="GPU type -> GPUs of it the plan uses, in the plan's order.")
+
+    @staticmethod
+    def of(plan: Plan) -> WholeMix:
+        gpus: dict[str, int] = {}
+        for stage in plan.stages:
+            gpus[stage.gpu_type] = gpus.get(stage.gpu_type, 0) + stage.num_gpus
+        return WholeMix(tokens_per_s=plan.time.tokens_per_s, gpus=gpus)
+
+    @property
+    def gpu_types(self) -> tuple[str, ...]:
+        return tuple(self.gpus)
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(self.gpus.values())
 
 
 def _power_floor(n: int) -> int:

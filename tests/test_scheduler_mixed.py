@@ -465,3 +465,26 @@ def test_the_jobs_only_a_mix_holds_are_weighed_at_most_mix_candidates_times_a_ro
     monkeypatch.setattr(frenzy_core_policy, "place_mixed", counting)
     assert policy.schedule(float(now)) == []
     assert asked == ["j0", "j1", "j2", "j3"] and MIX_CANDIDATES == 4
+
+
+@pytest.mark.parametrize(("hold_tokens", "waits"), [(10**7, True), (3 * 10**7, False)])
+def test_a_job_only_a_mix_holds_waits_for_its_whole_mix_when_that_ends_it_sooner(hold_tokens: int, waits: bool
+                                                                                   ) -> None:
+    # 4 A100 + 2 H100 are free when big arrives: a 6-GPU mix fits now (about 58 s of run), the whole 8-GPU mix
+    # runs it in about 30 s once the holder's 2 H100 are free; as for a single-type option, it starts now only if
+    # its run is within the stretch of the time until it would finish by waiting (holder ends at 16 s: waits; at
+    # 48 s: starts now)
+    small = default_training(SMALL, V100)
+    hold = TrainingJob(id="hold-h100", submit_time_s=0.0, model=SMALL, training=small, work_tokens=hold_tokens,
+                       request=GPURequest(num_gpus=1, gpu_type="h100-sxm"))
+    jobs = [hold, _small_jobs()[1]]
+    events: list[Event] = []
+    result = simulate(jobs, SMALL_MIXED, FrenzyCore(mixing=True), throughput=THROUGHPUT, progress=False, events=events)
+    held, big = result.jobs
+    assert result.violations == 0 and held.num_gpus == 2 and big.finish_time_s is not None
+    if waits:
+        assert big.start_time_s == held.finish_time_s and big.num_gpus == 8
+    else:
+        assert big.start_time_s == 5.0 and big.num_gpus == 6
+    recorded = [e.actions for e in events if e.kind == "advance"]
+    assert replay(OnlineScheduler(SMALL_MIXED, FrenzyCore(mixing=True), throughput=THROUGHPUT), events) == recorded

@@ -31,6 +31,7 @@ layout's throughput. With ``preemption``, long runs make room for starving jobs 
 from __future__ import annotations
 
 import bisect
+import math
 from typing import Any
 
 import numpy as np
@@ -328,13 +329,16 @@ class FrenzyCore(QueuePolicy):
                           ) -> tuple[list[Action], set[int], int]:
         """Start the jobs of ``mixed_only`` that are (or are not) ``starving``, oldest first, each on the
         planner's mix of the free GPUs of the types not ``drained``, within its counts, when one fits (at most
-        ``budget`` jobs weighed: the round's two calls share :data:`MIX_CANDIDATES`). The oldest starving job that
-        cannot start drains the types of its whole-cluster mix. Returns the placements (dequeued), the drained
-        types and what is left of the budget."""
+        ``budget`` jobs weighed: the round's two calls share :data:`MIX_CANDIDATES`) and is worth starting now (as
+        a single-type option: its run within ``stretch`` of the time until the job would finish by waiting for
+        its whole-cluster mix, :meth:`_waiting_finish`). The oldest starving job that does not start drains the
+        types of its whole-cluster mix. Returns the placements (dequeued), the drained types and what is left of
+        the budget."""
         planned = self.rates.planned
         if not self.mixed_only or planned is None:
             return [], drained, budget
         out: list[Action] = []
+        releases: list[tuple[np.ndarray, np.ndarray]] | None = None
         for job in list(self.mixed_only):
             whole = self._whole[job.id]
             waited = now - job.submit_time_s
@@ -349,6 +353,11 @@ class FrenzyCore(QueuePolicy):
                 budget -= 1
                 plan = place_mixed(planned, job, offers(free, types, most), most, free)
             if plan is not None and plan.num_gpus >= lo:
+                releases = self._release_times(now) if releases is None else releases
+                if job.total_tokens / plan.tokens_per_s > self.stretch * (self._waiting_finish(job, whole, releases)
+                                                                          - now):
+                    plan = None  # waiting for the whole-cluster mix ends the job sooner
+            if plan is not None:
                 free.take(plan.nodes)
                 out.append(Start(job_id=job.id, plan=plan))
             elif starving and not drained:
@@ -358,6 +367,18 @@ class FrenzyCore(QueuePolicy):
         for job_id in started:
             del self._whole[job_id]
         return out, drained, budget
+
+    def _waiting_finish(self, job: TrainingJob, whole: WholeMix, releases: list[tuple[np.ndarray, np.ndarray]]
+                        ) -> float:
+        """When ``job`` would finish if it waited for its whole-cluster mix: once every type of that mix has its
+        GPUs free as the running jobs end as expected (``releases``: :meth:`_release_times`; queued jobs aside,
+        infinite where they never suffice, e.g. a node is down), at that mix's rate."""
+        start = float(releases[0][0][0])  # now
+        for gpu_type, count in whole.gpus.items():
+            times, freed = releases[self.state.gpu_types.index(gpu_type)]
+            k = int(np.searchsorted(freed, count, side="left"))
+            start = max(start, float(times[k]) if k < times.size else math.inf)
+        return start + job.total_tokens / whole.tokens_per_s
 
     def _mix_counts(self, job: TrainingJob) -> tuple[int, int]:
         """The fewest and most GPUs a mix of every type may give ``job`` (its counts over the whole cluster;

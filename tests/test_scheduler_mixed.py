@@ -488,3 +488,29 @@ def test_a_job_only_a_mix_holds_waits_for_its_whole_mix_when_that_ends_it_sooner
         assert big.start_time_s == 5.0 and big.num_gpus == 6
     recorded = [e.actions for e in events if e.kind == "advance"]
     assert replay(OnlineScheduler(SMALL_MIXED, FrenzyCore(mixing=True), throughput=THROUGHPUT), events) == recorded
+
+
+def test_the_rejection_hint_asks_the_planner_nothing_where_the_cluster_cannot_hold_the_states(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # mixing off: Llama-2-70B's weights, master weights and Adam states (14 bytes x 69 B parameters, 965 GB) exceed
+    # what the 8 GPUs hold (8 x 80 GB less headroom), so no mix can hold it and no planner question words the hint
+    asked: list[object] = []
+    real = throughput_module._mixed_plan
+
+    def counting(*args: Any) -> Any:
+        asked.append(args[0])
+        return real(*args)
+
+    monkeypatch.setattr(throughput_module, "_mixed_plan", counting)
+    sched = OnlineScheduler(SMALL_MIXED, FrenzyCore(mixing=False), throughput=PlannedThroughput())
+    sched.submit(_only_mixed_jobs(ModelConfig.preset("llama-2-70b"), TrainingConfig(seq_len=2048, global_batch_size=16),
+                                  8, 4)[1])
+    sched.advance(5.0)
+    (record,) = sched.records()
+    assert record.status == "unschedulable" and "fits in memory on none" in str(record.reason)
+    assert "mixing=True" not in str(record.reason) and asked == []
+    # where they fit, the planner is asked once per job shape, however many such jobs come
+    for i in range(3):
+        sched.submit(_small_jobs()[1].model_copy(update={"id": f"big-{i}"}))
+    sched.advance(6.0)
+    assert len(asked) == 1 and all("mixing=True would accept it" in str(r.reason) for r in sched.records()[1:])

@@ -17,11 +17,13 @@ Per scheduling round (every arrival or completion):
    start on the GPUs left free on two or more types, with the planner's replica groups of several types (issue
    12, form b), when that ends the job sooner than waiting for its best single-type option (``_mix``).
 4. With ``mixing``, a job that fits in memory on no single type but whose mixed plan fits the whole idle cluster
-   is queued apart (``mixed_only``), not rejected: it starts on the round's first free GPUs of two or more types
-   where the planner's mix within its counts fits. Such jobs are weighed oldest first, before the others once
-   they starve (then the oldest that cannot start reserves the types of its whole-cluster mix, so they drain
-   towards it), else on what the round leaves free; no run grows onto the types such a job may use. Without
-   ``mixing`` the rejection stays and says that ``mixing=True`` would accept the job.
+   is queued apart (``mixed_only``), not rejected: it starts on free GPUs of two or more types where the
+   planner's mix within its counts fits and its run is within the stretch of the time until it would finish by
+   waiting for its whole-cluster mix. Such jobs are weighed oldest first (at most :data:`MIX_CANDIDATES` a
+   round), before the others once they starve (then the oldest that does not start reserves the types of its
+   whole-cluster mix, so they drain towards it, and no starving single-type job reserves or makes room there),
+   else on what the round leaves free; no run grows onto the types such a job may use. Without ``mixing`` the
+   rejection stays and says that ``mixing=True`` would accept the job.
 
 Options are every type the job may use with counts from :func:`._queue.elastic_counts` (half to twice the
 request), kept where the planner's candidate table finds a layout that fits in memory; the job runs at that

@@ -68,10 +68,11 @@ class OffloadTerms:
     hidden_s: FloatArray
 
 
-def offload_terms(training: TrainingConfig, gpu: GPUSpec, *, stepped: FloatArray, held: FloatArray,
-                  zero_stage: npt.NDArray[np.int64], ranks_per_node: FloatArray, m: FloatArray,
+def offload_terms(training: TrainingConfig, link_bytes_per_s: FloatArray | float, *, stepped: FloatArray,
+                  held: FloatArray, zero_stage: npt.NDArray[np.int64], ranks_per_node: FloatArray, m: FloatArray,
                   fwd_window: FloatArray, bwd_window: FloatArray) -> OffloadTerms:
-    """The offload terms of each layout. ``stepped``: parameters this rank's optimizer steps (after ZeRO
+    """The offload terms of each layout. ``link_bytes_per_s``: the host link of each layout's GPU
+    (:func:`host_link_bytes_per_s`); ``stepped``: parameters this rank's optimizer steps (after ZeRO
     sharding); ``held``: parameters it keeps (its ZeRO-3 shard where parameters are offloaded); ``zero_stage``:
     each layout's effective ZeRO stage;
     ``ranks_per_node``: the job's ranks sharing one host; ``m``: micro-batches per step; ``fwd_window`` and
@@ -81,7 +82,7 @@ def offload_terms(training: TrainingConfig, gpu: GPUSpec, *, stepped: FloatArray
     if training.offload_optimizer is OffloadDevice.NONE and training.offload_params is OffloadDevice.NONE:
         return OffloadTerms(zero, zero, zero)
     rates = offload_rates()
-    link = host_link_bytes_per_s(gpu)
+    link = link_bytes_per_s
     half = float(training.precision.param_bytes)
     on_host = training.offload_optimizer is not OffloadDevice.NONE
     if training.framework is Framework.MEGATRON:  # optimizer offload only (TrainingConfig refuses the rest)

@@ -290,7 +290,7 @@ def _estimate(model: ModelConfig, training: TrainingConfig, table: GpuTable, cod
     hidden_dp = (1.0 - share) * table.p.data_parallel_overlap[code] * hidden_dp
 
     optimizer_s, off = _step_and_offload(training, table.host_link_bytes_per_s[code], trained, held,
-                                         (dp_ * cp_).astype(np.float64), ep_, zero,
+                                         (dp_ * cp_).astype(np.float64), ep_, zero, layers_stage,
                                          np.minimum(world, links.gpus_per_node).astype(np.float64), mf, st, mem_bw)
 
     breakdown = {
@@ -354,13 +354,15 @@ def _batch_result(model: ModelConfig, seq_len: int, breakdown: dict[str, FloatAr
 
 
 def _step_and_offload(training: TrainingConfig, host_link: FloatArray, trained: _Params, held: _Params,
-                      replicas: FloatArray, ep: IntArray, zero: IntArray, ranks_per_node: FloatArray, m: FloatArray,
-                      st: StageTerms, mem_bw: FloatArray) -> tuple[FloatArray, OffloadTerms]:
+                      replicas: FloatArray, ep: IntArray, zero: IntArray, layers_stage: IntArray,
+                      ranks_per_node: FloatArray, m: FloatArray, st: StageTerms,
+                      mem_bw: FloatArray) -> tuple[FloatArray, OffloadTerms]:
     """The optimizer step (on the GPU, or on the host where it is offloaded) and offload's terms
     (timing/offload.py; ``host_link``: each layout's GPU's host link)."""
     off = offload_terms(training, host_link, stepped=_sharded(trained[0], trained[1], replicas, ep, zero, 1),
                         held=_sharded(held[0], held[1], replicas, ep, zero, 3), zero_stage=zero,
-                        ranks_per_node=ranks_per_node, m=m, fwd_window=st.fwd_window, bwd_window=st.bwd_window)
+                        layers=layers_stage.astype(np.float64), ranks_per_node=ranks_per_node, m=m,
+                        fwd_window=st.fwd_window, bwd_window=st.bwd_window)
     if training.offload_optimizer is not OffloadDevice.NONE:
         return off.host_step_s, off
     return _optimizer_s(training, trained[0], trained[1], replicas, ep, zero, mem_bw), off

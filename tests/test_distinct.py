@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -73,11 +74,19 @@ def test_gather_takes_the_last_axis_and_keeps_shared_arrays_shared() -> None:
     terms = _Terms(per_key=per_key, per_stage=per_stage, again=per_key, scalar=2.5, zero_d=np.array(7.0),
                    nothing=None, parts=(per_key, per_stage))
     inverse = np.array([2, 0, 0, 1])
-    out = gather(terms, inverse)
+    out = gather(terms, inverse, 3)
     assert np.array_equal(out.per_key, [30.0, 10.0, 10.0, 20.0])
     assert np.array_equal(out.per_stage, [[3, 1, 1, 2], [6, 4, 4, 5]])
     assert out.again is out.per_key and out.parts[0] is out.per_key and out.parts[1] is out.per_stage
     assert out.scalar == 2.5 and out.zero_d is terms.zero_d and out.nothing is None
+
+
+def test_gather_refuses_an_array_computed_per_row() -> None:
+    """An array whose last axis is neither one entry nor one per combination was computed per row: taking it by
+    combination numbers would mix rows up silently, so gather refuses it."""
+    per_row = np.arange(4.0)
+    with pytest.raises(ValueError, match="last axis 4 among terms of 3 combinations"):
+        gather((np.zeros(3), per_row), np.array([2, 0, 0, 1]), 3)
 
 
 @settings(max_examples=30, deadline=None)
@@ -96,4 +105,4 @@ def test_collapsed_terms_gather_to_the_same_rows(per_key: np.ndarray, data: st.D
     assert cut.per_stage.shape == (per_key.shape[0], whole) and cut.parts[0] is cut.per_stage
     assert cut.per_key.shape[1] in (1, per_key.shape[1]) and cut.again is cut.per_key
     for before, after in ((terms.per_key, cut.per_key), (terms.per_stage, cut.per_stage)):
-        assert np.array_equal(gather(after, inverse), before[:, inverse], equal_nan=True)
+        assert np.array_equal(gather(after, inverse, per_key.shape[1]), before[:, inverse], equal_nan=True)

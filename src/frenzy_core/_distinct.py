@@ -72,14 +72,18 @@ def distinct(*columns: npt.NDArray[np.int64] | npt.NDArray[np.bool_], rows: npt.
     return first, inverse
 
 
-def gather(value: T, inverse: npt.NDArray[np.intp]) -> T:
+def gather(value: T, inverse: npt.NDArray[np.intp], combinations: int) -> T:
     """``value``, computed with one entry per combination along its last axis, taken back to every row: each
     array becomes ``array[..., inverse]`` (one of length 1 there, as :func:`collapsed` leaves a term alike for
     every combination, a broadcast view), inside frozen dataclasses and tuples too; scalars, 0-d arrays and None,
     alike for every row, stay as they are. An array met twice is taken once (the same object twice after, as
-    before: sums that share terms by identity still do)."""
+    before: sums that share terms by identity still do). An array whose last axis is neither 1 nor
+    ``combinations`` long was computed per row, not per combination: ValueError, never a silent mix-up."""
 
     def take(a: np.ndarray) -> np.ndarray:
+        if a.shape[-1] not in (1, combinations):
+            raise ValueError(f"gather: an array of last axis {a.shape[-1]} among terms of {combinations} "
+                             "combinations (a term computed per row, not per combination)")
         if a.shape[-1] == 1:
             return np.broadcast_to(a, a.shape[:-1] + inverse.shape)
         return np.take(a, inverse, axis=-1)

@@ -123,8 +123,8 @@ def estimate_memory_batch(model: ModelConfig, configs: LayoutArrays | Mapping[st
         per_token = _shared(flat, token_keys(flat), accepted, lambda keys: token_terms(model, training, keys))
         for sl in _blocks(len(accepted), max(BLOCK_ELEMENTS // stages, 1)):
             picked = accepted[sl]
-            terms = None if shared is None else gather(shared[0], shared[1][sl])
-            tokens = None if per_token is None else gather(per_token[0], per_token[1][sl])
+            terms = None if shared is None else gather(shared[0], shared[1][sl], shared[2])
+            tokens = None if per_token is None else gather(per_token[0], per_token[1][sl], per_token[2])
             block = _block(model, training, flat.take(picked), stages, terms, tokens)
             ok = block.pop("in_range").astype(bool)
             valid[picked] = ok
@@ -152,16 +152,17 @@ about what the terms do at a few rows per key (docs/benchmarks.md, vectorised me
 
 
 def _shared(flat: LayoutArrays, keys: tuple[npt.NDArray[np.int64] | npt.NDArray[np.bool_], ...],
-            rows: npt.NDArray[np.intp], terms: Callable[[LayoutArrays], T]) -> tuple[T, npt.NDArray[np.intp]] | None:
+            rows: npt.NDArray[np.intp], terms: Callable[[LayoutArrays], T]
+            ) -> tuple[T, npt.NDArray[np.intp], int] | None:
     """``terms`` of one row of each distinct combination of ``keys`` (columns of ``flat``: :func:`state_keys` or
-    :func:`token_keys`) among its rows ``rows``, and each row's combination number, to gather per block; None
+    :func:`token_keys`) among its rows ``rows``, each row's combination number and their count, to gather per block; None
     where most rows are distinct (or few): then each block computes its own."""
     if len(rows) < max(SHARED_MIN_ROWS, 1):
         return None
     first, inverse = distinct(*keys, rows=rows)
     if SHARED_MIN_REPEATS * len(first) > len(rows):
         return None
-    return collapsed(terms(flat.take(rows[first]))), inverse
+    return collapsed(terms(flat.take(rows[first]))), inverse, len(first)
 
 
 def _state_terms(model: ModelConfig, training: TrainingConfig, count: int, keys: LayoutArrays) -> StateTerms:

@@ -278,6 +278,9 @@ class TypeReport:
     """Candidates that fit memory and the free GPU count and could be placed but for the nodes' host memory."""
     min_host_bytes: int = 0
     """Least host memory per rank among those (offload)."""
+    refused: bool = False
+    """Whether the launcher cannot run the recipe on this type, or the type cannot run it (its dtype has no peak
+    there): no candidate of it is kept, whatever fits."""
 
 
 @dataclass(frozen=True)
@@ -598,7 +601,8 @@ def _type_candidates(model: ModelConfig, training: TrainingConfig, pools: list[N
         min_world_fit=int(world[fits].min()) if fits.any() else None,
         n_fit_free=int(idx.size), n_within_limits=int(keep.sum()), limit_reasons=reasons,
         host_blocked=int((blocked & keep).sum()),
-        min_host_bytes=int(host[idx][blocked & keep].min()) if (blocked & keep).any() else 0)
+        min_host_bytes=int(host[idx][blocked & keep].min()) if (blocked & keep).any() else 0,
+        refused=refusal is not None or unsupported is not None)
     found = {"layout": idx[keep], "iteration_s": iteration[keep], "pph": pph[keep], "level": level[keep],
              "node": per_node[keep], "pool": which[keep]}
     return found, report

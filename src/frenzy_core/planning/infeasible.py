@@ -17,6 +17,7 @@ from frenzy_core.errors import InfeasiblePlanError
 from frenzy_core.planning.candidates import CandidateTable
 from frenzy_core.planning.diagnosis import extra_free_gpus, type_rejections
 from frenzy_core.planning.mixed import mixable_types
+from frenzy_core.planning.offload import FallbackSearched, offload_words
 from frenzy_core.planning.placement import placement_options
 from frenzy_core.planning.request import PlacementMode
 from frenzy_core.planning.search import Search
@@ -38,14 +39,20 @@ def _best_row(search: Search) -> tuple[CandidateTable, int] | None:
 
 
 def _free_gpu_suggestions(search: Search) -> list[str]:
-    """More free GPUs: every GPU of the cluster free, then the cheapest way to place each fitting option."""
+    """More free GPUs: every GPU of the cluster free, then the cheapest way to place each option that fits and
+    can then be placed (within its nodes' host memory where it offloads)."""
     all_free = search.pool.with_nodes(tuple(n._replace(free_indices=tuple(range(n.gpus_per_node)))
                                             for n in search.pool.nodes))
     table = replace(search, pool=all_free).table()
+    rows, ok = placement_options(table, all_free)
+    placeable = rows[ok]
     best: dict[str, tuple[int, int, int]] = {}  # type -> (extra GPUs, tp, world)
-    for (g, tp, world) in {(int(a), int(b), int(c)) for a, b, c in zip(table.gpu, table.tp, table.world)}:
+    # per distinct shape and host cap (an offloading candidate's nodes take only the ranks their host memory holds)
+    for (g, tp, world, k) in {(int(table.gpu[r]), int(table.tp[r]), int(table.world[r]), int(table.pool[r]))
+                              for r in placeable}:
         name = table.gpu_types[g]
-        extra = extra_free_gpus(search.pool, name, tp, world)
+        most = None if k == 0 else {n.name: n.free for n in table.pools[k].nodes}
+        extra = extra_free_gpus(search.pool, name, tp, world, most)
         if extra is None or extra == 0:
             continue
         if name not in best or (extra, world, tp) < (best[name][0], best[name][2], best[name][1]):
@@ -230,30 +237,42 @@ def mixing_reason(search: Search, table: CandidateTable, stages: bool) -> str | 
                "(mixed_stages=True searches them)"))
 
 
+def _labelled(finder: Callable[[Search], list[str]], search: Search, label: str) -> list[str]:
+    """A finder's suggestions for one recipe, each with the recipe's words (none for the request's own)."""
+    return [f"{text}, {label}" if label else text for text in finder(search)]
+
+
 def infeasible_error(search: Search, table: CandidateTable, deadline: float | None = None,
-                     mixed: str | None = None, offloaded: bool = False) -> InfeasiblePlanError:
+                     mixed: str | None = None, offloaded: FallbackSearched | None = None) -> InfeasiblePlanError:
     """An :class:`InfeasiblePlanError` naming what blocked each GPU type and the smallest changes that help;
     the search for changes stops at ``deadline`` (a ``time.perf_counter()`` value) and says so. ``mixed``:
     the mixed-type search's word (a suggestion when it was off and found a plan, else why it found none).
-    ``offloaded``: the offload fallback was searched too and found nothing (the suggestions are without it)."""
+    ``offloaded``: what the offload fallback searched and found nothing with; the suggestions are then found for
+    those offloading recipes too (each saying its recipe), as the planner would plan the changed request."""
     rows, ok = placement_options(table, search.pool)
     reasons = [f"{r.gpu_type}: {r.message}" for r in type_rejections(table, search.pool, rows, ok, None, search.constraints)]
     if mixed is not None and not mixed.startswith("mix GPU types"):
         reasons.append(mixed)
-    if offloaded:
-        reasons.append("offloading the optimizer, then the parameters, to the host memory of the nodes that give it "
-                       "does not fit either")
+    fallback = offloaded or FallbackSearched()
+    why = fallback.reason()
+    if why is not None:
+        reasons.append(why)
+    recipes = [(search, ""), *((s, f"with {offload_words(s)} offloaded") for s in fallback.searched)]
     finders: list[Callable[[Search], list[str]]] = [_free_gpu_suggestions, _host_suggestions, _pin_suggestions,
                                                     _limit_suggestions, _seq_len_suggestion]
     suggestions: list[str] = [mixed] if mixed is not None and mixed.startswith("mix GPU types") else []
     stopped = False
     for finder in finders:
-        if deadline is not None and time.perf_counter() > deadline:
-            stopped = True
+        for recipe, label in recipes:
+            if deadline is not None and time.perf_counter() > deadline:
+                stopped = True
+                break
+            suggestions += [text for text in _labelled(finder, recipe, label) if text not in suggestions]
+        if stopped:
             break
-        suggestions += finder(search)
     if not suggestions and not stopped:
-        suggestions = _larger_cluster_suggestions(search)
+        suggestions = [text for recipe, label in recipes
+                       for text in _labelled(_larger_cluster_suggestions, recipe, label)]
     model = search.model.name or "the model"
     message = f"no plan fits {model} on this cluster: " + "; ".join(reasons)
     if suggestions:
@@ -262,5 +281,6 @@ def infeasible_error(search: Search, table: CandidateTable, deadline: float | No
         message += ". The time limit ended the search for a change that would help"
     else:
         message += (". No single change tried (more free GPUs, more GPUs up to "
-                    f"{MAX_CLUSTER_GROWTH}x, lifting a pin or limit, a shorter sequence) helps")
+                    f"{MAX_CLUSTER_GROWTH}x, lifting a pin or limit, a shorter sequence) helps"
+                    + (", with or without offload" if fallback.searched else ""))
     return InfeasiblePlanError(message, reasons=reasons, suggestions=suggestions)

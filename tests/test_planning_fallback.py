@@ -10,10 +10,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from frenzy_core import Cluster, InfeasiblePlanError, ModelConfig, TrainingConfig, plan_job
+from frenzy_core import Cluster, ConfigError, InfeasiblePlanError, ModelConfig, TrainingConfig, plan_job
+from frenzy_core.adapters import ADAPTERS
 from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.hardware.gpus import load_gpu_specs
 from frenzy_core.planning.estimators import AnalyticEstimator
+from frenzy_core.planning.launchers import FULL_OFFLOAD, LAUNCH_SCOPES, TORCHTITAN, offload_kind
 
 GIB = 2**30
 WIDE = ModelConfig.preset("gpt2").replace(name="wide", num_layers=8, hidden_size=1024, num_attention_heads=16,
@@ -105,3 +107,23 @@ def test_suggestions_after_the_fallback_are_found_with_offload_too_and_each_work
     plan = plan_job(WIDE, cluster(need), SMALL, **request)  # type: ignore[arg-type]
     assert plan.training.offload_optimizer.value == "cpu"
     assert all(len(ranks) * plan.memory.host_bytes <= need for ranks in plan.placement.values())
+
+
+def test_torchtitan_is_given_offload_only_where_it_runs_it() -> None:
+    """torchtitan's CPU offload is FSDP2's, applied only with data or context parallel ranks (its declaration,
+    ``TORCHTITAN.sharded_offload``): on one GPU the fallback has no plan for it (plain torchrun offloads the
+    optimizer there), on two it offloads at dp = 2 and torchtitan's flags say so."""
+    cluster = _cluster(0.99, [{"gpu": "a100-80gb", "gpus_per_node": 4, "count": 1, "host_memory_bytes": 64 * GIB}])
+    scope = ADAPTERS["torchrun"].scope_for(torchtitan=True)
+    assert scope is TORCHTITAN and ADAPTERS["torchrun"].scope_for() is LAUNCH_SCOPES["torchrun"]
+    request = dict(top_k=0, mixed_types=False, time_limit_s=0.5)
+    plain = plan_job(WIDE, cluster, SMALL, constraints={**FAST, "num_gpus": 1}, launcher="torchrun", **request)  # type: ignore[arg-type]
+    assert plain.training.offloads and plain.parallel.dp == 1
+    with pytest.raises(ConfigError, match="torchtitan offloads"):
+        ADAPTERS["torchrun"](plain, torchtitan=True)
+    with pytest.raises(InfeasiblePlanError):
+        plan_job(WIDE, cluster, SMALL, constraints={**FAST, "num_gpus": 1}, launcher=scope, **request)  # type: ignore[arg-type]
+    plan = plan_job(WIDE, cluster, SMALL, constraints={**FAST, "num_gpus": 2}, launcher=scope, **request)  # type: ignore[arg-type]
+    assert offload_kind(plan.training) == FULL_OFFLOAD and plan.parallel.dp == 2
+    (first, *_) = ADAPTERS["torchrun"](plan, torchtitan=True)["nodes"]
+    assert "--training.enable_cpu_offload" in first["argv"]

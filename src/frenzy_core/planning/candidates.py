@@ -411,10 +411,11 @@ def _objective_keys(objective: Objective, world: np.ndarray, tokens_per_s: np.nd
     return np.stack([cents, -tok, world]), per_token_usd * float(token_budget or 1)
 
 
-def _within_launcher(scope: LaunchScope, layouts: LayoutArrays) -> npt.NDArray[np.bool_]:
-    """Which layouts ``scope``'s launcher can write; ConfigError when the request leaves none."""
-    kept = scope.allows(layouts)
-    if len(layouts) and not kept.any():
+def _within_launcher(scope: LaunchScope, layouts: LayoutArrays, training: TrainingConfig) -> npt.NDArray[np.bool_]:
+    """Which layouts ``scope``'s launcher can write with ``training``; ConfigError when the request leaves none."""
+    kept = scope.allows(layouts, training)
+    # the layouts alone: a recipe it offloads only where ranks shard the model may leave none (then nothing fits)
+    if len(layouts) and not kept.any() and not scope.allows(layouts).any():
         raise ConfigError(f"launcher {scope.name} can write none of the layouts the request allows",
                           field="launcher", value=scope.name, hint="lift a pin (ZeRO stage, tp, pp) or use another "
                           "launcher")
@@ -485,7 +486,7 @@ def build_candidates(model: ModelConfig, training: TrainingConfig, pool: NodePoo
     layouts, samples = enumerate_rows(model, training, c, max_world=max_world, max_tp=max_tp,
                                       adjustable_batch=adjustable_batch, uneven=uneven)
     if scope is not None:
-        within = _within_launcher(scope, layouts)
+        within = _within_launcher(scope, layouts, training)
         layouts, samples = layouts.take(within), samples[within]
     recipes = {name: training.replace(precision=(precisions or {})[name]) if name in (precisions or {}) else training
                for name in types}

@@ -37,7 +37,7 @@ def _best_row(search: Search) -> tuple[CandidateTable, int] | None:
     return table, int(rows[int(np.argmax(ok))])
 
 
-def _free_gpu_suggestions(search: Search) -> list[str]:
+def _free_gpu_suggestions(search: Search) -> dict[str, str]:
     """More free GPUs: every GPU of the cluster free, then the cheapest way to place each option that fits and
     can then be placed (within its nodes' host memory where it offloads)."""
     all_free = search.pool.with_nodes(tuple(n._replace(free_indices=tuple(range(n.gpus_per_node)))
@@ -56,12 +56,13 @@ def _free_gpu_suggestions(search: Search) -> list[str]:
             continue
         if name not in best or (extra, world, tp) < (best[name][0], best[name][2], best[name][1]):
             best[name] = (extra, tp, world)
-    out = []
+    out: dict[str, str] = {}
     for name, (extra, tp, world) in sorted(best.items(), key=lambda kv: (kv[1][0], kv[0]))[:2]:
         if world == tp and tp > 1:
-            out.append(f"needs {extra} more free {name} in one node (a tp={tp} group of {world} GPUs)")
+            out[f"free {name}"] = f"needs {extra} more free {name} in one node (a tp={tp} group of {world} GPUs)"
         else:
-            out.append(f"needs {extra} more free {name} GPUs ({world} GPUs in whole tp={tp} groups per node)")
+            out[f"free {name}"] = (f"needs {extra} more free {name} GPUs ({world} GPUs in whole tp={tp} groups "
+                                   "per node)")
     return out
 
 
@@ -69,10 +70,10 @@ MAX_CLUSTER_GROWTH = 64
 """Largest multiple of a GPU type's node count tried when even an all-free cluster is too small."""
 
 
-def _larger_cluster_suggestions(search: Search) -> list[str]:
+def _larger_cluster_suggestions(search: Search) -> dict[str, str]:
     """When freeing every GPU does not help: the fewest GPUs of each type that would (the type's nodes doubled
     until a layout fits, up to MAX_CLUSTER_GROWTH times), smallest first."""
-    out: list[tuple[int, str]] = []
+    out: list[tuple[int, str, str]] = []
     for gpu_type in search.pool.gpu_types:
         nodes = [n for n in search.pool.nodes if n.gpu_type == gpu_type]
         have = sum(n.gpus_per_node for n in nodes)
@@ -85,16 +86,16 @@ def _larger_cluster_suggestions(search: Search) -> list[str]:
             rows, ok = table.options
             if ok.any():
                 need = int(min(int(table.world[r]) for r, fits in zip(rows, ok) if fits))
-                out.append((need, f"a cluster with at least {need} {gpu_type} GPUs (this one has {have})"))
+                out.append((need, gpu_type, f"a cluster with at least {need} {gpu_type} GPUs (this one has {have})"))
                 break
             factor *= 2
-    return [text for _, text in sorted(out)[:2]]
+    return {f"grow {name}": text for _, name, text in sorted(out)[:2]}
 
 
-def _pin_suggestions(search: Search) -> list[str]:
+def _pin_suggestions(search: Search) -> dict[str, str]:
     """Lift one pin at a time; suggest the value the best placeable candidate then uses."""
     c = search.constraints
-    out = []
+    out: dict[str, str] = {}
     pins = {"recompute": c.recompute, "micro_batch_sizes": c.micro_batch_sizes, "zero_stages": c.zero_stages,
             "distributed_optimizer": c.distributed_optimizer, "sequence_parallel": c.sequence_parallel,
             "tp": c.tp, "pp": c.pp, "headroom": c.headroom or None}
@@ -116,28 +117,28 @@ def _pin_suggestions(search: Search) -> list[str]:
             "sequence_parallel": f"sequence_parallel={bool(lay.sequence_parallel[i])}",
             "tp": f"tp={int(lay.tp[i])}", "pp": f"pp={int(lay.pp[i])}", "headroom": "headroom=0",
         }[field]
-        out.append(chosen)
+        out[field] = chosen
     return out
 
 
-def _limit_suggestions(search: Search) -> list[str]:
+def _limit_suggestions(search: Search) -> dict[str, str]:
     """Raise or drop one limit at a time; suggest the value the best placeable candidate needs."""
     c = search.constraints
-    out = []
+    out: dict[str, str] = {}
     if c.placement is not PlacementMode.ANY and (search.scope is None or search.scope.placement is PlacementMode.ANY):
         if _best_row(replace(search, constraints=c.replace(placement=PlacementMode.ANY))) is not None:
-            out.append("placement=any")
+            out["placement"] = "placement=any"
     if c.gpu_types is not None:
         found = _best_row(replace(search, constraints=c.replace(gpu_types=None)))
         if found is not None:
             table, row = found
-            out.append(f"allow gpu type {table.gpu_types[int(table.gpu[row])]}")
+            out["gpu_types"] = f"allow gpu type {table.gpu_types[int(table.gpu[row])]}"
     if c.max_gpus is not None:
         found = _best_row(replace(search, constraints=c.replace(max_gpus=None)))
         if found is not None:
             table, row = found
             rows, ok = table.options
-            out.append(f"max_gpus >= {int(table.world[rows[ok]].min())}")
+            out["max_gpus"] = f"max_gpus >= {int(table.world[rows[ok]].min())}"
     wanted = c.num_gpus
     if wanted is not None:
         found = _best_row(replace(search, constraints=c.replace(num_gpus=None)))
@@ -145,7 +146,7 @@ def _limit_suggestions(search: Search) -> list[str]:
             table, row = found
             rows, ok = table.options
             worlds = sorted({int(w) for w in table.world[rows[ok]]}, key=lambda w: (abs(w - wanted), w))
-            out.append(f"num_gpus={worlds[0]}")
+            out["num_gpus"] = f"num_gpus={worlds[0]}"
     if c.max_price_per_hour_usd is not None:
         found = _best_row(replace(search, constraints=c.replace(max_price_per_hour_usd=None)))
         if found is not None:
@@ -153,28 +154,28 @@ def _limit_suggestions(search: Search) -> list[str]:
             rows, ok = table.options
             prices = table.price_per_hour_usd[rows[ok]]
             if np.isfinite(prices).any():
-                out.append(f"max_price_per_hour_usd >= {float(np.nanmin(prices)):.2f}")
+                out["max_price"] = f"max_price_per_hour_usd >= {float(np.nanmin(prices)):.2f}"
     if c.deadline_s is not None and c.token_budget is not None:
         found = _best_row(replace(search, constraints=c.replace(deadline_s=None)))
         if found is not None:
             table, row = found
             rows, ok = table.options
             fastest = float((c.token_budget / table.tokens_per_s[rows[ok]]).min())
-            out.append(f"deadline_s >= {fastest:.0f}")
+            out["deadline_s"] = f"deadline_s >= {fastest:.0f}"
     return out
 
 
-def _host_suggestions(search: Search) -> list[str]:
+def _host_suggestions(search: Search) -> dict[str, str]:
     """Where host memory blocked a type (offload): training without offload, or the host memory per node that
     would hold every rank the best candidate then puts on a node (its ranks times its host bytes per rank)."""
     table = search.table()
     if not any(r.host_blocked for r in table.reports):
-        return []
-    out = []
+        return {}
+    out: dict[str, str] = {}
     t = search.training
     if replace(search, training=t.replace(offload_optimizer="none", offload_params="none",
                                           activation_offload_layers=0)).feasible():
-        out.append("no offload (offload_optimizer='none', offload_params='none', activation_offload_layers=0)")
+        out["offload"] = "no offload (offload_optimizer='none', offload_params='none', activation_offload_layers=0)"
     unknown = search.pool.with_nodes(tuple(n._replace(host_memory_bytes=None) for n in search.pool.nodes))
     found = _best_row(replace(search, pool=unknown))
     if found is not None:
@@ -182,24 +183,24 @@ def _host_suggestions(search: Search) -> list[str]:
         name = table.gpu_types[int(table.gpu[row])]
         ranks = min(int(table.world[row]), search.pool.max_free_in_node(name))
         need = int(table.host_bytes[int(table.layout[row])]) * ranks
-        out.append(f"{name} nodes with host_memory_bytes >= {need:,} ({need / GIB:,.0f} GiB: {ranks} ranks of "
-                   f"{int(table.host_bytes[int(table.layout[row])]) / GIB:,.1f} GiB)")
+        out["host"] = (f"{name} nodes with host_memory_bytes >= {need:,} ({need / GIB:,.0f} GiB: {ranks} ranks "
+                       f"of {int(table.host_bytes[int(table.layout[row])]) / GIB:,.1f} GiB)")
     return out
 
 
-def _seq_len_suggestion(search: Search) -> list[str]:
+def _seq_len_suggestion(search: Search) -> dict[str, str]:
     """The longest sequence (a multiple of SEQ_LEN_STEP below the request's) that can be placed."""
     seq = search.training.seq_len
     lo, hi = 0, (seq - 1) // SEQ_LEN_STEP  # in steps; hi * step < seq
     if hi == 0:
-        return []
+        return {}
 
     def ok(steps: int) -> bool:
         training = search.training.replace(seq_len=steps * SEQ_LEN_STEP)
         return replace(search, training=training).feasible()
 
     if not ok(1):
-        return []
+        return {}
     lo = 1
     while lo < hi:
         mid = (lo + hi + 1) // 2
@@ -207,7 +208,7 @@ def _seq_len_suggestion(search: Search) -> list[str]:
             lo = mid
         else:
             hi = mid - 1
-    return [f"sequence length <= {lo * SEQ_LEN_STEP}"]
+    return {"seq_len": f"sequence length <= {lo * SEQ_LEN_STEP}"}
 
 
 def mixing_reason(search: Search, table: CandidateTable, stages: bool) -> str | None:
@@ -236,9 +237,18 @@ def mixing_reason(search: Search, table: CandidateTable, stages: bool) -> str | 
                "(mixed_stages=True searches them)"))
 
 
-def _labelled(finder: Callable[[Search], list[str]], search: Search, label: str) -> list[str]:
-    """A finder's suggestions for one recipe, each with the recipe's words (none for the request's own)."""
-    return [f"{text}, {label}" if label else text for text in finder(search)]
+def _with_recipes(finder: Callable[[Search], dict[str, str]], recipes: list[tuple[Search, str]],
+                  deadline: float | None) -> tuple[list[str], bool]:
+    """A finder's suggestions, one per change it names (a limit, a pin, a GPU type's free GPUs, ...): the request's
+    own recipe's where it has one, else the first offloading recipe's with its words (the planner tries them in
+    this order, so with that change it would offload so); and whether the deadline cut them short."""
+    out: dict[str, str] = {}
+    for search, label in recipes:
+        if deadline is not None and time.perf_counter() > deadline:
+            return list(out.values()), True
+        for key, text in finder(search).items():
+            out.setdefault(key, f"{text}, {label}" if label else text)
+    return list(out.values()), False
 
 
 def infeasible_error(search: Search, table: CandidateTable, deadline: float | None = None,
@@ -257,21 +267,17 @@ def infeasible_error(search: Search, table: CandidateTable, deadline: float | No
     if why is not None:
         reasons.append(why)
     recipes = [(search, ""), *((s, f"with {offload_words(s)} offloaded") for s in fallback.searched)]
-    finders: list[Callable[[Search], list[str]]] = [_free_gpu_suggestions, _host_suggestions, _pin_suggestions,
+    finders: list[Callable[[Search], dict[str, str]]] = [_free_gpu_suggestions, _host_suggestions, _pin_suggestions,
                                                     _limit_suggestions, _seq_len_suggestion]
     suggestions: list[str] = [mixed] if mixed is not None and mixed.startswith("mix GPU types") else []
     stopped = False
     for finder in finders:
-        for recipe, label in recipes:
-            if deadline is not None and time.perf_counter() > deadline:
-                stopped = True
-                break
-            suggestions += [text for text in _labelled(finder, recipe, label) if text not in suggestions]
+        found, stopped = _with_recipes(finder, recipes, deadline)
+        suggestions += found
         if stopped:
             break
     if not suggestions and not stopped:
-        suggestions = [text for recipe, label in recipes
-                       for text in _labelled(_larger_cluster_suggestions, recipe, label)]
+        suggestions = _with_recipes(_larger_cluster_suggestions, recipes, None)[0]
     model = search.model.name or "the model"
     message = f"no plan fits {model} on this cluster: " + "; ".join(reasons)
     if suggestions:

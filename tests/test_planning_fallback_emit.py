@@ -143,6 +143,13 @@ def test_a_plan_the_fallback_makes_for_a_launcher_is_read_by_its_consumer(target
     assert _accepted(target, _request(target, 1.2, 2, 1, 2, 8, 2), tmp_path, request) is True
 
 
+def test_a_recipe_the_launcher_writes_at_no_layout_gives_no_plan_not_an_error(tmp_path: Path,
+                                                                            request: pytest.FixtureRequest) -> None:
+    """4 GPUs asked of two 1-GPU nodes: the full offload's ZeRO 3 leaves DeepSpeed no layout it writes (found by
+    the hundred below: a ConfigError about the request's pins, which the fallback set itself)."""
+    assert _accepted("deepspeed", _request("deepspeed", 1.49, 1, 2, 1, 8, 4), tmp_path, request) is None
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS)
 def test_a_hundred_fallback_requests_per_launcher_are_launchable(target: str, tmp_path: Path,

@@ -115,7 +115,7 @@ def offload_searches(search: Search) -> list[Search]:
             if not stages:
                 continue
             pinned = cons.replace(zero_stages=stages)
-        out.append(replace(base, training=recipe, constraints=pinned))
+        out.append(replace(base, training=recipe, constraints=pinned, fallback=True))
     return out
 
 

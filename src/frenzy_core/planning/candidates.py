@@ -288,6 +288,9 @@ class TypeReport:
     """Candidates that fit memory and the free GPU count and could be placed but for the nodes' host memory."""
     min_host_bytes: int = 0
     """Least host memory per rank among those (offload)."""
+    refused: bool = False
+    """Whether the launcher cannot run the recipe on this type, or the type cannot run it (its dtype has no peak
+    there): no candidate of it is kept, whatever fits."""
 
 
 @dataclass(frozen=True)
@@ -418,10 +421,13 @@ def _objective_keys(objective: Objective, world: np.ndarray, tokens_per_s: np.nd
     return np.stack([cents, -tok, world]), per_token_usd * float(token_budget or 1)
 
 
-def _within_launcher(scope: LaunchScope, layouts: LayoutArrays) -> npt.NDArray[np.bool_]:
-    """Which layouts ``scope``'s launcher can write; ConfigError when the request leaves none."""
-    kept = scope.allows(layouts)
-    if len(layouts) and not kept.any():
+def _within_launcher(scope: LaunchScope, layouts: LayoutArrays, training: TrainingConfig, refuse: bool
+                     ) -> npt.NDArray[np.bool_]:
+    """Which layouts ``scope``'s launcher can write with ``training``; ConfigError when the request leaves none
+    and ``refuse`` (the request's own pins; the offload fallback's recipes pin ZeRO stages of their own)."""
+    kept = scope.allows(layouts, training)
+    # the layouts alone: a recipe it offloads only where ranks shard the model may leave none (then nothing fits)
+    if refuse and len(layouts) and not kept.any() and not scope.allows(layouts).any():
         raise ConfigError(f"launcher {scope.name} can write none of the layouts the request allows",
                           field="launcher", value=scope.name, hint="lift a pin (ZeRO stage, tp, pp) or use another "
                           "launcher")
@@ -470,15 +476,16 @@ def build_candidates(model: ModelConfig, training: TrainingConfig, pool: NodePoo
                      constraints: PlanConstraints, objective: Objective, estimator: LayoutEstimator,
                      links: Mapping[str, Links] | None = None, *, adjustable_batch: bool = False,
                      uneven: bool = False, scope: LaunchScope | None = None,
-                     precisions: Mapping[str, Precision] | None = None) -> CandidateTable:
+                     precisions: Mapping[str, Precision] | None = None, refuse_scope: bool = True) -> CandidateTable:
     """Enumerate layouts, estimate memory once (per precision) and time per GPU type and placement (vectorised),
     filter, rank.
 
     ``links`` maps a GPU type to the intra- and inter-node link speeds its time is estimated with (default:
     its typical node's); the node size each candidate is timed with comes from where it can be placed.
     ``precisions`` maps GPU types that run the recipe in another precision (the bf16 fallback) to it;
-    ``scope`` keeps the layouts and GPU types a launcher can run; ``uneven`` also searches data-parallel ranks
-    that differ by one micro-batch (:func:`enumerate_rows`).
+    ``scope`` keeps the layouts and GPU types a launcher can run (``refuse_scope``: ConfigError where it can
+    write none of them); ``uneven`` also searches data-parallel ranks that differ by one micro-batch
+    (:func:`enumerate_rows`).
     """
     c = constraints
     types = tuple(pool.gpu_types)
@@ -492,7 +499,7 @@ def build_candidates(model: ModelConfig, training: TrainingConfig, pool: NodePoo
     layouts, samples = enumerate_rows(model, training, c, max_world=max_world, max_tp=max_tp,
                                       adjustable_batch=adjustable_batch, uneven=uneven)
     if scope is not None:
-        within = _within_launcher(scope, layouts)
+        within = _within_launcher(scope, layouts, training, refuse_scope)
         layouts, samples = layouts.take(within), samples[within]
     recipes = {name: training.replace(precision=(precisions or {})[name]) if name in (precisions or {}) else training
                for name in types}
@@ -633,7 +640,8 @@ def _type_candidates(pool: NodePool, spec: GPUSpec, name: str, allowed: bool, la
         min_world_fit=int(world[fits].min()) if fits.any() else None,
         n_fit_free=int(idx.size), n_within_limits=int(keep.sum()), limit_reasons=reasons,
         host_blocked=int((blocked & keep).sum()),
-        min_host_bytes=int(host[blocked & keep].min()) if (blocked & keep).any() else 0)
+        min_host_bytes=int(host[blocked & keep].min()) if (blocked & keep).any() else 0,
+        refused=refusal is not None or unsupported is not None)
     found = {"layout": idx[keep], "iteration_s": iteration[keep], "pph": pph[keep], "level": level[keep],
              "node": per_node[keep], "pool": which[keep]}
     return found, report

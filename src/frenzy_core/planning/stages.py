@@ -178,7 +178,7 @@ def _recipes(search: Search) -> LayoutArrays:
                           & (lay.schedule == PipelineSchedule.ONE_F_ONE_B.code))
     lay = lay.take(keep)
     if search.scope is not None:  # what the launcher can write (a stage launcher's rule reads recipe fields only)
-        lay = lay.take(np.flatnonzero(search.scope.allows(lay)))
+        lay = lay.take(np.flatnonzero(search.scope.allows(lay, search.training)))
     if not len(lay):
         return lay
     tied = sp_with_tp(search.model, search.training, c)  # then a stage's tp alone sets sequence parallelism

@@ -16,6 +16,7 @@ program), until the next bound cannot beat the best found or the time limit is r
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import itertools
 import math
 import time
@@ -35,7 +36,7 @@ from frenzy_core.planning.estimators import AnalyticEstimator
 from frenzy_core.planning.mixed import mixable_types, one_collective_library
 from frenzy_core.planning.mixed_plan import group_placement
 from frenzy_core.planning.mixed_solve import PRICE_STEPS_PER_USD_HOUR, TIME_STEPS_PER_S, score
-from frenzy_core.planning.request import PlacementMode
+from frenzy_core.planning.request import Objective, PlacementMode
 from frenzy_core.planning.search import Search
 from frenzy_core.timing.params import TimeModelParams
 from frenzy_core.timing.stages import pipeline_step_s, stage_microbatch_batch, stage_tail_batch
@@ -226,7 +227,7 @@ class _Tables:
         self.caps: dict[tuple[int, int, str, int, int, int], int] = {}
         self.bounds: dict[tuple[int, int, str, int], npt.NDArray[np.int64]] = {}
         self.sp_with_tp = sp_with_tp(search.model, search.training, search.constraints)
-        self.floors: dict[tuple[int, int, str, int, bool, float], FloatArray] = {}
+        self.floors: dict[tuple[str, int, float], FloatArray] = {}
 
     def layout(self, r: npt.ArrayLike, dp: npt.ArrayLike, tp: npt.ArrayLike, splits: Sequence[tuple[int, ...]],
                gbs: npt.ArrayLike | None = None) -> LayoutArrays:
@@ -263,12 +264,15 @@ class _Tables:
             self.cache[key] = self._all_times(gpu_type, key[1], p2p)
         return self.cache[key][(r, tp, head)]
 
-    def floor_times(self, r: int, dp: int, gpu_type: str, tp: int, head: bool, p2p: float) -> FloatArray:
-        """g(l) = min over l' >= l of t(l'): the least time of a stage holding l layers or more
-        (nondecreasing, so the layers a stage can hold within tau are at most #{l >= 1 : g(l) <= tau})."""
-        key = (r, dp, gpu_type, tp, head, p2p)
+    def floor_stack(self, gpu_type: str, dp: int, p2p: float) -> FloatArray:
+        """Rows (recipe, tp of :func:`_tps`, head) of g(l) = min over l' >= l of t(l'): the least time of a stage
+        holding l layers or more (nondecreasing, so the layers a stage can hold within tau are at most
+        #{l >= 1 : g(l) <= tau})."""
+        key = (gpu_type, dp if self.fp8 else 1, p2p)
         if key not in self.floors:
-            self.floors[key] = np.minimum.accumulate(self.times(*key)[::-1])[::-1]
+            t = np.stack([self.times(r, dp, gpu_type, tp, head, p2p) for r in range(len(self.recipes))
+                          for tp in _tps(self.search, gpu_type) for head in (False, True)])
+            self.floors[key] = np.minimum.accumulate(t[:, ::-1], axis=1)[:, ::-1]
         return self.floors[key]
 
     def _all_times(self, gpu_type: str, dp: int, p2p: float) -> dict[tuple[int, int, bool], FloatArray]:
@@ -362,93 +366,225 @@ def _tps(search: Search, gpu_type: str) -> list[int]:
     return [tp for tp in range(1, top + 1) if heads % tp == 0 and (pinned is None or tp == pinned)]
 
 
-def _enumerate(search: Search, recipes: LayoutArrays, tables: _Tables, deadline: float) -> list[_Config] | None:
-    """Every configuration the free GPUs and limits allow, with a lower bound on its key, best bound first: the
-    slowest stage takes at least tau = (L + sum_i t_i(0) / b_i) / sum_i 1 / b_i (b_i: the stage's least time
-    per layer; below tau the layers cannot sum to L) and at least any stage's least time, and the step at least
-    m tau (the gradient sync after it is not bounded below)."""
-    c, gbs, n_layers = search.constraints, search.training.global_batch_size, search.model.num_layers
-    assert gbs is not None
-    allowed = mixable_types(search)
-    top_dp = max(search.pool.free_gpus(t) for t in allowed)
-    dps = {r: [d for d in range(1, min(n, top_dp) + 1) if n % d == 0]
-           for r in range(len(recipes)) for n in [_micro_batches(gbs, int(recipes.micro_batch_size[r]))]}
-    sa, sb = (x.ravel() for x in np.meshgrid(np.arange(1, MAX_STAGES), np.arange(1, MAX_STAGES)))
-    out = []
-    for r in range(len(recipes)):
-        if time.perf_counter() > deadline:  # the memory caps are a bisection per recipe: bounded by the deadline too
-            return None
-        tables.fill_cap_bounds([(r, d, g, tp) for d in dps[r] for g in allowed for tp in _tps(search, g)])
-        n = _micro_batches(gbs, int(recipes.micro_batch_size[r]))
-        for dp in dps[r]:
-            for (ta, tb), tpa, tpb in ((pair, x, y) for pair in itertools.permutations(allowed, 2)
-                                       if one_collective_library(search, pair)
-                                       for x in _tps(search, pair[0]) for y in _tps(search, pair[1])
-                                       if search.scope is None or search.scope.stage_tp or x == y):
-                # per pair of types: checked per recipe, a 10 s call ran 23 s at 1,024 GPUs of 6 types and 51 s at
-                # 16,384 of 8, per (recipe, D) 12-14 s (benchmarks/planner.py, on the loaded 2-core machine)
-                if time.perf_counter() > deadline:
-                    return None
-                cap_a = int(search.pool.classes(ta).free_blocks(tpa)) // dp
-                cap_b = int(search.pool.classes(tb).free_blocks(tpb)) // dp
-                m = n // dp
-                ka = np.cumsum(tables.cap_bounds(r, dp, ta, tpa)[np.minimum(np.arange(MAX_STAGES + 1), m)])
-                kb = np.cumsum(tables.cap_bounds(r, dp, tb, tpb)[np.minimum(np.arange(MAX_STAGES + 1), m)])
-                keep = (sa <= cap_a) & (sb <= cap_b) & (sa + sb <= min(MAX_STAGES, n_layers))
-                # memory: the stages' most layers (by their in-flight micro-batches) must reach L
-                keep &= ka[np.minimum(sa + sb, MAX_STAGES)] - ka[sb] + kb[sb] >= n_layers
-                if not keep.any():
-                    continue
-                p2p = tables.p2p((ta, tb))
-                ga, gb, gh = (tables.floor_times(r, dp, g, tp, h, p2p) for g, tp, h in (
-                    (ta, tpa, False), (tb, tpb, False), (tb, tpb, True)))
-                gpus = dp * (sa * tpa + sb * tpb)
-                keep &= (gpus <= (c.max_gpus or gpus.max())) & ((gpus == c.num_gpus) if c.num_gpus else True)
-                price = _price(search, (ta, tb), dp * sa * tpa, dp * sb * tpb)
-                if c.max_price_per_hour_usd is not None:
-                    keep &= (price is not None) and price <= c.max_price_per_hour_usd * PRICE_STEPS_PER_USD_HOUR
-                rows = np.flatnonzero(keep)
-                tau = _tau_bound(ga, gb, gh, sa[rows], sb[rows], tables.cap_bounds(r, dp, ta, tpa),
-                                 tables.cap_bounds(r, dp, tb, tpb), m)
-                bound = np.zeros(sa.shape, dtype=np.int64)
-                # sum_i t_i >= sum_i t_i(0) + L min_i b_i (b: a stage's least time per layer), max_i t_i >= tau
-                b_least = min(float(np.min((g[1:] - g[0]) / np.arange(1, g.size))) for g in (ga, gb, gh))
-                sums = sa[rows] * ga[0] + (sb[rows] - 1) * gb[0] + gh[0] + n_layers * max(b_least, 0.0)
-                bound[rows] = np.floor(((m - 1) * tau + np.maximum(sums, tau)) * TIME_STEPS_PER_S).astype(np.int64)
-                for k in np.flatnonzero(keep):
-                    pk = None if price is None else int(np.asarray(price).ravel()[k] if np.ndim(price) else price)
-                    out.append(_Config(r, dp, (ta, tb), (tpa, tpb), (int(sa[k]), int(sb[k])),
-                                       score(search.objective, int(bound[k]), int(gpus[k]), pk), pk))
-    return sorted(out, key=lambda x: (x.bound_key, x.recipe, x.dp, x.types, x.tps, x.counts))
+CHUNK_BLOCKS = 128
+"""Blocks :class:`_Frontier` expands into their configurations at once (our choice: enough rows per numpy call
+that its fixed cost is small, few enough that little is expanded beyond the bound that stops the search)."""
+
+IntArray = npt.NDArray[np.int64]
 
 
-def _tau_bound(ga: FloatArray, gb: FloatArray, gh: FloatArray, sa: npt.NDArray[np.int64],
-               sb: npt.NDArray[np.int64], caps_a: npt.NDArray[np.int64], caps_b: npt.NDArray[np.int64], m: int
-               ) -> FloatArray:
-    """Per (s_a, s_b): the least tau within which the stages can hold L layers, each stage at most its memory
-    bound (by its in-flight micro-batches) and the layers whose floor time is within tau, by bisection over
-    the tables' values."""
-    n_layers = ga.size - 1
-    p = sa + sb
-    pos = np.arange(MAX_STAGES)[None, :]
-    inflight = np.minimum(p[:, None] - pos, m)
-    cap = np.where(pos < sa[:, None], caps_a[np.clip(inflight, 0, MAX_STAGES)],
-                   np.where(pos < p[:, None], caps_b[np.clip(inflight, 0, MAX_STAGES)], 0))
-    kind = np.where(pos < sa[:, None], 0, np.where(pos < p[:, None] - 1, 1, 2))
-    values = np.unique(np.concatenate([ga[1:], gb[1:], gh[1:]]))
-    lo = np.zeros(sa.size, dtype=np.int64)
-    hi = np.full(sa.size, values.size - 1, dtype=np.int64)
+def _lex_less(cols: Sequence[IntArray], upper: tuple[int, ...] | None) -> npt.NDArray[np.bool_]:
+    """Per row, whether the key of columns ``cols`` is below ``upper`` lexicographically (None: every row)."""
+    if upper is None:
+        return np.ones(cols[0].shape, dtype=bool)
+    less, equal = np.zeros(cols[0].shape, dtype=bool), np.ones(cols[0].shape, dtype=bool)
+    for col, bound in zip(cols, upper):
+        less |= equal & (col < bound)
+        equal &= col == bound
+    return less
 
-    def held(tau: FloatArray) -> npt.NDArray[np.int64]:
-        counts = np.stack([np.searchsorted(g[1:], tau, side="right") for g in (ga, gb, gh)], axis=1)
-        per_stage = np.take_along_axis(counts, kind, axis=1)
-        return np.asarray(np.where(pos < p[:, None], np.minimum(per_stage, cap), 0).sum(axis=1))
 
-    while (lo < hi).any():
-        mid = (lo + hi) // 2
-        ok = held(values[mid]) >= n_layers
-        lo, hi = np.where(lo < hi, np.where(ok, lo, mid + 1), lo), np.where(lo < hi, np.where(ok, mid, hi), hi)
-    return np.asarray(values[lo], dtype=np.float64)
+def _key_columns(search: Search, step_us: IntArray, gpus: IntArray, price: FloatArray) -> list[IntArray]:
+    """:func:`score` of every row as columns (``price`` in price units, NaN: no price)."""
+    if search.objective is Objective.GPUS:
+        return [gpus, step_us]
+    if search.objective is Objective.COST:
+        units = np.where(np.isnan(price), 0, price).astype(np.int64)
+        return [np.where(np.isnan(price), 1 << 62, units * step_us), step_us, gpus]
+    return [step_us, gpus]
+
+
+class _Frontier:
+    """The configurations of the search in the order of their bound, made as the search needs them.
+
+    A block is one (recipe, D, ordered type pair, tp_a, tp_b); its configurations are its (s_a, s_b). Each block
+    gets a lower bound on every one of its configurations' bound keys (:meth:`_block_keys`), so a block is
+    expanded (its configurations bounded, :meth:`_expand`) only when its bound is below both the best found so
+    far and every configuration not yet taken; configurations then come out in exactly the order of sorting
+    all of them by (bound key, recipe, D, types, tps, counts), and blocks whose bound cannot win are never
+    expanded."""
+
+    def __init__(self, search: Search, recipes: LayoutArrays, tables: _Tables, upper: tuple[int, ...] | None
+                 ) -> None:
+        self.search, self.recipes, self.tables = search, recipes, tables
+        gbs, n_layers = search.training.global_batch_size, search.model.num_layers
+        assert gbs is not None
+        allowed = mixable_types(search)
+        top_dp = max(search.pool.free_gpus(t) for t in allowed)
+        micro = [_micro_batches(gbs, int(mbs)) for mbs in recipes.micro_batch_size]
+        rd = [(r, d) for r, n in enumerate(micro) for d in range(1, min(n, top_dp) + 1) if n % d == 0]
+        self.pairs = [pair for pair in itertools.permutations(allowed, 2) if one_collective_library(search, pair)]
+        tps = {g: _tps(search, g) for g in allowed}
+        combos = [(q, x, y) for q, (ta, tb) in enumerate(self.pairs) for x in tps[ta] for y in tps[tb]
+                  if search.scope is None or search.scope.stage_tp or x == y]
+        if not rd or not combos or n_layers < 2:
+            self.size = 0
+            return
+        dps = sorted({d for _, d in rd}) if tables.fp8 else [1]
+        stacks: list[FloatArray] = []
+        base: dict[tuple[str, int, float], int] = {}
+        for ta, tb in self.pairs:
+            for g in (ta, tb):
+                for d in dps:
+                    key = (g, d, tables.p2p((ta, tb)))
+                    if key not in base:
+                        base[key] = sum(len(x) for x in stacks)
+                        stacks.append(tables.floor_stack(g, d, key[2]))
+        self.floors = np.concatenate(stacks)
+        self.b_least = np.min((self.floors[:, 1:] - self.floors[:, :1]) / np.arange(1, n_layers + 1), axis=1)
+        ci = np.tile(np.arange(len(combos)), len(rd))
+        self.r = np.repeat(np.array([r for r, _ in rd], dtype=np.int64), len(combos))
+        self.dp = np.repeat(np.array([d for _, d in rd], dtype=np.int64), len(combos))
+        self.q = np.array([q for q, _, _ in combos], dtype=np.int64)[ci]
+        self.tp = np.array([[x, y] for _, x, y in combos], dtype=np.int64)[ci]
+        self.m = np.array(micro, dtype=np.int64)[self.r] // self.dp
+        blocks = np.array([[search.pool.classes(self.pairs[q][k]).free_blocks(t) for k, t in ((0, x), (1, y))]
+                           for q, x, y in combos], dtype=np.int64)
+        self.stage_cap = blocks[ci] // self.dp[:, None]
+        di = np.searchsorted(dps, self.dp) if tables.fp8 else np.zeros(ci.size, dtype=np.int64)
+        offsets = np.array([[[base[(self.pairs[q][k], d, tables.p2p(self.pairs[q]))] + tps[self.pairs[q][k]].index(t)
+                              * 2 for d in dps] for k, t in ((0, x), (1, y))] for q, x, y in combos],
+                           dtype=np.int64)  # [combo, side, dp] -> row of (recipe 0, this tp, no head)
+        ntp = np.array([[len(tps[self.pairs[q][0]]), len(tps[self.pairs[q][1]])] for q, _, _ in combos])[ci]
+        rows = offsets[ci, :, di] + self.r[:, None] * ntp * 2
+        self.ids = np.stack([rows[:, 0], rows[:, 1], rows[:, 1] + 1], axis=1)  # a's, b's, the head's table
+        live = (self.stage_cap >= 1).all(axis=1)
+        cols = self._block_keys()
+        live &= _lex_less(cols, upper)
+        order = np.flatnonzero(live)[np.lexsort([c[live] for c in reversed(cols)])]
+        self.order, self.size, self.next = order, order.size, 0
+        self.keys = list(zip(*(c[order].tolist() for c in cols)))
+        self.heap: list[tuple[tuple[int, ...], int, int, tuple[str, str], tuple[int, int], tuple[int, int],
+                              _Config]] = []
+
+    def _block_keys(self) -> list[IntArray]:
+        """Per block, a key below every configuration's bound key: its stages within ``P_max`` = min(16, L, the
+        stages its free GPUs hold) can hold L layers within tau only if one of its stage kinds holds
+        ceil(L / P_max) layers within tau (each stage holds at most #{l >= 1 : g(l) <= tau} layers), so tau is
+        at least the least g(ceil(L / P_max)) of the kinds; the step then as :meth:`_expand` bounds it, with
+        the fewest stages' least total, GPUs and price (s_a = s_b = 1)."""
+        search, n_layers = self.search, self.search.model.num_layers
+        most = np.minimum(np.minimum(self.stage_cap, MAX_STAGES - 1).sum(axis=1), min(MAX_STAGES, n_layers))
+        j = -(-n_layers // np.maximum(most, 1))
+        tau = np.min(self.floors[self.ids, j[:, None]], axis=1)
+        one = np.ones(self.r.shape, dtype=np.int64)
+        step = self._step_us(tau, one, one, self.ids, self.m)
+        gpus = self.dp * self.tp.sum(axis=1)
+        return _key_columns(search, step, gpus, self._price(one, one, np.arange(self.r.size)))
+
+    def _step_us(self, tau: FloatArray, sa: IntArray, sb: IntArray, ids: IntArray, m: IntArray) -> IntArray:
+        """The bound on the step, in microseconds: m tau, and at least (m - 1) tau + the stages' least total
+        (sum_i t_i >= sum_i t_i(0) + L min_i b_i, b: a stage's least time per layer)."""
+        ga0, gb0, gh0 = (self.floors[ids[:, k], 0] for k in range(3))
+        b_least = np.min(self.b_least[ids], axis=1)
+        sums = sa * ga0 + (sb - 1) * gb0 + gh0 + self.search.model.num_layers * np.maximum(b_least, 0.0)
+        return np.floor(((m - 1) * tau + np.maximum(sums, tau)) * TIME_STEPS_PER_S).astype(np.int64)
+
+    def _price(self, sa: IntArray, sb: IntArray, blocks: IntArray) -> FloatArray:
+        """Price units of each row of ``blocks`` at (s_a, s_b) (NaN: a type of its pair has no price)."""
+        per = np.array([[np.nan if (x := self.search.specs[t].price_per_gpu_hour_usd) is None else x for t in pair]
+                        for pair in self.pairs], dtype=np.float64)
+        rate, dp, tp = per[self.q[blocks]], self.dp[blocks], self.tp[blocks]
+        return np.asarray(np.round((rate[:, 0] * (dp * sa * tp[:, 0]) + rate[:, 1] * (dp * sb * tp[:, 1]))
+                                   * PRICE_STEPS_PER_USD_HOUR), dtype=np.float64)
+
+    def _expand(self, upper: tuple[int, ...] | None) -> None:
+        """Bound the configurations of the next :data:`CHUNK_BLOCKS` blocks (as the enumeration bounds them:
+        the free GPUs, memory by in-flight micro-batches, GPU and price limits, then tau by bisection) and
+        queue those whose bound key is below ``upper``."""
+        search, tables, c = self.search, self.tables, self.search.constraints
+        n_layers = search.model.num_layers
+        blocks = self.order[self.next:self.next + CHUNK_BLOCKS]
+        self.next += blocks.size
+        cap_keys = [[(int(self.r[b]), int(self.dp[b]), self.pairs[int(self.q[b])][k], int(self.tp[b, k]))
+                     for k in (0, 1)] for b in blocks]
+        missing = list(dict.fromkeys(k for keys in cap_keys for k in keys if k not in tables.bounds))
+        if missing:
+            tables.fill_cap_bounds(missing)
+        caps = np.array([[tables.bounds[k] for k in keys] for keys in cap_keys])  # [block, side, k]
+        m = self.m[blocks]
+        held = np.take_along_axis(caps, np.minimum(np.arange(MAX_STAGES + 1), m[:, None])[:, None, :], axis=2)
+        most = np.cumsum(held, axis=2)
+        sa, sb = (x.ravel() for x in np.meshgrid(np.arange(1, MAX_STAGES), np.arange(1, MAX_STAGES)))
+        local = np.repeat(np.arange(blocks.size), sa.size)
+        sa, sb = np.tile(sa, blocks.size), np.tile(sb, blocks.size)
+        cap = self.stage_cap[blocks][local]
+        keep = (sa <= cap[:, 0]) & (sb <= cap[:, 1]) & (sa + sb <= min(MAX_STAGES, n_layers))
+        # memory: the stages' most layers (by their in-flight micro-batches) must reach L
+        keep &= (most[local, 0, np.minimum(sa + sb, MAX_STAGES)] - most[local, 0, sb] + most[local, 1, sb]
+                 >= n_layers)
+        dp, tp = self.dp[blocks][local], self.tp[blocks][local]
+        gpus = dp * (sa * tp[:, 0] + sb * tp[:, 1])
+        if c.max_gpus:
+            keep &= gpus <= c.max_gpus
+        if c.num_gpus:
+            keep &= gpus == c.num_gpus
+        price = self._price(sa, sb, blocks[local])
+        if c.max_price_per_hour_usd is not None:
+            keep &= ~np.isnan(price) & (price <= c.max_price_per_hour_usd * PRICE_STEPS_PER_USD_HOUR)
+        rows = np.flatnonzero(keep)
+        if not rows.size:
+            return
+        ids = self.ids[blocks][local[rows]]
+        tau = self._tau(ids, sa[rows], sb[rows], caps[local[rows]], m[local[rows]])
+        step = self._step_us(tau, sa[rows], sb[rows], ids, m[local[rows]])
+        cols = _key_columns(search, step, gpus[rows], price[rows])
+        win = np.flatnonzero(_lex_less(cols, upper))
+        for k, key in zip(rows[win].tolist(), zip(*(col[win].tolist() for col in cols))):
+            b = int(blocks[local[k]])
+            pk = None if np.isnan(price[k]) else int(price[k])
+            cfg = _Config(int(self.r[b]), int(self.dp[b]), self.pairs[int(self.q[b])],
+                          (int(self.tp[b, 0]), int(self.tp[b, 1])), (int(sa[k]), int(sb[k])), key, pk)
+            heapq.heappush(self.heap, (key, cfg.recipe, cfg.dp, cfg.types, cfg.tps, cfg.counts, cfg))
+
+    def _tau(self, ids: IntArray, sa: IntArray, sb: IntArray, caps: IntArray, m: IntArray) -> FloatArray:
+        """Per configuration: the least tau within which its stages can hold L layers, each stage at most its
+        memory bound (by its in-flight micro-batches) and the layers whose floor time is within tau, by
+        bisection over its tables' values."""
+        n_layers = self.search.model.num_layers
+        floors = self.floors[ids]  # [row, kind, l]: a's, b's, the head's
+        p = sa + sb
+        pos = np.arange(MAX_STAGES)[None, :]
+        inflight = np.clip(np.minimum(p[:, None] - pos, m[:, None]), 0, MAX_STAGES)
+        cap = np.where(pos < sa[:, None], np.take_along_axis(caps[:, 0], inflight, axis=1),
+                       np.where(pos < p[:, None], np.take_along_axis(caps[:, 1], inflight, axis=1), 0))
+        kind = np.where(pos < sa[:, None], 0, np.where(pos < p[:, None] - 1, 1, 2))
+        values = np.sort(floors[:, :, 1:].reshape(ids.shape[0], -1), axis=1)
+        fresh = np.ones(values.shape, dtype=bool)
+        fresh[:, 1:] = values[:, 1:] != values[:, :-1]
+        count = fresh.sum(axis=1)
+        values = np.take_along_axis(values, np.argsort(~fresh, axis=1, kind="stable"), axis=1)  # distinct first
+        lo, hi = np.zeros(sa.size, dtype=np.int64), count - 1
+
+        def held(tau: FloatArray) -> IntArray:
+            counts = (floors[:, :, 1:] <= tau[:, None, None]).sum(axis=2)
+            per_stage = np.take_along_axis(counts, kind, axis=1)
+            return np.asarray(np.where(pos < p[:, None], np.minimum(per_stage, cap), 0).sum(axis=1))
+
+        while (lo < hi).any():
+            mid = (lo + hi) // 2
+            ok = held(values[np.arange(sa.size), mid]) >= n_layers
+            lo, hi = np.where(lo < hi, np.where(ok, lo, mid + 1), lo), np.where(lo < hi, np.where(ok, mid, hi), hi)
+        return np.asarray(values[np.arange(sa.size), lo], dtype=np.float64)
+
+    def take(self, upper: tuple[int, ...] | None, most: int) -> list[_Config]:
+        """The next configurations in bound order (at most ``most``), all with a bound key below ``upper``
+        (expanding blocks as needed); empty when none is left."""
+        while True:
+            block = self.keys[self.next] if self.next < self.size else None
+            if self.heap and (block is None or self.heap[0][0] < block):
+                out: list[_Config] = []
+                while self.heap and len(out) < most and (block is None or self.heap[0][0] < block):
+                    entry = heapq.heappop(self.heap)
+                    if upper is not None and entry[0] >= upper:
+                        self.heap.clear()
+                        self.next = self.size
+                        break
+                    out.append(entry[-1])
+                return out
+            if block is None or (upper is not None and block >= upper):
+                return []
+            self._expand(upper)
 
 
 def _micro_batches(gbs: int, mbs: int) -> int:
@@ -590,24 +726,26 @@ def stage_search(search: Search, deadline: float, incumbent: tuple[int, ...] | N
         return recipes, None, notes
     tables = _Tables(search, recipes)
     best: StageChoice | None = None
-    configs = _enumerate(search, recipes, tables, deadline)
-    if configs is None:
-        notes.append("the pipeline-stage search stopped at the time limit before it had bounded every layout")
-        return recipes, None, notes
+    frontier = _Frontier(search, recipes, tables, incumbent)
     proved = True
-    for n, cfg in enumerate(configs):
-        if n % 32 == 0:
-            tables.prefetch_caps(configs[n:n + 32])
-        upper = best.key if best is not None else incumbent
-        if upper is not None and cfg.bound_key >= upper:
-            break
+    while True:
         if time.perf_counter() > deadline:
             notes.append("the pipeline-stage search stopped at the time limit")
             proved = False
             break
-        choice = _evaluate(tables, cfg, upper, split_rule)
-        if choice is not None and (upper is None or choice.key < upper):
-            best = choice
+        batch = frontier.take(best.key if best is not None else incumbent, 32)
+        if not batch:
+            break
+        tables.prefetch_caps(batch)
+        for cfg in batch:
+            upper = best.key if best is not None else incumbent
+            if upper is not None and cfg.bound_key >= upper:
+                break
+            if time.perf_counter() > deadline:
+                break
+            choice = _evaluate(tables, cfg, upper, split_rule)
+            if choice is not None and (upper is None or choice.key < upper):
+                best = choice
     if best is not None and not proved:
         best = dataclasses.replace(best, optimal=False)
     return recipes, best, notes

@@ -454,6 +454,7 @@ class _Frontier:
         order = np.flatnonzero(live)[np.lexsort([c[live] for c in reversed(cols)])]
         self.order, self.size, self.next = order, order.size, 0
         self.keys = list(zip(*(c[order].tolist() for c in cols)))
+        self.refined: list[tuple[tuple[int, ...], int]] = []
         self.heap: list[tuple[tuple[int, ...], int, int, tuple[str, str], tuple[int, int], tuple[int, int],
                               _Config]] = []
 
@@ -488,14 +489,41 @@ class _Frontier:
         return np.asarray(np.round((rate[:, 0] * (dp * sa * tp[:, 0]) + rate[:, 1] * (dp * sb * tp[:, 1]))
                                    * PRICE_STEPS_PER_USD_HOUR), dtype=np.float64)
 
-    def _expand(self, upper: tuple[int, ...] | None) -> None:
-        """Bound the configurations of the next :data:`CHUNK_BLOCKS` blocks (as the enumeration bounds them:
-        the free GPUs, memory by in-flight micro-batches, GPU and price limits, then tau by bisection) and
-        queue those whose bound key is below ``upper``."""
-        search, tables, c = self.search, self.tables, self.search.constraints
-        n_layers = search.model.num_layers
+    def _refine(self, upper: tuple[int, ...] | None) -> None:
+        """Queue the next :data:`CHUNK_BLOCKS` blocks of the first bound under a tighter one (those below
+        ``upper``): a configuration's stages hold at most s_a c_a(tau) + (s_b - 1) c_b(tau) + c_h(tau) layers
+        within tau (c: a kind's #{l >= 1 : g(l) <= tau}, memory left out), which over the block's (s_a, s_b) is
+        largest at one of two corners, as many stages of a as the rest allows or as many of b; so tau is at
+        least the lesser of the two corners' least tau."""
+        n_layers = self.search.model.num_layers
         blocks = self.order[self.next:self.next + CHUNK_BLOCKS]
         self.next += blocks.size
+        most = min(MAX_STAGES, n_layers)
+        cap = np.minimum(self.stage_cap[blocks], MAX_STAGES - 1)
+        a_first = np.minimum(cap[:, 0], most - 1)
+        b_first = np.minimum(cap[:, 1], most - 1)
+        sa = np.concatenate([a_first, np.minimum(cap[:, 0], most - b_first)])
+        sb = np.concatenate([np.minimum(cap[:, 1], most - a_first), b_first])
+        ids, m = np.tile(self.ids[blocks], (2, 1)), np.tile(self.m[blocks], 2)
+        free = np.full((sa.size, 2, MAX_STAGES + 1), n_layers, dtype=np.int64)
+        tau = np.minimum(*np.split(self._tau(ids, sa, sb, free, m), 2))
+        one = np.ones(blocks.size, dtype=np.int64)
+        cols = _key_columns(self.search, self._step_us(tau, one, one, self.ids[blocks], self.m[blocks]),
+                            self.dp[blocks] * self.tp[blocks].sum(axis=1), self._price(one, one, blocks))
+        win = np.flatnonzero(_lex_less(cols, upper))
+        for b, key in zip(blocks[win].tolist(), zip(*(col[win].tolist() for col in cols))):
+            heapq.heappush(self.refined, (key, b))
+
+    def _expand(self, upper: tuple[int, ...] | None) -> None:
+        """Bound the configurations of the next :data:`CHUNK_BLOCKS` blocks of the tighter bound (as the
+        enumeration bounds them: the free GPUs, memory by in-flight micro-batches, GPU and price limits, then
+        tau by bisection) and queue those whose bound key is below ``upper``."""
+        search, tables, c = self.search, self.tables, self.search.constraints
+        n_layers = search.model.num_layers
+        taken = [heapq.heappop(self.refined) for _ in range(min(CHUNK_BLOCKS, len(self.refined)))]
+        blocks = np.array([b for key, b in taken if upper is None or key < upper], dtype=np.int64)
+        if not blocks.size:
+            return
         cap_keys = [[(int(self.r[b]), int(self.dp[b]), self.pairs[int(self.q[b])][k], int(self.tp[b, k]))
                      for k in (0, 1)] for b in blocks]
         missing = list(dict.fromkeys(k for keys in cap_keys for k in keys if k not in tables.bounds))
@@ -569,22 +597,27 @@ class _Frontier:
 
     def take(self, upper: tuple[int, ...] | None, most: int) -> list[_Config]:
         """The next configurations in bound order (at most ``most``), all with a bound key below ``upper``
-        (expanding blocks as needed); empty when none is left."""
+        (bounding blocks as needed); empty when none is left."""
         while True:
-            block = self.keys[self.next] if self.next < self.size else None
+            first = self.keys[self.next] if self.next < self.size else None
+            tight = self.refined[0][0] if self.refined else None
+            block = first if tight is None or (first is not None and first <= tight) else tight
             if self.heap and (block is None or self.heap[0][0] < block):
                 out: list[_Config] = []
                 while self.heap and len(out) < most and (block is None or self.heap[0][0] < block):
                     entry = heapq.heappop(self.heap)
                     if upper is not None and entry[0] >= upper:
                         self.heap.clear()
-                        self.next = self.size
+                        self.next, self.refined = self.size, []
                         break
                     out.append(entry[-1])
                 return out
             if block is None or (upper is not None and block >= upper):
                 return []
-            self._expand(upper)
+            if block is first:
+                self._refine(upper)
+            else:
+                self._expand(upper)
 
 
 def _micro_batches(gbs: int, mbs: int) -> int:

@@ -126,13 +126,7 @@ def best_split(t: FloatArray, m: int) -> tuple[tuple[int, ...], float, bool] | N
     s_inf = float(_min_sums(t, values[-1:])[0])
     if not math.isfinite(s_inf):
         return None
-    lo, hi = 0, values.size - 1  # least feasible tau by bisection (feasibility grows with tau)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if math.isfinite(float(_min_sums(t, values[mid:mid + 1])[0])):
-            hi = mid
-        else:
-            lo = mid + 1
+    lo = _least_feasible(t, values)
     best, best_tau, optimal, start = math.inf, float(values[lo]), True, lo
     while start < values.size:
         taus = values[start:start + 32]
@@ -149,6 +143,25 @@ def best_split(t: FloatArray, m: int) -> tuple[tuple[int, ...], float, bool] | N
             best, best_tau = float(f[k]), float(taus[k])
         start += 32
     return _split_at(t, best_tau), best, optimal
+
+
+def _least_feasible(t: FloatArray, values: FloatArray) -> int:
+    """Index of the least tau of ``values`` within which some split keeps every stage (feasibility grows with
+    tau; the last one is feasible). Where every stage's time grows with its layers, stage i may hold any count
+    up to k_i(tau) = #{l >= 1 : t_i(l) <= tau}, so a split exists exactly when every k_i >= 1 and
+    sum_i k_i >= L; otherwise by bisection over the dynamic program."""
+    rows = t[:, 1:]
+    if np.all(rows[:, 1:] >= rows[:, :-1]):
+        k = np.stack([np.searchsorted(row, values, side="right") for row in rows])
+        return int(np.argmax((k >= 1).all(axis=0) & (k.sum(axis=0) >= rows.shape[1])))
+    lo, hi = 0, values.size - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if math.isfinite(float(_min_sums(t, values[mid:mid + 1])[0])):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
 
 
 def _split_at(t: FloatArray, tau: float) -> tuple[int, ...]:
@@ -228,12 +241,14 @@ class _Tables:
         self.bounds: dict[tuple[int, int, str, int], npt.NDArray[np.int64]] = {}
         self.sp_with_tp = sp_with_tp(search.model, search.training, search.constraints)
         self.floors: dict[tuple[str, int, float], FloatArray] = {}
+        self.placements: dict[tuple[tuple[str, ...], tuple[int, ...], int], list[dict[str, list[int]]]] = {}
 
     def layout(self, r: npt.ArrayLike, dp: npt.ArrayLike, tp: npt.ArrayLike, splits: Sequence[tuple[int, ...]],
-               gbs: npt.ArrayLike | None = None) -> LayoutArrays:
+               gbs: npt.ArrayLike | None = None, which: npt.NDArray[np.int64] | None = None) -> LayoutArrays:
         """Rows of recipes ``r`` at (dp, tp) with pp = len(split) and each split (the request's global batch
-        unless ``gbs``)."""
-        n = len(splits)
+        unless ``gbs``); with ``which``, row k has split ``splits[which[k]]``."""
+        which = np.arange(len(splits)) if which is None else which
+        n = which.size
         ri = np.broadcast_to(np.asarray(r, dtype=np.int64), (n,))
         tpa = np.broadcast_to(np.asarray(tp, dtype=np.int64), (n,))
         cols = {k: getattr(self.recipes, k)[ri] for k in _RECIPE}
@@ -242,9 +257,10 @@ class _Tables:
         gbs = self.search.training.global_batch_size if gbs is None else gbs
         assert gbs is not None
         table: dict[tuple[int, ...], int] = {EVEN_SPLIT: 0}
-        codes = np.array([table.setdefault(sp, len(table)) for sp in splits], dtype=np.int64)
-        lay = LayoutArrays.from_columns({**cols, "dp": dp, "tp": tpa, "pp": np.array([len(s) for s in splits]),
-                                         "global_batch_size": gbs}, self.search.training)
+        codes = np.array([table.setdefault(sp, len(table)) for sp in splits], dtype=np.int64)[which]
+        pp = np.array([len(sp) for sp in splits], dtype=np.int64)[which]
+        lay = LayoutArrays.from_columns({**cols, "dp": dp, "tp": tpa, "pp": pp, "global_batch_size": gbs},
+                                        self.search.training)
         return dataclasses.replace(lay, stage_split=codes, splits=tuple(table))
 
     def p2p(self, types: Sequence[str]) -> float:
@@ -284,9 +300,9 @@ class _Tables:
         tps = np.repeat([c[1] for c in combos], layers.size)
         heads = np.repeat([c[2] for c in combos], layers.size)
         ls = np.tile(layers, len(combos))
-        splits = [(n_layers - int(layer), int(layer)) if h else (int(layer), n_layers - int(layer))
-                  for layer, h in zip(ls, heads)]
-        lay = self.layout(rs, dp, tps, splits)
+        splits = [(int(layer), n_layers - int(layer)) for layer in layers] + [
+            (n_layers - int(layer), int(layer)) for layer in layers]
+        lay = self.layout(rs, dp, tps, splits, which=ls + heads.astype(np.int64) * layers.size)
         own = search.links[gpu_type]
         links = Links(tps, own.intra_node_bytes_per_s, p2p)  # type: ignore[arg-type]
         micro = stage_microbatch_batch(search.model, search.training, search.specs[gpu_type], lay,
@@ -702,8 +718,10 @@ def _tails(tables: _Tables, cfg: _Config, split: tuple[int, ...], pipe: float, m
     """Each stage's exposed gradient sync (on its placement's links) and optimizer step after the pipeline."""
     search = tables.search
     out = [0.0] * len(split)
-    sync = [stage_links(search, g, pl) for g, pl in zip(cfg.stage_types, stage_placements(
-        search, cfg.stage_types, cfg.stage_tps, cfg.dp))]
+    key = (cfg.stage_types, cfg.stage_tps, cfg.dp)
+    if key not in tables.placements:
+        tables.placements[key] = stage_placements(search, *key)
+    sync = [stage_links(search, g, pl) for g, pl in zip(cfg.stage_types, tables.placements[key])]
     for g in dict.fromkeys(cfg.types):
         idx = np.array([i for i, t in enumerate(cfg.stage_types) if t == g])
         tps = np.array([cfg.stage_tps[i] for i in idx])

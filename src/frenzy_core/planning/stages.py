@@ -16,6 +16,7 @@ program), until the next bound cannot beat the best found or the time limit is r
 from __future__ import annotations
 
 import dataclasses
+import functools
 import heapq
 import itertools
 import math
@@ -91,13 +92,23 @@ class StageChoice:
         return self.dp * sum(self.tps)
 
 
+@functools.cache
+def _shifts(n: int) -> npt.NDArray[np.intp]:
+    """[s, l] -> s - l where l <= s, else n (the padding column of :func:`_gathered`)."""
+    s = np.arange(n)[:, None] - np.arange(n)[None, :]
+    return np.where(s >= 0, s, n)
+
+
+def _gathered(f: FloatArray, c: FloatArray) -> FloatArray:
+    """[w, s, l] -> f[w, s - l] + c[w, l] (inf where l > s)."""
+    padded = np.concatenate([f, np.full((f.shape[0], 1), np.inf)], axis=1)
+    return np.asarray(padded[:, _shifts(f.shape[1])] + c[:, None, :])
+
+
 def _minplus(f: FloatArray, c: FloatArray) -> tuple[FloatArray, npt.NDArray[np.intp]]:
     """new[w, s] = min_l f[w, s - l] + c[w, l], and the minimising l (rows w: candidate bounds)."""
-    n = f.shape[1]
-    s = np.arange(n)[:, None] - np.arange(n)[None, :]  # [s, l] -> s - l
-    gathered = np.where(s >= 0, f[:, np.clip(s, 0, None)], np.inf) + c[:, None, :]
-    arg = np.argmin(gathered, axis=2)
-    return np.take_along_axis(gathered, arg[..., None], axis=2)[..., 0], arg
+    gathered = _gathered(f, c)
+    return gathered.min(axis=2), np.argmin(gathered, axis=2)
 
 
 def _min_sums(t: FloatArray, taus: FloatArray) -> FloatArray:
@@ -106,7 +117,7 @@ def _min_sums(t: FloatArray, taus: FloatArray) -> FloatArray:
     f = np.full((taus.size, n_layers + 1), np.inf)
     f[:, 0] = 0.0
     for row in t:
-        f, _ = _minplus(f, np.where(row[None, :] <= taus[:, None], row[None, :], np.inf))
+        f = _gathered(f, np.where(row[None, :] <= taus[:, None], row[None, :], np.inf)).min(axis=2)
     return f[:, n_layers]
 
 

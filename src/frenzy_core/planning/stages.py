@@ -431,9 +431,16 @@ class _Frontier:
     all of them by (bound key, recipe, D, types, tps, counts), and blocks whose bound cannot win are never
     expanded."""
 
-    def __init__(self, search: Search, recipes: LayoutArrays, tables: _Tables, upper: tuple[int, ...] | None
-                 ) -> None:
-        self.search, self.recipes, self.tables = search, recipes, tables
+    def __init__(self, search: Search, recipes: LayoutArrays, tables: _Tables, upper: tuple[int, ...] | None,
+                 deadline: float = math.inf) -> None:
+        self.search, self.recipes, self.tables, self.deadline = search, recipes, tables, deadline
+        self.stopped = False
+        """Whether the time limit cut the bounding short."""
+        self.size = self.next = 0
+        self.keys: list[tuple[int, ...]] = []
+        self.refined: list[tuple[tuple[int, ...], int]] = []
+        self.heap: list[tuple[tuple[int, ...], int, int, tuple[str, str], tuple[int, int], tuple[int, int],
+                              _Config]] = []
         gbs, n_layers = search.training.global_batch_size, search.model.num_layers
         assert gbs is not None
         allowed = mixable_types(search)
@@ -445,7 +452,6 @@ class _Frontier:
         combos = [(q, x, y) for q, (ta, tb) in enumerate(self.pairs) for x in tps[ta] for y in tps[tb]
                   if search.scope is None or search.scope.stage_tp or x == y]
         if not rd or not combos or n_layers < 2:
-            self.size = 0
             return
         dps = sorted({d for _, d in rd}) if tables.fp8 else [1]
         stacks: list[FloatArray] = []
@@ -454,6 +460,9 @@ class _Frontier:
             for g in (ta, tb):
                 for d in dps:
                     key = (g, d, tables.p2p((ta, tb)))
+                    if time.perf_counter() > deadline:
+                        self.stopped = True
+                        return
                     if key not in base:
                         base[key] = sum(len(x) for x in stacks)
                         stacks.append(tables.floor_stack(g, d, key[2]))
@@ -479,11 +488,8 @@ class _Frontier:
         cols = self._block_keys()
         live &= _lex_less(cols, upper)
         order = np.flatnonzero(live)[np.lexsort([c[live] for c in reversed(cols)])]
-        self.order, self.size, self.next = order, order.size, 0
+        self.order, self.size = order, order.size
         self.keys = list(zip(*(c[order].tolist() for c in cols)))
-        self.refined: list[tuple[tuple[int, ...], int]] = []
-        self.heap: list[tuple[tuple[int, ...], int, int, tuple[str, str], tuple[int, int], tuple[int, int],
-                              _Config]] = []
 
     def _block_keys(self) -> list[IntArray]:
         """Per block, a key below every configuration's bound key: its stages within ``P_max`` = min(16, L, the
@@ -626,6 +632,9 @@ class _Frontier:
         """The next configurations in bound order (at most ``most``), all with a bound key below ``upper``
         (bounding blocks as needed); empty when none is left."""
         while True:
+            if time.perf_counter() > self.deadline:
+                self.stopped = True
+                return []
             first = self.keys[self.next] if self.next < self.size else None
             tight = self.refined[0][0] if self.refined else None
             block = first if tight is None or (first is not None and first <= tight) else tight
@@ -788,14 +797,14 @@ def stage_search(search: Search, deadline: float, incumbent: tuple[int, ...] | N
         return recipes, None, notes
     tables = _Tables(search, recipes)
     best: StageChoice | None = None
-    frontier = _Frontier(search, recipes, tables, incumbent)
+    frontier = _Frontier(search, recipes, tables, incumbent, deadline)
     proved = True
     while True:
-        if time.perf_counter() > deadline:
+        batch = frontier.take(best.key if best is not None else incumbent, 32)
+        if frontier.stopped or time.perf_counter() > deadline:
             notes.append("the pipeline-stage search stopped at the time limit")
             proved = False
             break
-        batch = frontier.take(best.key if best is not None else incumbent, 32)
         if not batch:
             break
         tables.prefetch_caps(batch)

@@ -297,3 +297,16 @@ def test_a_mix_never_spans_gpu_vendors() -> None:
     plan = plan_job(ModelConfig.preset("llama-2-7b"), cluster, TrainingConfig(seq_len=4096, global_batch_size=256))
     vendors = {get_gpu_spec(t).vendor for t in plan.gpu_types}
     assert len(vendors) == 1, plan.gpu_types
+
+
+def test_an_infeasible_message_says_why_the_stage_search_skipped_itself() -> None:
+    # mixed_stages=True with pp pinned: the pipeline-stage search does not run, and the reason must say so rather
+    # than read as a search that found nothing (gpt2 cannot train 10^12 tokens in 10 s on any GPUs here)
+    cluster = Cluster.from_dict({"nodes": [{"gpu": "a100-80gb", "gpus_per_node": 4},
+                                           {"gpu": "h100-sxm", "gpus_per_node": 4}]})
+    with pytest.raises(InfeasiblePlanError) as err:
+        plan_job(ModelConfig.preset("gpt2"), cluster, TrainingConfig(seq_len=1024), mixed_stages=True,
+                 constraints={"token_budget": 10**12, "deadline_s": 10, "pp": 1})
+    (mixing,) = [r for r in err.value.reasons if "mix of GPU types" in r]
+    assert mixing.endswith("pipeline stages on different types with uneven layer counts were not searched "
+                           "(pp is pinned to 1)")

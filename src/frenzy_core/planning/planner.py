@@ -22,13 +22,13 @@ from frenzy_core.planning.mixed_plan import build_mixed_plan, single_type_score
 from frenzy_core.planning.mixed_solve import MixedChoice, score
 from frenzy_core.planning.nodes import Locality
 from frenzy_core.planning.offload import offload_note, offload_searches, unknown_hosts
-from frenzy_core.planning.placement import Solution, placement_options, solve_cp_sat, solve_exhaustive
+from frenzy_core.planning.placement import Solution, solve_cp_sat, solve_exhaustive
 from frenzy_core.planning.plan import Plan, StagePlan
 from frenzy_core.planning.request import DEFAULT_MIXED_STAGES, Objective, PlanConstraints
 from frenzy_core.planning.runners_up import runners_up
 from frenzy_core.planning.search import ClusterLike, Search, make_search
 from frenzy_core.planning.shapes import shape_links
-from frenzy_core.planning.stages import stage_search
+from frenzy_core.planning.stages import stage_search, stage_search_skipped
 from frenzy_core.planning.stages_plan import build_stage_plan
 from frenzy_core.planning.uneven import uneven_groups, uneven_note
 
@@ -93,7 +93,7 @@ def build_plan(search: Search, table: CandidateTable, solution: Solution, top_k:
                                               links, placement, usable, gpu_type, (memory, time_estimate))
         training = training.replace(global_batch_size=samples)
         notes.append(uneven_note(groups, training.micro_batch_size))
-    rows, feasible = placement_options(table, search.pool)
+    rows, feasible = table.options
     pph = float(table.price_per_hour_usd[row])
     return Plan(
         model=search.model, gpu_type=gpu_type, gpu_spec=spec, num_gpus=int(table.world[row]),
@@ -224,8 +224,11 @@ def plan_job(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig 
             types = " + ".join(choice.tables.types)
             word = f"mix GPU types (mixed_types=True): {choice.num_gpus} GPUs of {types}"
         elif search.mixable and not notes:
-            word = mixing_reason(search, table, mixed_types and mixed_stages)
+            word = mixing_reason(search, table, stage_search_skipped(search) if mixed_types and mixed_stages
+                                 else "mixed_stages=True searches them")
+        elif any("time limit" in note for note in notes):  # cut short: nothing is known of a mix (and callers
+            word = "; ".join(n for n in notes if "time limit" in n)  # such as the scheduler must not read "none")
         else:
-            word = None  # not searched (a launcher, even or whole nodes) or cut short
+            word = None  # not searched (a launcher, even or whole nodes, a recipe that offloads)
         raise infeasible_error(search, table, deadline, word, offloaded=tried)
     return build_plan(search, table, solution, top_k)

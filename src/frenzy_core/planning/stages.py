@@ -772,6 +772,24 @@ def _why(rows: list[FloatArray], split: tuple[int, ...], caps: list[int], m: int
     return words
 
 
+def stage_search_skipped(search: Search) -> str | None:
+    """Why :func:`stage_search` does not run for this request (None: it does), in words for the infeasibility
+    message (a search that skipped itself must not read as one that found nothing)."""
+    if search.scope is not None and not search.scope.stages:
+        return f"the {search.scope.name} launcher does not start pipelines over GPU types"
+    if search.mixed_placement is not PlacementMode.ANY:
+        return f"they are searched with placement any only, not {search.mixed_placement.value}"
+    if len(mixable_types(search)) < 2:
+        return "fewer than two GPU types can mix"
+    if search.model.moe is not None:
+        return "the search does not split expert layers"
+    if search.constraints.pp is not None:
+        return f"pp is pinned to {search.constraints.pp}"
+    if not isinstance(search.estimator, AnalyticEstimator):
+        return "the search reads the analytic estimator's per-stage tables, and another estimator was given"
+    return None
+
+
 def stage_search(search: Search, deadline: float, incumbent: tuple[int, ...] | None = None,
                  split_rule: SplitRule = best_split) -> tuple[LayoutArrays, StageChoice | None, list[str]]:
     """The best form (a) pipeline that beats ``incumbent`` (the best plan's key so far, in the mixed search's
@@ -780,11 +798,7 @@ def stage_search(search: Search, deadline: float, incumbent: tuple[int, ...] | N
     (``LaunchScope.stages``; one tp on every stage where its ``stage_tp`` says so), no experts; configurations
     are taken best bound first until none can win or time runs out."""
     notes: list[str] = []
-    allowed = mixable_types(search)
-    if ((search.scope is not None and not search.scope.stages) or search.mixed_placement is not PlacementMode.ANY
-            or len(allowed) < 2
-            or search.model.moe is not None or search.constraints.pp is not None
-            or not isinstance(search.estimator, AnalyticEstimator)):
+    if stage_search_skipped(search) is not None:
         return LayoutArrays.from_configs(search.training, ParallelConfig()).take(np.zeros(0, dtype=np.int64)), \
             None, notes
     if search.training.offloads:  # as the replica mix: neither search checks host memory per node yet

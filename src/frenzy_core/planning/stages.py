@@ -342,7 +342,11 @@ class _Tables:
                 rows.append((r, dp, tp, k + 1, 1))
                 types.append(g)
                 gbs.append(full)
-        found = np.array(self._bisect(rows, types, np.array(gbs)), dtype=np.int64).reshape(len(keys), -1)
+        found = np.array(self._bisect(rows, types, np.array(gbs)), dtype=np.int64)
+        # the bisection stops at L - (pp - 1) layers (every other stage of its layout holds one), below what a
+        # stage of a shorter pipeline may hold: a stage that holds that many is bounded by L - 1 instead
+        top = np.array([self.search.model.num_layers - (row[3] - 1) for row in rows])
+        found = np.where(found >= top, self.search.model.num_layers - 1, found).reshape(len(keys), -1)
         level = np.floor(np.log2(np.arange(1, MAX_STAGES + 1))).astype(np.int64)  # k -> its power's column
         self.bounds.update({key: np.concatenate([[0], v[level]]) for key, v in zip(keys, found)})
 

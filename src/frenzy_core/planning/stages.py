@@ -32,7 +32,7 @@ from frenzy_core.config.parallel import ParallelConfig, PipelineSchedule
 from frenzy_core.config.training import Precision
 from frenzy_core.hardware.gpu import Links
 from frenzy_core.memory.batch import stage_device_bytes
-from frenzy_core.planning.candidates import enumerate_layouts, sp_with_tp
+from frenzy_core.planning.candidates import enumerate_layouts, sp_with_tp, tp_searched
 from frenzy_core.planning.estimators import AnalyticEstimator
 from frenzy_core.planning.mixed import mixable_types, one_collective_library
 from frenzy_core.planning.mixed_plan import group_placement
@@ -394,7 +394,9 @@ def _tps(search: Search, gpu_type: str) -> list[int]:
     heads = math.gcd(search.model.num_attention_heads, search.model.num_kv_heads)
     top = search.pool.max_node_size(gpu_type)
     pinned = search.constraints.tp
-    return [tp for tp in range(1, top + 1) if heads % tp == 0 and (pinned is None or tp == pinned)]
+    any_tp = tp_searched(search.model, search.training, search.constraints)
+    return [tp for tp in range(1, top + 1) if heads % tp == 0 and (pinned is None or tp == pinned)
+            and (any_tp or tp == 1)]
 
 
 CHUNK_BLOCKS = 128

@@ -325,7 +325,8 @@ class _Tables:
         """Per k = 0 .. MAX_STAGES: at least the layers a stage of recipe ``r`` at (dp, tp) holding k in-flight
         micro-batches (1F1B: min(P - i, m)) holds on ``gpu_type``: a middle stage (no embedding, no head: memory
         never falls with them) at the largest power of two k' <= k (memory never falls with more in-flight
-        micro-batches); k = 1 at one micro-batch per step, which never needs more. Entry 0 is 0."""
+        micro-batches); k = 1 at one micro-batch per step, which never needs more; L - 1 where that stage held as
+        many layers as its layout leaves it. Entry 0 is 0."""
         return self.bounds[(r, dp, gpu_type, tp)]
 
     def fill_cap_bounds(self, keys: list[tuple[int, int, str, int]]) -> None:

@@ -315,3 +315,28 @@ def test_an_infeasible_message_says_why_the_stage_search_skipped_itself() -> Non
     (mixing,) = [r for r in err.value.reasons if "mix of GPU types" in r]
     assert mixing.endswith("pipeline stages on different types with uneven layer counts were not searched "
                            "(pp is pinned to 1)")
+
+
+@pytest.mark.parametrize("num_gpus", [1, 4])
+def test_the_mixed_search_sizes_its_tables_within_the_requested_gpu_count(num_gpus: int,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mix holds two replicas at least, of tp x pp x cp GPUs each: with one GPU asked for no table is built,
+    and otherwise no table holds more replicas than the count allows (they took seconds of a 0.1 s limit)."""
+    from frenzy_core.planning import mixed
+
+    built: list[mixed.MixedTables] = []
+    real = mixed._all_tables
+
+    def spy(*args: object) -> tuple[list[mixed.MixedTables], bool]:
+        tables, truncated = real(*args)  # type: ignore[arg-type]
+        built.extend(tables)
+        return tables, truncated
+
+    monkeypatch.setattr(mixed, "_all_tables", spy)
+    model = ModelConfig.preset("llama-3.1-8b")
+    plan = plan_job(model, Cluster.preset("frenzy-paper"), TrainingConfig(seq_len=2048, global_batch_size=64),
+                    constraints={"num_gpus": num_gpus})
+    assert plan.num_gpus == num_gpus
+    if num_gpus == 1:
+        assert not built
+    assert all((t.time_us[0].shape[0] - 1) * t.gpus_per_replica <= num_gpus for t in built)

@@ -151,6 +151,9 @@ def _all_tables(search: Search, lay: LayoutArrays, allowed: tuple[str, ...]) -> 
     held = np.sum([caps[t] for t in allowed], axis=0)
     usable_types = np.sum([caps[t] > 0 for t in allowed], axis=0)
     d_max = np.where(usable_types >= 2, np.minimum(held, n), 0)
+    cap = search.constraints.num_gpus or search.constraints.max_gpus
+    if cap is not None:  # D replicas of tp x pp x cp GPUs each within the request's GPU count
+        d_max = np.minimum(d_max, cap // np.maximum(tp * groups, 1))
     # rows of a layout: sum over 2 <= D <= d_max (<= N) of (N - D + 1) = (d_max - 1)(N + 1) - (d_max(d_max + 1)/2 - 1),
     # in int64 only for N within the row budget (at most 4e5^2 each); a larger N is over the budget anyway
     small = n <= MAX_MIXED_ROWS
@@ -241,7 +244,11 @@ def mixed_search(search: Search, deadline: float, solver: str = "cp-sat", incumb
     gbs = search.training.global_batch_size
     assert gbs is not None
     allowed = mixable_types(search)
-    if len(allowed) < 2:
+    cap = search.constraints.num_gpus or search.constraints.max_gpus
+    if len(allowed) < 2 or (cap is not None and cap < 2):  # a mix holds two replicas at least
+        return none, None, notes
+    if time.perf_counter() >= deadline:
+        notes.append("the mixed-type search stopped at the time limit")
         return none, None, notes
     lay = _replica_layouts(search)
     lim = _limits(search, gbs * search.training.seq_len)

@@ -264,7 +264,21 @@ CASES: tuple[Case, ...] = (
     Case("plot_memory to a file name with a lone surrogate (UnicodeEncodeError at open)",
          lambda t: _plot(t / "\ud800.png"), r"path .* holds a character no file name can \(at"),
     Case("plot_memory(title=3)", lambda t: _plot(t / "m.png", title=3), r"title must be a string, got int"),
+    Case("a time-model file to a name with a lone surrogate (UnicodeEncodeError at open)",
+         lambda t: _write_time_model(t / "\ud800.yaml"), r"out .* holds a character no file name can \(at"),
+    Case("a time-model file to a name with a NUL byte (ValueError at open)",
+         lambda t: _write_time_model(str(t / "a\0.yaml")), r"out .* holds a NUL byte"),
+    Case("a time-model file to path 3 (TypeError)", lambda t: _write_time_model(3), r"out must be a file path"),
+    Case("a simulation's figure to a name with a lone surrogate (UnicodeEncodeError at open)",
+         lambda t: f.simulate([], f.Cluster.preset("frenzy-paper"), "fifo-requested", progress=False).plot(
+             t / "\ud800.png"), r"path .* holds a character no file name can \(at"),
 )
+
+
+def _write_time_model(path: object) -> None:
+    from frenzy_core.timing.calibration_file import write_calibration_file
+
+    write_calibration_file(path, {})  # type: ignore[arg-type]
 
 
 def _plot(path: object, title: object = None) -> object:

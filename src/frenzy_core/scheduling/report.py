@@ -53,6 +53,9 @@ def compare(results: Sequence[SimulationResult]) -> str:
 def plot_results(results: Sequence[SimulationResult], path: str | Path) -> None:
     """Save a figure: the JCT CDF of every result (one line per policy), then one panel per result with the busy
     fraction of each GPU type over time."""
+    from frenzy_core.plotting.figure import check_plot_path, save
+
+    out = check_plot_path(path)
     try:
         import matplotlib
 
@@ -78,5 +81,7 @@ def plot_results(results: Sequence[SimulationResult], path: str | Path) -> None:
         if ax.get_legend_handles_labels()[0]:
             ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    try:
+        save(fig, out)
+    finally:
+        plt.close(fig)

@@ -14,18 +14,15 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import io
 import json
 import math
 import os
 import shutil
-import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 import numpy as np
 import pytest
@@ -42,9 +39,10 @@ from frenzy_core.timing.calibrate import DEFAULT_FIT
 EXAMPLES = int(os.environ.get("FRENZY_FUZZ_EXAMPLES", "20"))
 CAMPAIGN = EXAMPLES > 100
 """More examples than CI's: a campaign, fresh random examples."""
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=not CAMPAIGN, database=None,
-                suppress_health_check=list(HealthCheck))
-"""CI: a fixed set of examples (derandomized: the same every run); the campaign: fresh random ones."""
+FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=not CAMPAIGN,
+                database=settings.default.database if CAMPAIGN else None, suppress_health_check=list(HealthCheck))
+"""CI: a fixed set of examples (derandomized: the same every run); the campaign: fresh random ones, a failing one
+kept in hypothesis' example database (``.hypothesis/``) so that the next run replays it first."""
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ESTIMATE_BOUND_S = 20.0
@@ -582,18 +580,12 @@ def test_megatron_command_lines(flags: list[tuple[str, str]], world_size: int) -
 
 # ---------------------------------------------------------------------------------------------- the CLI
 def run_cli(args: list[str]) -> tuple[int, str, str]:
-    """``frenzy ARGS`` in process through the console entry point: (exit code, stdout, stderr)."""
-    from frenzy_core.cli.app import main
+    """``frenzy ARGS`` in process as the console script runs it (``cli.app.capture``): (exit code, stdout,
+    stderr). ``main`` returns the exit code rather than raising SystemExit."""
+    from frenzy_core.cli.app import capture
 
-    out, err = io.StringIO(), io.StringIO()
-    code: Any = 0
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), mock.patch.object(sys, "argv",
-                                                                                           ["frenzy", *args]):
-        try:
-            main()
-        except SystemExit as exc:
-            code = exc.code
-    return int(code or 0), out.getvalue(), err.getvalue()
+    done = capture(args)
+    return done.exit_code, done.stdout, done.stderr
 
 
 CLI_OPTIONS = ["--seq-len", "--micro-batch", "--global-batch", "--tp", "--pp", "--dp", "--zero", "--precision",

@@ -186,7 +186,9 @@ def estimate_iteration_time_batch(
     ``layouts``: a :class:`LayoutArrays`, or a mapping of its columns (missing ones take ``training``'s value;
     ``recompute``/``schedule`` take members, names or codes; default schedule: interleaved where vpp > 1).
     Layout rules (:func:`validate_layout`) are not checked here, except that values are in range and the global
-    batch splits into whole micro-batches (ConfigError naming the first candidate that breaks them).
+    batch splits into whole micro-batches (ConfigError naming the first candidate that breaks them). The result
+    has one entry per row: columns of more than one dimension are taken as :meth:`LayoutArrays.flat` rows (C
+    order), as :meth:`TimeEstimateBatch.at` indexes them.
     """
     require_instance("model", model, ModelConfig, "use ModelConfig.preset(name) or ModelConfig(...)")
     require_instance("training", training, TrainingConfig)
@@ -198,7 +200,7 @@ def estimate_iteration_time_batch(
     peak = _peak_flops(gpu, training.precision)
     mem_bw = gpu.memory_bandwidth_bytes_per_s * p.memory_efficiency
 
-    lay = layouts if isinstance(layouts, LayoutArrays) else LayoutArrays.from_columns(layouts, training)
+    lay = (layouts if isinstance(layouts, LayoutArrays) else LayoutArrays.from_columns(layouts, training)).flat()
     require_rows(model, lay, _CHECKED_RULES)
     dp_, tp_, pp_, vpp_, cp_, ep_, mb, gbs, rc, sched, zero = (np.atleast_1d(a) for a in (
         lay.dp, lay.tp, lay.pp, lay.vpp, lay.cp, lay.ep, lay.micro_batch_size, lay.global_batch_size, lay.recompute,

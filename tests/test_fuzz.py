@@ -616,18 +616,58 @@ def cli_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
             "HOME": str(folder)}
 
 
+RECIPE_OPTIONS = {"--seq-len": ["512", "1024", "2048"], "--micro-batch": ["1", "2", "4"],
+                  "--global-batch": ["8", "16", "64"], "--tp": ["1", "2"], "--pp": ["1", "2"],
+                  "--precision": ["bf16-mixed", "fp16-mixed", "fp32"],
+                  "--recompute": ["none", "selective", "full"], "--attention": ["flash", "sdpa", "eager"],
+                  "--headroom": ["0.05", "0.2"], "--json": [], "--plot": ["PNG"]}
+VALID_COMMANDS: dict[str, tuple[list[str], dict[str, list[str]]]] = {
+    "plan": (["gpt2", "llama-2-7b", "MODEL"], {**RECIPE_OPTIONS, "--cluster": ["CLUSTER", "frenzy-paper"],
+                                                "--max-gpus": ["8", "16", "64"], "--time-model": ["TM"],
+                                                "--objective": ["throughput", "gpus", "cost"],
+                                                "--emit": ["torchrun", "slurm", "kubernetes"]}),
+    "memory": (["gpt2", "llama-2-7b", "MODEL"], {**RECIPE_OPTIONS, "--dp": ["1", "4"], "--zero": ["0", "1", "2", "3"]}),
+    "simulate": (["TRACE"], {"--cluster": ["CLUSTER", "frenzy-paper"], "--policies": ["fifo-requested",
+                                                                                     "frenzy-core"],
+                             "--seed": ["0", "7"], "--on-error": ["skip", "fail"], "--limit": ["1", "2"],
+                             "--format": ["philly"], "--json": [], "--plot": ["PNG"]}),
+    "calibrate": (["RUNS"], {"--out": ["tm-out.yaml", "tm-out.json"], "--json": []}),
+    "models": ([], {"--json": []}), "gpus": ([], {"--json": []}),
+    "clusters": (["frenzy-paper", "CLUSTER"], {"--scale": ["2", "16"], "--json": []}),
+}
+"""Commands a user would type, each option one the command takes with a value it accepts (files named as in
+:func:`cli_files`): the answers the CLI must give, beside the hostile commands below."""
+
+
+@st.composite
+def valid_cli_args(draw: st.DrawFn) -> list[str]:
+    command = draw(st.sampled_from(sorted(VALID_COMMANDS)))
+    targets, options = VALID_COMMANDS[command]
+    args = [command, *([draw(st.sampled_from(targets))] if targets else [])]
+    for option in draw(st.lists(st.sampled_from(sorted(options)), max_size=3, unique=True)):
+        args += [option, *([draw(st.sampled_from(options[option]))] if options[option] else [])]
+    return args
+
+
+hostile_cli_args = st.tuples(
+    st.sampled_from(["plan", "memory", "simulate", "calibrate", "models", "gpus", "clusters", "nope"]),
+    st.sampled_from(["gpt2", "llama-2-7b", "MODEL", "TRACE", "RUNS", "TM", "nope", "", "BOMB"]),
+    st.lists(st.tuples(st.sampled_from(CLI_OPTIONS), st.sampled_from(CLI_VALUES) | st.text(max_size=6)),
+             max_size=4),
+).map(lambda c: [c[0], c[1], *(t for option, value in c[2] for t in (
+    [option] if option in ("--json", "--keep-outputs") else [option, value]))])
+"""Any command, target and options, with values that break things."""
+
+
 @FUZZ
-@given(st.sampled_from(["plan", "memory", "simulate", "calibrate", "models", "gpus", "clusters", "nope"]),
-       st.sampled_from(["gpt2", "llama-2-7b", "MODEL", "TRACE", "RUNS", "TM", "nope", "", "BOMB"]),
-       st.lists(st.tuples(st.sampled_from(CLI_OPTIONS), st.sampled_from(CLI_VALUES) | st.text(max_size=6)),
-                max_size=4))
-def test_cli_prints_one_line_per_error_and_no_traceback(cli_files: dict[str, str], command: str, target: str,
-                                                        options: list[tuple[str, str]]) -> None:
-    args = [command, cli_files.get(target, target)]
-    for option, value in options:
-        args += [option] if option in ("--json", "--keep-outputs") else [option, cli_files.get(value, value)]
-    if command in ("plan", "simulate") and "--time-limit" not in args:
-        args += ["--time-limit", "1"] if command == "plan" else ["--policies", "fifo-requested"]
+@given(mostly(valid_cli_args(), hostile_cli_args))
+def test_cli_prints_one_line_per_error_and_no_traceback(cli_files: dict[str, str], words: list[str]) -> None:
+    args = [cli_files.get(w, w) for w in words]
+    command = args[0]
+    if command == "plan" and "--time-limit" not in args:
+        args += ["--time-limit", "1"]
+    if command == "simulate" and "--policies" not in args:
+        args += ["--policies", "fifo-requested"]
     began = clock()
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)

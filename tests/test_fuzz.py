@@ -161,10 +161,31 @@ PARALLEL_FIELDS = list(f.ParallelConfig.model_fields)
 GPT2 = f.ModelConfig.preset("gpt2").model_dump()
 
 
+MODEL_POOL = [f.ModelConfig.preset(n).model_dump() for n in f.ModelConfig.presets()]
+TRAINING_POOL = [f.TrainingConfig(**kw).model_dump() for kw in (
+    {}, {"seq_len": 4096, "micro_batch_size": 2, "global_batch_size": 64}, {"precision": "fp32", "attention": "eager"},
+    {"precision": "fp16-mixed", "recompute": "selective"}, {"recompute": "full", "recompute_method": "block",
+                                                            "recompute_num_layers": 2},
+    {"zero_stage": 3, "optimizer": "sgd"}, {"framework": "megatron", "sequence_parallel": True,
+                                            "distributed_optimizer": True},
+    {"precision": "fp8-mixed", "compile": True}, {"lora": {"rank": 16}, "seq_len": 512},
+    {"offload_optimizer": "cpu", "zero_stage": 2})]
+PARALLEL_POOL = [f.ParallelConfig(**kw).model_dump() for kw in (
+    {}, {"dp": 8, "tp": 2}, {"pp": 4, "vpp": 2, "schedule": "interleaved"}, {"cp": 2, "dp": 4},
+    {"ep": 2, "dp": 2}, {"pp": 2, "schedule": "gpipe"}, {"tp": 8, "pp": 8, "dp": 16})]
+"""Valid values of every field: the presets' models, and recipes and layouts that exercise each field."""
+
+
+def fields_of(names: list[str], pool: list[dict[str, Any]], most: int) -> st.SearchStrategy[dict[str, Any]]:
+    """Up to ``most`` of the ``names`` fields, each a valid value (one a pool config holds) three times in four,
+    else a hostile one."""
+    return st.lists(st.sampled_from(names), max_size=most, unique=True).flatmap(
+        lambda keys: st.fixed_dictionaries({k: mostly(st.sampled_from([c[k] for c in pool])) for k in keys}))
+
+
 @FUZZ
-@given(st.dictionaries(st.sampled_from(MODEL_FIELDS), hostile, max_size=3),
-       st.dictionaries(st.sampled_from(TRAINING_FIELDS), hostile, max_size=2),
-       st.dictionaries(st.sampled_from(PARALLEL_FIELDS), hostile, max_size=2))
+@given(fields_of(MODEL_FIELDS, MODEL_POOL, 3), fields_of(TRAINING_FIELDS, TRAINING_POOL, 2),
+       fields_of(PARALLEL_FIELDS, PARALLEL_POOL, 2))
 def test_configs_refuse_hostile_fields_with_config_error(model: dict[str, Any], training: dict[str, Any],
                                                          parallel: dict[str, Any]) -> None:
     call(f.ModelConfig, **{**GPT2, **model})

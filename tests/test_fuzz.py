@@ -593,9 +593,18 @@ JOB_FIELDS = {"id": mostly(st.text(min_size=1, max_size=12), hostile), "submit_t
 job_work = mostly(st.one_of(st.fixed_dictionaries({"work_tokens": st.integers(1, 2**50)}),
                             st.fixed_dictionaries({"work_iterations": st.integers(1, 2**40)})),
                   st.fixed_dictionaries({}, optional={"work_tokens": hostile, "work_iterations": hostile}))
-training_jobs = st.tuples(st.fixed_dictionaries({}, optional=JOB_FIELDS), job_work).map(lambda p: {**p[0], **p[1]})
-"""The fields of a TrainingJob (gpt2, 64 samples of 512 tokens), each valid three times in four. Valid values range widely:
-hypothesis does not repeat an example, so a valid choice of two values would almost never be drawn again."""
+VALID_JOB_FIELDS = {"id": st.text(min_size=1, max_size=12), "submit_time_s": st.floats(0, 1e6),
+                    "request": st.none() | st.fixed_dictionaries({"num_gpus": st.integers(1, 64)}, optional={
+                        "gpu_type": st.sampled_from(["h100", "a100", "A100-SXM4-80GB", None])}),
+                    "deadline_s": st.none() | st.floats(1e6, 1e9), "priority": st.integers(-99, 99)}
+valid_job_work = st.one_of(st.fixed_dictionaries({"work_tokens": st.integers(1, 2**50)}),
+                           st.fixed_dictionaries({"work_iterations": st.integers(1, 2**40)}))
+training_jobs = mostly(
+    st.tuples(st.fixed_dictionaries({}, optional=VALID_JOB_FIELDS), valid_job_work),
+    st.tuples(st.fixed_dictionaries({}, optional=JOB_FIELDS), job_work)).map(lambda p: {**p[0], **p[1]})
+"""The fields of a TrainingJob (gpt2, 64 samples of 512 tokens): all valid three times in four, else each valid
+three times in four. Valid values range widely: hypothesis does not repeat an example, so a valid choice of two
+values would almost never be drawn again."""
 
 
 @FUZZ

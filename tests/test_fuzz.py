@@ -183,10 +183,10 @@ PARALLEL_POOL = [f.ParallelConfig(**kw).model_dump() for kw in (
 
 
 def fields_of(names: list[str], pool: list[dict[str, Any]], most: int) -> st.SearchStrategy[dict[str, Any]]:
-    """Up to ``most`` of the ``names`` fields, each a valid value (one a pool config holds) three times in four,
-    else a hostile one."""
+    """Up to ``most`` of the ``names`` fields, each a valid value (one a pool config holds; every field is in
+    one) three times in four, else a hostile one."""
     return st.lists(st.sampled_from(names), max_size=most, unique=True).flatmap(
-        lambda keys: st.fixed_dictionaries({k: mostly(st.sampled_from([c[k] for c in pool])) for k in keys}))
+        lambda keys: st.fixed_dictionaries({k: mostly(st.sampled_from([c[k] for c in pool if k in c])) for k in keys}))
 
 
 @FUZZ
@@ -433,9 +433,16 @@ def test_cluster_yaml_and_dicts(cluster: dict[str, Any], edits: list[tuple[int, 
 H100 = yaml.safe_load((Path(f.__file__).parent / "data" / "gpu_specs" / "h100-sxm.yaml").read_text())
 
 
+GPU_POOL = [yaml.safe_load(p.read_text()) for p in sorted((Path(f.__file__).parent / "data" / "gpu_specs").glob("*.yaml"))]
+"""Every packaged GPU spec: a valid value of each field."""
+GPU_SPEC_KEYS = sorted(k for k in H100 if k not in ("id", "name", "aliases"))
+gpu_overrides = mostly(fields_of(GPU_SPEC_KEYS, GPU_POOL, 2).map(lambda d: {k: v for k, v in d.items()
+                                                                           if k != "sources"}), hostile)
+"""Field values an override sets (a dict of valid ones three times in four, else any hostile value)."""
+
+
 @FUZZ
-@given(st.dictionaries(st.sampled_from(sorted(H100)), hostile, max_size=3), hostile,
-       st.sampled_from(["h100", "a100", "nope", "H100 80GB HBM3"]))
+@given(fields_of(sorted(H100), GPU_POOL, 3), gpu_overrides, st.sampled_from(["h100", "a100", "nope", "H100 80GB HBM3"]))
 def test_gpu_spec_files_and_overrides(changes: dict[str, Any], override: Any, name: str) -> None:
     spec = {**H100, "id": "fuzz-gpu", "name": "Fuzz", "aliases": ["fuzz"], **changes}
     with scratch_file("fuzz-gpu.yaml", yaml.safe_dump(json.loads(json_text(spec)))) as path:

@@ -414,8 +414,9 @@ small_clusters = mostly(
 
 
 @FUZZ
-@given(small_clusters, st.lists(st.tuples(st.integers(0, 10**4), st.sampled_from(YAML_PIECES) | st.text(max_size=8)),
-                                  max_size=2), hostile)
+@given(small_clusters, mostly(st.just([]), st.lists(st.tuples(st.integers(0, 10**4), st.sampled_from(YAML_PIECES)
+                                                              | st.text(max_size=8)), min_size=1, max_size=2)),
+       mostly(st.sampled_from([1, 2, 4, 8]), hostile))
 def test_cluster_yaml_and_dicts(cluster: dict[str, Any], edits: list[tuple[int, str]], value: Any) -> None:
     text = yaml.safe_dump(json.loads(json_text(cluster)))
     for where, piece in edits:  # a valid document with a few pieces of YAML put in anywhere

@@ -430,9 +430,11 @@ def _nodes(gpu: st.SearchStrategy[Any], size: st.SearchStrategy[Any], count: st.
                     min_size=1, max_size=3).map(lambda nodes: {"nodes": nodes})
 
 
+valid_clusters = _nodes(st.sampled_from(["a100", "h100", "rtx-3090", "v100"]), st.sampled_from([1, 2, 4, 8]),
+                        st.integers(1, 3), st.just(1), st.sampled_from([1e9, 1e10]))
+"""Clusters of one to three node shapes, each of one to three nodes, all free or one GPU free per node."""
 small_clusters = mostly(
-    _nodes(st.sampled_from(["a100", "h100", "rtx-3090", "v100"]), st.sampled_from([1, 2, 4, 8]), st.integers(1, 3),
-           st.integers(0, 1), st.sampled_from([1e9, 1e10])),
+    valid_clusters,
     _nodes(mostly(st.sampled_from(["a100", "t4"]), st.sampled_from(["x", "", 3])), mostly(st.just(8), hostile_ints),
            mostly(st.just(1), hostile_ints), hostile_ints, hostile_floats))
 """Clusters of a few node shapes: valid three times in four, else with hostile values."""
@@ -576,14 +578,15 @@ CONSTRAINT_FIELDS = list(f.PlanConstraints.model_fields)
 
 
 @FUZZ
-@given(st.sampled_from(["gpt2", "llama-2-7b", "mixtral-8x7b"]), small_clusters,
-       mostly(st.just({}), st.dictionaries(st.sampled_from(CONSTRAINT_FIELDS), hostile | st.integers(1, 16),
-                                           max_size=2)),
-       mostly(st.sampled_from(["throughput", "gpus"]), st.sampled_from(["cost", "time_to_train", "x", 3])),
-       mostly(st.fixed_dictionaries({"seq_len": st.sampled_from([512, 2048])}), wide_training()),
-       mostly(st.floats(0.2, 1.0), hostile_floats), mostly(st.integers(1, 8), hostile_ints))
-def test_plan_job(preset: str, cluster: dict[str, Any], constraints: dict[str, Any], objective: Any,
-                  training: dict[str, Any], time_limit: Any, top_k: Any) -> None:
+@given(st.sampled_from(["gpt2", "qwen2.5-0.5b", "gpt2-medium", "llama-2-7b", "mixtral-8x7b"]),
+       arguments((valid_clusters, small_clusters),
+                 (st.just({}), st.dictionaries(st.sampled_from(CONSTRAINT_FIELDS), hostile | st.integers(1, 16),
+                                               max_size=2)),
+                 (st.sampled_from(["throughput", "gpus"]), st.sampled_from(["cost", "time_to_train", "x", 3])),
+                 (st.fixed_dictionaries({"seq_len": st.sampled_from([256, 512, 1024])}), wide_training()),
+                 (st.floats(0.2, 1.0), hostile_floats), (st.integers(1, 8), hostile_ints)))
+def test_plan_job(preset: str, args: tuple[Any, ...]) -> None:
+    cluster, constraints, objective, training, time_limit, top_k = args
     built = call(f.Cluster.from_dict, cluster)
     t = call(f.TrainingConfig, **training)
     if built is None or t is None:

@@ -101,6 +101,12 @@ CASES: tuple[Case, ...] = (
          r"configs\['tp'\]\[0\] = nan is not finite"),
     Case("ragged columns", lambda t: f.estimate_memory_batch(LLAMA, {"tp": [[1, 2], [1]]}, SHORT),
          r"configs\['tp'\] is not a rectangular array"),
+    Case("num_microbatches of 3 rows beside dp of 2 (numpy's ValueError at the product)",
+         lambda t: f.estimate_memory_batch(LLAMA, {"num_microbatches": [1, 1, 1], "dp": [1, 2]}, SHORT),
+         r"configs arrays do not broadcast together"),
+    Case("time batch: pp = 2^20 on a 32-layer model (minutes of work)", lambda t: f.estimate_iteration_time_batch(
+        LLAMA, SHORT, "h100", {"pp": [2**20], "num_microbatches": [43]}),
+        r"num_layers=32 is fewer than pp x vpp = 1048576 pipeline chunks"),
     Case("an empty column", lambda t: f.estimate_memory_batch(LLAMA, {"tp": []}, SHORT), r"configs\['tp'\] is empty"),
     Case("tp beyond int64 (uint64)", lambda t: f.estimate_memory_batch(LLAMA, {"tp": [2**63]}, SHORT),
          r"configs\['tp'\]\[0\] = 9223372036854775808 is beyond int64"),

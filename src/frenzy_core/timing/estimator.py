@@ -167,9 +167,12 @@ def _stage_candidates(model: ModelConfig, lay: LayoutArrays) -> tuple[IntArray, 
     return last[inverse].reshape(shape), mid[inverse].reshape(shape), where[inverse].reshape(shape)
 
 
-_CHECKED_RULES = (*BOUND_RULES, layout_rule("global_batch_splits_into_microbatches"))
-"""What the batch estimator checks: values in range and whole micro-batches (the other layout rules are the
-caller's to apply, e.g. with :func:`frenzy_core.config.layout.layout_mask`)."""
+_CHECKED_RULES = (*BOUND_RULES, *(layout_rule(name) for name in (
+    "global_batch_splits_into_microbatches", "layers_cover_pipeline_chunks", "stage_layers_one_per_chunk")))
+"""What the batch estimator checks: values in range, whole micro-batches, and no more pipeline chunks than layers
+(or than a split lists): the busiest-stage search visits every stage, so pp = 2^20 on a 32-layer model was
+minutes of work (the fuzz campaign). The other layout rules are the caller's to apply, e.g. with
+:func:`frenzy_core.config.layout.layout_mask`."""
 
 
 def estimate_iteration_time_batch(
@@ -185,8 +188,9 @@ def estimate_iteration_time_batch(
 
     ``layouts``: a :class:`LayoutArrays`, or a mapping of its columns (missing ones take ``training``'s value;
     ``recompute``/``schedule`` take members, names or codes; default schedule: interleaved where vpp > 1).
-    Layout rules (:func:`validate_layout`) are not checked here, except that values are in range and the global
-    batch splits into whole micro-batches (ConfigError naming the first candidate that breaks them). The result
+    Layout rules (:func:`validate_layout`) are not checked here, except that values are in range, the global
+    batch splits into whole micro-batches and every pipeline chunk holds a layer (ConfigError naming the first
+    candidate that breaks them). The result
     has one entry per row: columns of more than one dimension are taken as :meth:`LayoutArrays.flat` rows (C
     order), as :meth:`TimeEstimateBatch.at` indexes them.
     """

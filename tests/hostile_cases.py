@@ -248,15 +248,18 @@ CASES: tuple[Case, ...] = (
     # (LLAMA_CONFIG: its first import takes seconds; imported before the case is timed, as torch is)
     Case("probe_memory of a valid 16,384-layer model", lambda t: f.probe_memory(
         LLAMA.replace(num_layers=2**14), f.TrainingConfig(seq_len=16, precision="fp32")),
-        r"16,384 layers x 1 micro-batches x 2 steps=32768 exceeds 2\^10 = 1,024", LLAMA_CONFIG),
+        r"\(16,384 layers \+ 1\) x 1 micro-batches x 2 steps=32770 exceeds 512", LLAMA_CONFIG),
+    Case("probe_memory of a one-layer model for 1,000 steps (about 5 CPU minutes)", lambda t: f.probe_memory(
+        LLAMA.replace(num_layers=1), f.TrainingConfig(seq_len=16, precision="fp32"), steps=1000),
+        r"\(1 layers \+ 1\) x 1 micro-batches x 1,000 steps=2000 exceeds 512", LLAMA_CONFIG),
     Case("probe_memory of 2^20 micro-batches", lambda t: f.probe_memory(LLAMA.replace(num_layers=1), f.TrainingConfig(
         seq_len=16, micro_batch_size=1, global_batch_size=2**20, precision="fp32")),
-        r"1 layers x 1,048,576 micro-batches x 2 steps=.* exceeds 2\^10", LLAMA_CONFIG),
+        r"\(1 layers \+ 1\) x 1,048,576 micro-batches x 2 steps=.* exceeds 512", LLAMA_CONFIG),
     Case("probe_memory of a config.json with 10^6 layers", lambda t: f.probe_memory(
         _config_file(t, json.dumps(_llama(num_hidden_layers=10**6))), f.TrainingConfig(seq_len=16, precision="fp32")),
-        r"1,000,000 layers x .* exceeds 2\^10", LLAMA_CONFIG),
+        r"\(1,000,000 layers \+ 1\) x .* exceeds 512", LLAMA_CONFIG),
     Case("measure_training_step of a config with 10^6 layers", lambda t: f.measure_training_step(
-        _llama(num_hidden_layers=10**6), dict), r"1,000,000 layers x 1 micro-batches x 2 steps", LLAMA_CONFIG),
+        _llama(num_hidden_layers=10**6), dict), r"\(1,000,000 layers \+ 1\) x 1 micro-batches x 2 steps", LLAMA_CONFIG),
     Case("probe_memory of a config with num_hidden_layers 2.5", lambda t: f.probe_memory(
         _llama(num_hidden_layers=2.5), f.TrainingConfig(seq_len=16, precision="fp32")),
         r"num_hidden_layers", LLAMA_CONFIG),

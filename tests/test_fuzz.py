@@ -315,12 +315,41 @@ column_values = st.one_of(hostile, st.lists(st.one_of(hostile_ints, hostile_floa
                                     st.lists(hostile_floats, min_size=1, max_size=4)))
 
 
+COLUMN_VALUES: dict[str, list[Any]] = {
+    "dp": [1, 2, 4, 8], "tp": [1, 2, 4], "pp": [1, 2, 4], "micro_batch_size": [1, 2], "global_batch_size": [64, 128],
+    "num_microbatches": [1, 2, 8], "seq_len": [512, 1024, 2048], "zero_stage": [0, 1, 2, 3],
+    "recompute": ["none", "selective", "full", 0, 2], "sequence_parallel": [0, 1], "schedule": ["1f1b", "gpipe"]}
+"""Values each column takes for Llama 2 7B (32 layers and heads, 4,096 positions)."""
+
+
+@st.composite
+def valid_columns(draw: st.DrawFn) -> dict[str, Any]:
+    """Up to three columns of one to six rows, each a list, an int64 array or one value for every row."""
+    rows = draw(st.integers(1, 6))
+    names = draw(st.lists(st.sampled_from(sorted(COLUMN_VALUES)), max_size=3, unique=True).filter(
+        lambda n: not {"num_microbatches", "global_batch_size"} <= set(n)))
+    columns: dict[str, Any] = {}
+    for name in names:
+        values = draw(st.lists(st.sampled_from(COLUMN_VALUES[name]), min_size=rows, max_size=rows))
+        form = draw(st.sampled_from(["list", "array", "one"]))
+        ints = all(type(v) is int for v in values)
+        columns[name] = values[0] if form == "one" else np.array(values) if form == "array" and ints else values
+    return columns
+
+
+realistic_training = st.tuples(wide_training(), st.sampled_from([512, 1024, 2048])).map(
+    lambda p: {**p[0], "seq_len": p[1], "micro_batch_size": 1, "global_batch_size": 64})
+"""A recipe of every kind at sizes Llama 2 7B trains with (the columns vary them)."""
+
+
 @FUZZ
-@given(st.dictionaries(st.sampled_from([*LAYOUT_COLUMNS, "num_microbatches", "bogus"]), column_values, max_size=3),
-       wide_training())
-def test_batch_estimators_refuse_or_take_columns_exactly(columns: dict[str, Any], training: dict[str, Any]) -> None:
+@given(mostly(st.tuples(valid_columns(), realistic_training),
+              st.tuples(st.dictionaries(st.sampled_from([*LAYOUT_COLUMNS, "num_microbatches", "bogus"]),
+                                        column_values, max_size=3), wide_training())))
+def test_batch_estimators_refuse_or_take_columns_exactly(drawn: tuple[dict[str, Any], dict[str, Any]]) -> None:
     """Columns are taken exactly (never truncated or wrapped) or refused; valid rows are finite, equal to the
     scalar estimate of their own configs; invalid ones hold -1."""
+    columns, training = drawn
     t = call(f.TrainingConfig, **training)
     if t is None:
         return

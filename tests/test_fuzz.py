@@ -4,8 +4,8 @@ non-negative, no accepted input is truncated or wrapped, and every call ends wit
 above its usual time: unbounded work, not speed, is what the bound catches).
 
 CI runs ``FRENZY_FUZZ_EXAMPLES`` examples per entry point (default 20, derandomized: the same every run; the probe
-a fifth of them). The campaign of docs/architecture.md ("Hostile input") runs more than 100 (10,000) fresh random
-ones per entry point, the probe too, one test at a time:
+a fifth of them). The campaigns of docs/benchmarks.md ("Hostile input (issue 15)") run more than 100 (10,000)
+fresh random ones per entry point, the probe too, one test at a time:
 
     FRENZY_FUZZ_EXAMPLES=10000 nice -n 19 pytest -q -x --hypothesis-show-statistics tests/test_fuzz.py::test_traces
 """
@@ -1032,7 +1032,8 @@ probe_trainings = st.builds(lambda seq, mbs, precision, attention, recompute: f.
 in every precision and attention the probe runs, with and without full recompute."""
 probe_steps = mostly(st.integers(1, 2), hostile.filter(lambda s: not (type(s) is int and 2 < s <= MAX_PROBE_STEPS)))
 """One or two steps (the peak settles by the second), else a hostile count; accepted counts above two are left
-out: each more step repeats the second at about 0.3 CPU s, so 1,000 (the bound) would take 5 minutes."""
+out: each more step repeats the second at about 0.36 CPU s for one layer, so the 256 the probe's bound admits
+would take 1.5 minutes, beyond the 60 s per call."""
 PROBE_FUZZ = settings(FUZZ, max_examples=EXAMPLES if CAMPAIGN else max(1, EXAMPLES // 5))
 """In CI a fifth of the examples (each probe that gets past the config builds and trains a model: about 0.3 CPU s a
 step), in a campaign all of them."""

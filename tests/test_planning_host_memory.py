@@ -18,7 +18,6 @@ from frenzy_core import (
 )
 from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.planning.diagnosis import type_rejections
-from frenzy_core.planning.placement import placement_options
 from frenzy_core.planning.plan import Plan, RejectReason
 from frenzy_core.planning.search import make_search
 
@@ -51,9 +50,9 @@ def test_offload_refused_on_a_small_ram_node_and_accepted_on_a_large_one() -> No
     of 64 GiB does."""
     search = make_search(MODEL, _cluster(GIB), OFFLOAD, "throughput", None)
     table = search.table()
-    _, ok = placement_options(table, search.pool)
+    _, ok = table.options
     assert not ok.any()
-    (rejection,) = type_rejections(table, search.pool, *placement_options(table, search.pool), None,
+    (rejection,) = type_rejections(table, search.pool, *table.options, None,
                                    search.constraints)
     assert rejection.reason is RejectReason.HOST_MEMORY
     assert "host memory" in rejection.message and "fewer ranks per node" in rejection.message

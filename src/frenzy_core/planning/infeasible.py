@@ -17,7 +17,6 @@ from frenzy_core.errors import InfeasiblePlanError
 from frenzy_core.planning.candidates import CandidateTable
 from frenzy_core.planning.diagnosis import extra_free_gpus, type_rejections
 from frenzy_core.planning.mixed import mixable_types
-from frenzy_core.planning.placement import placement_options
 from frenzy_core.planning.request import PlacementMode
 from frenzy_core.planning.search import Search
 
@@ -31,7 +30,7 @@ GIB = 2**30
 
 def _best_row(search: Search) -> tuple[CandidateTable, int] | None:
     table = search.table()
-    rows, ok = placement_options(table, search.pool)
+    rows, ok = table.options
     if not ok.any():
         return None
     return table, int(rows[int(np.argmax(ok))])
@@ -76,7 +75,7 @@ def _larger_cluster_suggestions(search: Search) -> list[str]:
                 n._replace(name=f"{n.name}+{k}", free_indices=tuple(range(n.gpus_per_node)))
                 for k in range(factor) for n in nodes))
             table = replace(search, pool=grown).table()
-            rows, ok = placement_options(table, grown)
+            rows, ok = table.options
             if ok.any():
                 need = int(min(int(table.world[r]) for r, fits in zip(rows, ok) if fits))
                 out.append((need, f"a cluster with at least {need} {gpu_type} GPUs (this one has {have})"))
@@ -130,21 +129,21 @@ def _limit_suggestions(search: Search) -> list[str]:
         found = _best_row(replace(search, constraints=c.replace(max_gpus=None)))
         if found is not None:
             table, row = found
-            rows, ok = placement_options(table, search.pool)
+            rows, ok = table.options
             out.append(f"max_gpus >= {int(table.world[rows[ok]].min())}")
     wanted = c.num_gpus
     if wanted is not None:
         found = _best_row(replace(search, constraints=c.replace(num_gpus=None)))
         if found is not None:
             table, row = found
-            rows, ok = placement_options(table, search.pool)
+            rows, ok = table.options
             worlds = sorted({int(w) for w in table.world[rows[ok]]}, key=lambda w: (abs(w - wanted), w))
             out.append(f"num_gpus={worlds[0]}")
     if c.max_price_per_hour_usd is not None:
         found = _best_row(replace(search, constraints=c.replace(max_price_per_hour_usd=None)))
         if found is not None:
             table, row = found
-            rows, ok = placement_options(table, search.pool)
+            rows, ok = table.options
             prices = table.price_per_hour_usd[rows[ok]]
             if np.isfinite(prices).any():
                 out.append(f"max_price_per_hour_usd >= {float(np.nanmin(prices)):.2f}")
@@ -152,7 +151,7 @@ def _limit_suggestions(search: Search) -> list[str]:
         found = _best_row(replace(search, constraints=c.replace(deadline_s=None)))
         if found is not None:
             table, row = found
-            rows, ok = placement_options(table, search.pool)
+            rows, ok = table.options
             fastest = float((c.token_budget / table.tokens_per_s[rows[ok]]).min())
             out.append(f"deadline_s >= {fastest:.0f}")
     return out
@@ -236,7 +235,7 @@ def infeasible_error(search: Search, table: CandidateTable, deadline: float | No
     the search for changes stops at ``deadline`` (a ``time.perf_counter()`` value) and says so. ``mixed``:
     the mixed-type search's word (a suggestion when it was off and found a plan, else why it found none).
     ``offloaded``: the offload fallback was searched too and found nothing (the suggestions are without it)."""
-    rows, ok = placement_options(table, search.pool)
+    rows, ok = table.options
     reasons = [f"{r.gpu_type}: {r.message}" for r in type_rejections(table, search.pool, rows, ok, None, search.constraints)]
     if mixed is not None and not mixed.startswith("mix GPU types"):
         reasons.append(mixed)

@@ -12,7 +12,7 @@ from frenzy_core.memory import MemoryEstimate
 from frenzy_core.planning.candidates import CandidateTable
 from frenzy_core.planning.diagnosis import type_rejections
 from frenzy_core.planning.mixed_solve import PRICE_STEPS_PER_USD_HOUR, TIME_STEPS_PER_S, MixedChoice, score
-from frenzy_core.planning.placement import Solution, placement_options
+from frenzy_core.planning.placement import Solution
 from frenzy_core.planning.plan import Alternative, Plan, StagePlan
 from frenzy_core.planning.request import Objective
 from frenzy_core.planning.runners_up import alternative_of, runners_up
@@ -118,7 +118,7 @@ def build_mixed_plan(search: Search, layouts: LayoutArrays, choice: MixedChoice,
     pph = None if math.isnan(price) else price
     placement = {name: gpus for s in stages for name, gpus in s.placement.items()}
     stranded = sum(n.free - len(placement[n.name]) for n in search.pool.nodes if n.name in placement)
-    rows, feasible = placement_options(table, search.pool)
+    rows, feasible = table.options
     alternatives: list[Alternative] = []
     if single is not None:
         alternatives = [alternative_of(table, single.candidate),

@@ -49,8 +49,7 @@ from frenzy_core.planning.cover import OptionShape, cover, min_cover, node_costs
 from frenzy_core.planning.nodes import Locality, NodePool
 from frenzy_core.planning.request import PlacementMode
 
-__all__ = ["DEFAULT_SEED", "Solution", "min_cover", "option_shape", "placement_options", "solve_cp_sat",
-           "solve_exhaustive"]
+__all__ = ["DEFAULT_SEED", "Solution", "min_cover", "option_shape", "solve_cp_sat", "solve_exhaustive"]
 
 DEFAULT_SEED = 0
 """CP-SAT random seed: fixed so that the same request gives the same plan."""
@@ -124,13 +123,6 @@ def solve_exhaustive(table: CandidateTable, pool: NodePool) -> Solution | None:
     _, row, nodes = best
     return _solution(table, pool, row, nodes, spread(option_shape(table, pool, row), nodes), True, "exhaustive",
                      started)
-
-
-def placement_options(table: CandidateTable, pool: NodePool) -> tuple[np.ndarray, np.ndarray]:
-    """Rows representing each (type, tp, world, pool) option, sorted by (rank, order), and whether each can be placed
-    (its shape: :mod:`frenzy_core.planning.shapes`): :attr:`CandidateTable.options`, worked out once per table
-    (the solver, the plan, its runners-up and the diagnosis all read them)."""
-    return table.options
 
 
 def _greedy_nodes(shape: OptionShape) -> np.ndarray:
@@ -219,7 +211,7 @@ def solve_cp_sat(table: CandidateTable, pool: NodePool, *, time_limit_s: float =
     from ortools.sat.python import cp_model
 
     started = time.perf_counter()
-    rows, feasible = placement_options(table, pool)
+    rows, feasible = table.options
     if not feasible.any():
         return None
     incumbent = int(rows[int(np.argmax(feasible))])

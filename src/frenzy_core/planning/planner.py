@@ -22,7 +22,7 @@ from frenzy_core.planning.mixed_plan import build_mixed_plan, single_type_score
 from frenzy_core.planning.mixed_solve import MixedChoice, score
 from frenzy_core.planning.nodes import Locality
 from frenzy_core.planning.offload import offload_note, offload_searches, unknown_hosts
-from frenzy_core.planning.placement import Solution, placement_options, solve_cp_sat, solve_exhaustive
+from frenzy_core.planning.placement import Solution, solve_cp_sat, solve_exhaustive
 from frenzy_core.planning.plan import Plan, StagePlan
 from frenzy_core.planning.request import DEFAULT_MIXED_STAGES, Objective, PlanConstraints
 from frenzy_core.planning.runners_up import runners_up
@@ -93,7 +93,7 @@ def build_plan(search: Search, table: CandidateTable, solution: Solution, top_k:
                                               links, placement, usable, gpu_type, (memory, time_estimate))
         training = training.replace(global_batch_size=samples)
         notes.append(uneven_note(groups, training.micro_batch_size))
-    rows, feasible = placement_options(table, search.pool)
+    rows, feasible = table.options
     pph = float(table.price_per_hour_usd[row])
     return Plan(
         model=search.model, gpu_type=gpu_type, gpu_spec=spec, num_gpus=int(table.world[row]),

@@ -24,7 +24,6 @@ from frenzy_core.planning.candidates import CandidateTable, build_candidates
 from frenzy_core.planning.estimators import AnalyticEstimator, LayoutEstimator
 from frenzy_core.planning.launchers import OFFLOAD_ZERO_STAGES, LaunchScope, get_launch_scope, offload_kind
 from frenzy_core.planning.nodes import NodePool
-from frenzy_core.planning.placement import placement_options
 from frenzy_core.planning.request import Objective, PlacementMode, PlanConstraints
 
 __all__ = ["HALF_PRECISION_FALLBACK", "ClusterLike", "Search", "make_search", "precision_on"]
@@ -93,7 +92,7 @@ class Search:
 
     def feasible(self) -> bool:
         """Whether any candidate can be placed (no solver needed: the count check is exact)."""
-        _, ok = placement_options(self.table(), self.pool)
+        _, ok = self.table().options
         return bool(ok.any())
 
 

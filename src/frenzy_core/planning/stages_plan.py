@@ -7,7 +7,7 @@ from frenzy_core.memory import MemoryEstimate
 from frenzy_core.planning.candidates import CandidateTable
 from frenzy_core.planning.diagnosis import type_rejections
 from frenzy_core.planning.mixed_plan import objective_value
-from frenzy_core.planning.placement import Solution, placement_options
+from frenzy_core.planning.placement import Solution
 from frenzy_core.planning.plan import Alternative, Plan, StagePlan
 from frenzy_core.planning.runners_up import alternative_of, runners_up
 from frenzy_core.planning.search import Search
@@ -61,7 +61,7 @@ def build_stage_plan(search: Search, recipes: LayoutArrays, choice: StageChoice,
         for node, ks in s.placement.items():
             placement.setdefault(node, []).extend(ks)
     stranded = sum(n.free - len(placement[n.name]) for n in search.pool.nodes if n.name in placement)
-    rows, feasible = placement_options(table, search.pool)
+    rows, feasible = table.options
     alternatives: list[Alternative] = []
     notes = [*notes, f"pipeline stages on {' + '.join(dict.fromkeys(choice.types))}: {choice.why}"]
     if best_single is not None:

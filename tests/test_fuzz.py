@@ -43,6 +43,9 @@ FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=not CAMPAIGN,
                 database=settings.default.database if CAMPAIGN else None, suppress_health_check=list(HealthCheck))
 """CI: a fixed set of examples (derandomized: the same every run); the campaign: fresh random ones, a failing one
 kept in hypothesis' example database (``.hypothesis/``) so that the next run replays it first."""
+HEAVY_FUZZ = settings(FUZZ, max_examples=EXAMPLES if CAMPAIGN else max(1, EXAMPLES // 4))
+"""Entry points whose answers take up to seconds each (a plan, a CLI command, a fit, a figure): in CI a quarter of
+the examples (CI's time is short), in a campaign all of them."""
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ESTIMATE_BOUND_S = 20.0
@@ -606,7 +609,7 @@ def test_traces(file: tuple[str, list[list[str]], bytes, str, str], options: tup
 CONSTRAINT_FIELDS = list(f.PlanConstraints.model_fields)
 
 
-@FUZZ
+@HEAVY_FUZZ
 @given(st.sampled_from(["gpt2", "qwen2.5-0.5b", "gpt2-medium", "llama-2-7b", "mixtral-8x7b"]),
        arguments((valid_clusters, small_clusters),
                  (st.just({}), st.dictionaries(st.sampled_from(CONSTRAINT_FIELDS), hostile | st.integers(1, 16),
@@ -839,7 +842,7 @@ hostile_cli_args = st.tuples(
 """Any command, target and options, with values that break things."""
 
 
-@FUZZ
+@HEAVY_FUZZ
 @given(mostly(valid_cli_args(), hostile_cli_args))
 def test_cli_prints_one_line_per_error_and_no_traceback(cli_files: dict[str, str], words: list[str]) -> None:
     args = [cli_files.get(w, w) for w in words]
@@ -921,7 +924,7 @@ valid_runs = st.lists(st.sampled_from(sorted(RUN_VALUES)), max_size=3, unique=Tr
     lambda keys: st.fixed_dictionaries({k: st.sampled_from(RUN_VALUES[k]) for k in keys}))
 
 
-@FUZZ
+@HEAVY_FUZZ
 @given(arguments((st.lists(valid_runs, min_size=1, max_size=3),
                   st.lists(st.dictionaries(st.sampled_from(RUN_COLUMNS), cells, max_size=3), min_size=1, max_size=3)),
                  (st.just(b""), st.binary(min_size=1, max_size=8)), (st.floats(0.0, 10.0), None),
@@ -1065,7 +1068,7 @@ plot_names = st.tuples(st.text(st.characters(blacklist_characters="/\x00"), max_
 
 
 @pytest.mark.filterwarnings("ignore:Glyph")  # a title in a script the font lacks: boxes, and matplotlib says so
-@FUZZ
+@HEAVY_FUZZ
 @given(st.sampled_from(PLOT_ESTIMATES), arguments(
     (plot_names, hostile | st.sampled_from(["x.nope", "/nonexistent/x.png", "", "a" * 300 + ".png", "\x00.png",
                                             "\ud800.png"])),

@@ -777,7 +777,7 @@ CLI_OPTIONS = ["--seq-len", "--micro-batch", "--global-batch", "--tp", "--pp", "
                "--format", "--on-error", "--sample", "--time-model", "--plot", "--model", "--keep-outputs", "--out"]
 CLI_VALUES = ["1", "0", "-1", "2.9", "1e9", "1e400", "nan", "inf", "99999999999999999999999999", "a100", "h100",
               "frenzy-paper", "nope", "", "x=1", "script={a: &a [1,1], b: [*a,*a]}", "bf16", "full", "torchrun",
-              "CLUSTER", "BOMB", "MODEL", "RUNS", "TM", "BADTM", "PNG"]
+              "CLUSTER", "BOMB", "MODEL", "RUNS", "TM", "BADTM", "PNG", "\ud800.png", "\ud800.yaml", "a\x00b"]
 
 
 @pytest.fixture(scope="module")

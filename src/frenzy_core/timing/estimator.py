@@ -186,13 +186,10 @@ def estimate_iteration_time_batch(
 ) -> TimeEstimateBatch:
     """Iteration time of many layouts of one model and recipe at once (numpy broadcasting over the arrays).
 
-    ``layouts``: a :class:`LayoutArrays`, or a mapping of its columns (missing ones take ``training``'s value;
-    ``recompute``/``schedule`` take members, names or codes; default schedule: interleaved where vpp > 1).
-    Layout rules (:func:`validate_layout`) are not checked here, except that values are in range, the global
-    batch splits into whole micro-batches and every pipeline chunk holds a layer (ConfigError naming the first
-    candidate that breaks them). The result
-    has one entry per row: columns of more than one dimension are taken as :meth:`LayoutArrays.flat` rows (C
-    order), as :meth:`TimeEstimateBatch.at` indexes them.
+    ``layouts``: a :class:`LayoutArrays` (one entry per :meth:`~LayoutArrays.flat` row), or a mapping of its
+    columns (missing ones take ``training``'s value; default schedule: interleaved where vpp > 1). Layout rules
+    are the caller's (:func:`validate_layout`), except values in range, whole micro-batches and a layer per
+    pipeline chunk (ConfigError naming the first candidate that breaks them).
     """
     require_instance("model", model, ModelConfig, "use ModelConfig.preset(name) or ModelConfig(...)")
     require_instance("training", training, TrainingConfig)

@@ -116,9 +116,9 @@ STAGE_MODEL = LLAMA.replace(name="tiny-8l", hidden_size=2048, num_layers=8, num_
                             ffn_hidden_size=5504)
 """A 1B-class model of 8 layers: on A10G and L4 cut to a few GiB, no GPU type alone holds it (as in
 tests/test_planning_stages.py)."""
-_STAGE_RECIPE = {"micro_batch_sizes": [1], "zero_stages": [2], "recompute": ["none"], "sequence_parallel": False}
-"""The recipe the stage plans pin (plain tensor parallelism: the planner would otherwise search torchtitan's
-sequence parallelism for the Llama-style model and the stage shapes the docstrings describe would move)."""
+_STAGE_RECIPE = {"micro_batch_sizes": [1], "zero_stages": [2], "recompute": ["none"]}
+"""The recipe the stage plans pin (torch tensor parallelism is modelled with torchtitan's sequence parallelism
+only, so each stage at tp > 1 runs it)."""
 
 
 def _stage_plan(memory_gib: tuple[int, int], nodes: list[tuple[str, int, int]]) -> Plan:
@@ -134,13 +134,13 @@ def _stage_plan(memory_gib: tuple[int, int], nodes: list[tuple[str, int, int]]) 
 
 @functools.cache
 def stage_uneven() -> Plan:
-    """Two stages of 5 and 3 layers (tp 1, dp 2) on a node of 2 A10G (6 GiB) and one of 2 L4 (4 GiB)."""
+    """Two stages of 5 and 3 layers (tp 2, dp 1) on a node of 2 A10G (6 GiB) and one of 2 L4 (4 GiB)."""
     return _stage_plan((6, 4), [("a10g", 2, 1), ("l4", 2, 1)])
 
 
 @functools.cache
 def stage_tps() -> Plan:
-    """Two stages of their own tp (3 layers at tp 1 on 2 A10G, 5 at tp 2 on 4 L4; dp 2): 6 ranks."""
+    """Two stages of their own tp (3 layers at tp 2 on 2 A10G, 5 at tp 4 on 4 L4; dp 1): 6 ranks."""
     return _stage_plan((4, 4), [("a10g", 2, 1), ("l4", 4, 1)])
 
 

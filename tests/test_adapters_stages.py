@@ -112,7 +112,7 @@ def test_torchtitan_refuses_stages_of_different_tp_naming_what_runs_them() -> No
     with pytest.raises(ConfigError, match="one tensor_parallel_degree on every pipeline stage") as err:
         torchrun(plan, torchtitan=True)
     assert err.value.field == "plan.stages" and "torchrun, slurm, kubernetes" in (err.value.hint or "")
-    assert "constraints={'tp': 2}" in (err.value.hint or "")
+    assert f"constraints={{'tp': {max(s.tp for s in plan.stages)}}}" in (err.value.hint or "")
 
 
 @_STAGED
@@ -240,7 +240,7 @@ def test_the_torchtitan_split_of_a_single_type_pipeline_is_its_even_split() -> N
     is told, so the run builds the stages the plan was estimated with."""
     model = LLAMA.replace(num_layers=30)
     plan = make_plan(model, "h100-sxm", {"node:0": list(range(8))}, ParallelConfig(tp=2, pp=4),
-                     TrainingConfig(seq_len=1024, micro_batch_size=1, global_batch_size=8))
+                     TrainingConfig(seq_len=1024, micro_batch_size=1, global_batch_size=8, sequence_parallel=True))
     parts = module_fqns_per_model_part(plan)
     assert [sum(n.startswith("layers.") for n in part) for part in parts] == [30 // 4 + (i < 30 % 4) for i in range(4)]
     assert torchtitan_args(plan)[2] == "--parallelism.tensor_parallel_degree=2"

@@ -153,7 +153,7 @@ def test_clusters_bad_input(cluster_file: Path) -> None:
 
 
 def test_memory_json_matches_the_fit_rule() -> None:
-    data = ok_json("memory", "llama-3.1-8b", "--tp", "2", "--pp", "2", "--dp", "2", "--headroom", "0.1")
+    data = ok_json("memory", "llama-3.1-8b", "--tp", "2", "--sp", "--pp", "2", "--dp", "2", "--headroom", "0.1")
     needed = data["estimate"]["device_bytes"]
     assert len(data["estimate"]["stages"]) == 2
     for gpu in data["gpus"]:

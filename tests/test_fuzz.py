@@ -1057,7 +1057,8 @@ def test_probe_memory_of_a_config_file(data: bytes, training: f.TrainingConfig, 
 
 PLOT_ESTIMATES = [f.estimate_memory(f.ModelConfig.preset(m), f.TrainingConfig(**t), f.ParallelConfig(**p))
                   for m, t, p in (("gpt2", {"seq_len": 512}, {}),
-                                  ("llama-2-7b", {"seq_len": 2048, "global_batch_size": 8}, {"pp": 4, "tp": 2}),
+                                  ("llama-2-7b", {"seq_len": 2048, "global_batch_size": 8, "sequence_parallel": True},
+                                   {"pp": 4, "tp": 2}),
                                   ("mixtral-8x7b", {"seq_len": 1024, "global_batch_size": 4}, {"pp": 2, "dp": 2,
                                                                                               "ep": 2}))]
 """One stage, four stages, and an MoE model over two: what a figure draws."""

@@ -509,6 +509,8 @@ def _megatron_configs(draw: st.DrawFn) -> tuple[ModelConfig, TrainingConfig, Par
     )
     recompute = draw(st.sampled_from(list(Recompute)))
     mbs = draw(st.integers(1, 2))
+    optimizer = draw(st.sampled_from([Optimizer.ADAMW, Optimizer.SGD, Optimizer.SGD_MOMENTUM]))
+    dist_opt = draw(st.booleans())
     training = TrainingConfig(
         seq_len=64 * cp,
         micro_batch_size=mbs,
@@ -516,9 +518,9 @@ def _megatron_configs(draw: st.DrawFn) -> tuple[ModelConfig, TrainingConfig, Par
         precision=draw(
             st.sampled_from([Precision.FP32, Precision.BF16_MIXED, Precision.FP16_MIXED, Precision.FP8_MIXED])
         ),
-        optimizer=draw(st.sampled_from([Optimizer.ADAMW, Optimizer.SGD, Optimizer.SGD_MOMENTUM])),
+        optimizer=optimizer,
         optimizer_impl=OptimizerImpl.FUSED,
-        distributed_optimizer=draw(st.booleans()),
+        distributed_optimizer=dist_opt,
         recompute=recompute,
         recompute_method=draw(st.sampled_from(list(RecomputeMethod)))
         if recompute is Recompute.FULL
@@ -526,6 +528,9 @@ def _megatron_configs(draw: st.DrawFn) -> tuple[ModelConfig, TrainingConfig, Par
         recompute_num_layers=1 if recompute is Recompute.FULL else None,
         attention=draw(st.sampled_from([Attention.EAGER, Attention.FLASH])),
         sequence_parallel=tp > 1 and draw(st.booleans()),
+        # Megatron-LM offloads the optimizer with the distributed optimizer and Adam only
+        offload_optimizer=draw(st.sampled_from(["none", "cpu"])) if dist_opt and optimizer is Optimizer.ADAMW
+        else "none",
         framework=Framework.MEGATRON,
     )
     return model, training, ParallelConfig(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep)
@@ -547,3 +552,41 @@ def test_zero_1_is_written_as_the_distributed_optimizer() -> None:
     with pytest.raises(ConfigError) as err:
         to_megatron_args(model, TrainingConfig(zero_stage=2), ParallelConfig(dp=2))
     assert err.value.field == "training.zero_stage"
+
+
+MINIMAL_TOKENS = [token for flag, value in MINIMAL.items() for token in (flag, str(value))]
+OFFLOAD = ["--optimizer-cpu-offload", "--optimizer-offload-fraction", "1.0", "--use-precision-aware-optimizer",
+           "--overlap-cpu-optimizer-d2h-h2d"]
+
+
+def test_optimizer_cpu_offload_is_read_as_the_offloaded_optimizer() -> None:
+    """Megatron-Core's HybridDeviceOptimizer with every parameter on the host (fraction 1.0): the recipe's
+    offload_optimizer='cpu' (the writer's flags read back); a fraction without the offload does nothing."""
+    base = to_megatron_args(ModelConfig(num_layers=2, hidden_size=64, num_attention_heads=4, vocab_size=1024),
+                            TrainingConfig(framework="megatron", optimizer_impl="fused", distributed_optimizer=True),
+                            ParallelConfig())
+    _, training, _ = from_megatron_args([*base, *OFFLOAD], world_size=1)
+    assert training.offload_optimizer.value == "cpu"
+    _, plain, _ = from_megatron_args([*base, "--optimizer-offload-fraction", "0.5"], world_size=1)
+    assert plain.offload_optimizer.value == "none" and plain == training.replace(offload_optimizer="none")
+
+
+@pytest.mark.parametrize(("flags", "field"), [
+    (["--optimizer-cpu-offload", "--optimizer-offload-fraction", "0.5", "--use-precision-aware-optimizer"],
+     "--optimizer-offload-fraction"),
+    # the default fraction, 0.0: the hybrid optimizer keeps everything on the GPU
+    (["--optimizer-cpu-offload", "--use-precision-aware-optimizer"], "--optimizer-offload-fraction"),
+    (["--optimizer-cpu-offload", "--optimizer-offload-fraction", "1.0"], "--use-precision-aware-optimizer"),
+    (OFFLOAD[:-1], "--use-distributed-optimizer"),  # get_megatron_optimizer refuses it
+    ([*OFFLOAD, "--use-distributed-optimizer", "--optimizer", "sgd"], "--optimizer"),  # the config asserts adam
+])
+def test_optimizer_cpu_offload_refuses_what_the_memory_model_cannot_say(flags: list[str], field: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        from_megatron_args([*MINIMAL_TOKENS, *flags], world_size=1)
+    assert err.value.field == field and "--optimizer" in (err.value.hint or "") + str(err.value)
+
+
+def test_precision_aware_optimizer_alone_stays_unsupported() -> None:
+    with pytest.raises(ConfigError) as err:
+        from_megatron_args([*MINIMAL_TOKENS, "--use-precision-aware-optimizer"], world_size=1)
+    assert err.value.field == "--use-precision-aware-optimizer"

@@ -50,10 +50,12 @@ def test_batch_equals_scalar(model: ModelConfig, framework: str, precision: str)
     training = TrainingConfig(framework=framework, precision=precision, attention="eager", seq_len=512)
     seed = zlib.crc32(f"{framework}/{precision}/{model.num_layers}".encode())  # not hash(): salted per run
     cfg = random_configs(80, seed=seed)
-    if framework == "torch":  # torch's context parallelism is refused, its sequence parallelism modelled for
-        cfg["cp"] = np.ones_like(cfg["cp"])  # Llama-lineage models only (tests/test_memory_torch_sp.py)
-        if not torch_sp_covered(model):
-            cfg["sequence_parallel"] = cfg["sequence_parallel"] * (cfg["tp"] == 1)
+    if framework == "torch":  # torch's context parallelism is refused; its tensor parallelism is modelled with
+        cfg["cp"] = np.ones_like(cfg["cp"])  # sequence parallelism, for Llama-lineage models only
+        if torch_sp_covered(model):  # (tests/test_memory_torch_sp.py)
+            cfg["sequence_parallel"] = np.where(cfg["tp"] > 1, 1, cfg["sequence_parallel"])
+        else:
+            cfg["tp"] = np.ones_like(cfg["tp"])
     out = estimate_memory_batch(model, cfg, training)
     checked = 0
     for i in range(80):
@@ -73,7 +75,7 @@ def test_batch_equals_scalar(model: ModelConfig, framework: str, precision: str)
 
 
 def test_defaults_come_from_training() -> None:
-    training = TrainingConfig(seq_len=1024, micro_batch_size=2, recompute="full")
+    training = TrainingConfig(seq_len=1024, micro_batch_size=2, recompute="full", sequence_parallel=True)
     out = estimate_memory_batch(DENSE, {"tp": [1, 2]}, training)
     assert out.peak_bytes[0] == estimate_memory(DENSE, training).peak_bytes
     assert out.peak_bytes[1] == estimate_memory(DENSE, training, ParallelConfig(tp=2)).peak_bytes

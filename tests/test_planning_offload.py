@@ -168,7 +168,7 @@ def test_offload_costs_time_and_the_host_step_is_shared_by_a_nodes_ranks() -> No
     offloaded = estimate_iteration_time(model, t.replace(offload_optimizer="cpu"), ParallelConfig(dp=8), gpu)
     assert offloaded.iteration_s > on_gpu.iteration_s
     params = count_parameters(model).total
-    assert offloaded.breakdown["optimizer"] == pytest.approx(8 * params / offload_rates().cpu_adam_params_per_s,
+    assert offloaded.breakdown["optimizer"] == pytest.approx(8 * params / offload_rates().deepspeed_cpu_adam_params_per_s,
                                                              rel=0.01)
     # the half weights cross back once per step, hidden behind that host step
     assert offloaded.breakdown["offload"] >= params * 2 / host_link_bytes_per_s(gpu)

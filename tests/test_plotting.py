@@ -96,7 +96,8 @@ def test_the_same_figure_gives_the_same_svg(interleaved_plan: Plan, tmp_path: Pa
 
 def test_the_memory_figure_draws_each_gpus_limits() -> None:
     estimate = estimate_memory(ModelConfig.preset("llama-3.1-8b"),
-                               TrainingConfig(seq_len=4096, global_batch_size=64, recompute="selective"),
+                               TrainingConfig(seq_len=4096, global_batch_size=64, recompute="selective",
+                                              sequence_parallel=True),
                                ParallelConfig(tp=2, pp=4))
     (ax,) = memory_figure(estimate, gpus=["a100-40gb", "v100-32gb"], headroom=0.1).axes
     assert _stacks(ax) == pytest.approx([s.device_bytes / GIB for s in estimate.stages], rel=1e-9)

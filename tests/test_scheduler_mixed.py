@@ -18,12 +18,14 @@ from frenzy_core import Cluster, ModelConfig, TrainingConfig
 from frenzy_core.errors import ConfigError
 from frenzy_core.hardware.gpus import get_gpu_spec
 from frenzy_core.scheduling import GPURequest, OnlineScheduler, PlannedThroughput, TrainingJob, simulate
+from frenzy_core.scheduling import throughput as throughput_module
 from frenzy_core.scheduling.check import PlacementCheck
 from frenzy_core.scheduling.messages import Action, Event, Resize, Start
-from frenzy_core.scheduling.mixed import offers, place_mixed
+from frenzy_core.scheduling.mixed import WholeMix, offers, place_mixed
 from frenzy_core.scheduling.online import replay
 from frenzy_core.scheduling.plans import Placement
-from frenzy_core.scheduling.policies import FrenzyCore
+from frenzy_core.scheduling.policies import FrenzyCore, frenzy_core_policy
+from frenzy_core.scheduling.policies.frenzy_core_policy import MIX_CANDIDATES
 from frenzy_core.scheduling.rates import RateBook
 from frenzy_core.scheduling.recipe import default_training
 from frenzy_core.scheduling.state import ClusterState
@@ -112,7 +114,36 @@ def test_the_check_refuses_corrupted_mixed_placements() -> None:
         update={"device_bytes": plan.layout.device_bytes + 1})})))
     # one type only, or a group missing from the placement's GPUs
     assert "one group per type" in str(check(job, plan.model_copy(update={"groups": (a,)})))
-    assert "groups' GPUs" in str(check(job, plan.model_copy(update={"nodes": a.nodes})))
+    assert "same GPUs" in str(check(job, plan.model_copy(update={"nodes": a.nodes})))
+
+
+def test_the_check_refuses_a_mix_whose_precision_suits_only_one_of_its_types() -> None:
+    # the plan runs fp16 (the job pins it); a job that leaves bf16 defaulted runs bf16 on the A100 and fp16 on
+    # the V100 (precision_on): no one recipe suits both groups, so the mix is refused, not accepted for one of them
+    state, rates = _held_state()
+    plan, job = _big_placement(state), _jobs()[2]
+    assert plan.layout is not None and plan.layout.training.precision.value == "fp16-mixed"
+    defaulted = TrainingConfig(**BIG_RECIPE.model_dump(exclude_unset=True, exclude={"precision"}))
+    assert "precision" not in defaulted.model_fields_set and defaulted.precision.value == "bf16-mixed"
+    problem = PlacementCheck(rates)(job.model_copy(update={"training": defaulted}), plan)
+    assert problem == "the a100-80gb group runs fp16-mixed; a100-80gb runs the job's recipe in bf16-mixed"
+
+
+@pytest.mark.parametrize("edit", ["one type", "overlap", "other nodes"])
+def test_the_check_and_a_loaded_placement_refuse_malformed_groups_in_the_same_words(edit: str) -> None:
+    # one home for the groups' rules (Placement.group_problem): the check sees copies made without validation,
+    # a loaded placement is validated; both say the same
+    state, rates = _held_state()
+    plan, job = _big_placement(state), _jobs()[2]
+    a, v = plan.groups
+    update: dict[str, Any] = {"one type": {"groups": (a,)},
+                              "overlap": {"groups": (a, v.model_copy(update={"nodes": a.nodes}))},
+                              "other nodes": {"nodes": a.nodes}}[edit]
+    bad = plan.model_copy(update=update)
+    with pytest.raises(ValueError) as err:
+        Placement.model_validate(bad.model_dump())
+    assert bad.group_problem() is not None and bad.group_problem() in str(err.value)
+    assert PlacementCheck(rates)(job, bad) == bad.group_problem()
 
 
 class _Inflating(FrenzyCore):
@@ -348,3 +379,138 @@ def test_a_queued_job_only_a_mix_holds_survives_a_json_round_trip() -> None:
         s.job_finished("hold-h100")
     (start,) = sched.advance(end)
     assert restored.advance(end) == [start] and start.job_id == "big" and len(start.plan.gpu_types) == 2
+
+
+def test_a_mixed_answer_cut_short_by_the_time_limit_is_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    # cut short, the planner's search says nothing about the question: it must not be kept as "no mix"
+    hold, big = _small_jobs()
+    offered = offers(ClusterState(SMALL_MIXED), ("a100-80gb", "h100-sxm"), 8)
+    fresh = PlannedThroughput()
+    monkeypatch.setattr(throughput_module, "MIXED_TIME_LIMIT_S", 1e-6)
+    assert fresh.mixed_plan(big.model, big.training, offered, 8) is None
+    assert not fresh.mixed_settled(big.model, big.training, offered, 8)
+    # a job submitted then is rejected saying so (not as one that no mix holds)
+    sched = OnlineScheduler(SMALL_MIXED, FrenzyCore(mixing=True), throughput=fresh)
+    sched.submit(big)
+    sched.advance(5.0)
+    (record,) = sched.records()
+    assert record.status == "unschedulable" and "cut short by its time limit" in str(record.reason)
+    monkeypatch.undo()
+    plan = fresh.mixed_plan(big.model, big.training, offered, 8)
+    assert plan is not None and len(plan.gpu_types) == 2 and fresh.mixed_settled(big.model, big.training, offered, 8)
+
+
+def test_a_restored_job_only_a_mix_holds_stays_queued_when_a_re_plan_would_be_cut_short(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # its whole-cluster mix is saved with the queue: the restore asks the planner nothing, so a planner that would
+    # be cut short now (a loaded machine) cannot lose the job
+    sched = OnlineScheduler(SMALL_MIXED, FrenzyCore(mixing=True), throughput=THROUGHPUT)
+    hold, big = _small_jobs()
+    sched.submit(hold)
+    sched.advance(0.0)
+    sched.submit(big)
+    assert sched.advance(5.0) == []
+    text = sched.to_json()
+    monkeypatch.setattr(throughput_module, "MIXED_TIME_LIMIT_S", 1e-6)
+    restored = OnlineScheduler.from_json(text, throughput=PlannedThroughput())
+    assert restored.queued() == ["big"] and restored.books["big"].status == "queued"
+    assert restored.to_json() == text
+
+
+def test_a_starving_single_type_job_makes_no_room_on_types_a_starving_mixed_only_job_drains() -> None:
+    # one reservation order: the starving job only a mix holds drains a100 + h100 first; the starving job pinned
+    # to the a100s may then neither reserve nor preempt there (the freed GPUs would go to neither this round)
+    small = default_training(SMALL, V100)
+
+    def pinned(job_id: str, at: float, gpu: str, tokens: int) -> TrainingJob:
+        return TrainingJob(id=job_id, submit_time_s=at, model=SMALL, training=small, work_tokens=tokens,
+                           request=GPURequest(num_gpus=4, gpu_type=gpu))
+
+    sched = OnlineScheduler(SMALL_MIXED, FrenzyCore(mixing=True), throughput=THROUGHPUT)
+    sched.submit(pinned("hold-a100", 0.0, "a100-80gb", 10**13))
+    sched.submit(pinned("hold-h100", 0.0, "h100-sxm", 10**13))
+    assert len(sched.advance(0.0)) == 2
+    sched.submit(_small_jobs()[1])
+    sched.submit(pinned("short-a100", 6.0, "a100-80gb", 10**8))
+    assert sched.advance(6.0) == []
+    policy = sched.policy
+    assert isinstance(policy, FrenzyCore) and [j.id for j in policy.mixed_only] == ["big"]
+    actions = sched.advance(10**6)  # both starve; both holders have far more left than either waiting job's run
+    assert not any(a.job_id == "hold-a100" for a in actions), actions
+    assert policy.preemption and sched.running.keys() == {"hold-a100", "hold-h100"}
+
+
+def test_the_jobs_only_a_mix_holds_are_weighed_at_most_mix_candidates_times_a_round(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # the starving and the other jobs only a mix holds share the round's MIX_CANDIDATES questions: four types, each
+    # job's whole-cluster mix on two of them, so that the first starving job drains only half the cluster
+    cluster = Cluster.from_dict({"nodes": [{"gpu": g, "gpus_per_node": 4}
+                                           for g in ("a100-80gb", "h100-sxm", "a100-40gb", "l4")]})
+    sched = OnlineScheduler(cluster, FrenzyCore(mixing=True), throughput=THROUGHPUT)
+    policy = sched.policy
+    assert isinstance(policy, FrenzyCore)
+    now = 10**6
+    for i in range(10):  # five starving (tiny work, old), five not (huge work, just arrived)
+        starving = i < 5
+        job = TrainingJob(id=f"j{i}", submit_time_s=0.0 if starving else float(now), model=BIG, training=BIG_RECIPE,
+                          work_tokens=1 if starving else 10**15)
+        policy.mixed_only.append(job)
+        policy._arrival[job.id] = i
+        policy._whole[job.id] = WholeMix(tokens_per_s=1.0, gpus={"a100-80gb": 4, "h100-sxm": 4})
+    asked: list[str] = []
+
+    def counting(planned: Any, job: TrainingJob, *args: Any) -> None:
+        asked.append(job.id)
+
+    monkeypatch.setattr(frenzy_core_policy, "place_mixed", counting)
+    assert policy.schedule(float(now)) == []
+    assert asked == ["j0", "j1", "j2", "j3"] and MIX_CANDIDATES == 4
+
+
+@pytest.mark.parametrize(("hold_tokens", "waits"), [(10**7, True), (3 * 10**7, False)])
+def test_a_job_only_a_mix_holds_waits_for_its_whole_mix_when_that_ends_it_sooner(hold_tokens: int, waits: bool
+                                                                                   ) -> None:
+    # 4 A100 + 2 H100 are free when big arrives: a 6-GPU mix fits now (about 58 s of run), the whole 8-GPU mix
+    # runs it in about 30 s once the holder's 2 H100 are free; as for a single-type option, it starts now only if
+    # its run is within the stretch of the time until it would finish by waiting (holder ends at 16 s: waits; at
+    # 48 s: starts now)
+    small = default_training(SMALL, V100)
+    hold = TrainingJob(id="hold-h100", submit_time_s=0.0, model=SMALL, training=small, work_tokens=hold_tokens,
+                       request=GPURequest(num_gpus=1, gpu_type="h100-sxm"))
+    jobs = [hold, _small_jobs()[1]]
+    events: list[Event] = []
+    result = simulate(jobs, SMALL_MIXED, FrenzyCore(mixing=True), throughput=THROUGHPUT, progress=False, events=events)
+    held, big = result.jobs
+    assert result.violations == 0 and held.num_gpus == 2 and big.finish_time_s is not None
+    if waits:
+        assert big.start_time_s == held.finish_time_s and big.num_gpus == 8
+    else:
+        assert big.start_time_s == 5.0 and big.num_gpus == 6
+    recorded = [e.actions for e in events if e.kind == "advance"]
+    assert replay(OnlineScheduler(SMALL_MIXED, FrenzyCore(mixing=True), throughput=THROUGHPUT), events) == recorded
+
+
+def test_the_rejection_hint_asks_the_planner_nothing_where_the_cluster_cannot_hold_the_states(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # mixing off: Llama-2-70B's weights, master weights and Adam states (14 bytes x 69 B parameters, 965 GB) exceed
+    # what the 8 GPUs hold (8 x 80 GB less headroom), so no mix can hold it and no planner question words the hint
+    asked: list[object] = []
+    real = throughput_module._mixed_plan
+
+    def counting(*args: Any) -> Any:
+        asked.append(args[0])
+        return real(*args)
+
+    monkeypatch.setattr(throughput_module, "_mixed_plan", counting)
+    sched = OnlineScheduler(SMALL_MIXED, FrenzyCore(mixing=False), throughput=PlannedThroughput())
+    sched.submit(_only_mixed_jobs(ModelConfig.preset("llama-2-70b"), TrainingConfig(seq_len=2048, global_batch_size=16),
+                                  8, 4)[1])
+    sched.advance(5.0)
+    (record,) = sched.records()
+    assert record.status == "unschedulable" and "fits in memory on none" in str(record.reason)
+    assert "mixing=True" not in str(record.reason) and asked == []
+    # where they fit, the planner is asked once per job shape, however many such jobs come
+    for i in range(3):
+        sched.submit(_small_jobs()[1].model_copy(update={"id": f"big-{i}"}))
+    sched.advance(6.0)
+    assert len(asked) == 1 and all("mixing=True would accept it" in str(r.reason) for r in sched.records()[1:])

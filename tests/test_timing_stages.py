@@ -23,7 +23,8 @@ from frenzy_core.timing.pipeline import pipeline_timeline
 from frenzy_core.timing.stages import PipelineStage, estimate_pipeline_time, pipeline_step_s
 
 MODEL = ModelConfig.preset("llama-2-7b")
-TRAINING = TrainingConfig(seq_len=4096, global_batch_size=32, micro_batch_size=1)
+TRAINING = TrainingConfig(seq_len=4096, global_batch_size=32, micro_batch_size=1, sequence_parallel=True)
+"""(torch tp > 1 runs torchtitan's sequence parallelism: the memory model refuses it without)"""
 
 
 @settings(max_examples=60, deadline=None)

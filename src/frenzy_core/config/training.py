@@ -334,8 +334,15 @@ def _check_recompute_modules(t: TrainingConfig) -> None:
 
 
 def _check_offload(t: TrainingConfig) -> None:
-    """Offload combinations Megatron-LM runs (torch offloads at any ZeRO stage: FSDP CPUOffload, DeepSpeed)."""
+    """Offload combinations the frameworks run: torch offloads parameters only with the optimizer (DeepSpeed's
+    offload_param needs offload_optimizer; FSDP's CPUOffload steps the optimizer on the host shards), at any ZeRO
+    stage; Megatron-LM offloads the optimizer alone, to the host."""
     if t.framework is not Framework.MEGATRON:
+        if t.offload_params is not OffloadDevice.NONE and t.offload_optimizer is OffloadDevice.NONE:
+            raise ValueError(f"offload_params={t.offload_params.value!r} with offload_optimizer='none': no torch "
+                             "runtime offloads the parameters alone (DeepSpeed's offload_param needs "
+                             "offload_optimizer; FSDP's CPUOffload steps the optimizer on the host); set "
+                             f"offload_optimizer={t.offload_params.value!r} too, or offload_params='none'")
         return
     if t.offload_params is not OffloadDevice.NONE:
         raise ValueError(f"offload_params={t.offload_params.value!r} with framework 'megatron': Megatron-LM offloads "

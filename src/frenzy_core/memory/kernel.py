@@ -41,8 +41,9 @@ from frenzy_core.memory.states import (
     sharding,
 )
 
-__all__ = ["PHASES", "TORCH_CP_REFUSAL", "TORCH_SP_REFUSAL", "Refusal", "StageArrays", "StateTerms", "refusal",
-           "stage_arrays", "state_keys", "state_terms", "torch_sp_covered", "unmodelled_rows"]
+__all__ = ["PHASES", "TORCH_CP_REFUSAL", "TORCH_TP_REFUSAL", "Refusal", "StageArrays", "StateTerms", "refusal",
+           "stage_arrays", "state_keys", "state_terms", "torch_sp_covered", "torch_sp_gap", "torch_sp_refusal",
+           "unmodelled_rows"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -485,14 +486,6 @@ def _either(grads_a: FloatArray, acts_a: FloatArray, grads_b: FloatArray, acts_b
     return {"gradients": np.where(pick_b, grads_b, grads_a), "activations": np.where(pick_b, acts_b, acts_a)}
 
 
-TORCH_SP_REFUSAL = (
-    "sequence_parallel=True with framework 'torch' and tp > 1 is modelled for the layers torchtitan's plan "
-    "parallelises (apply_tp: SequenceParallel norms, each block's input all-gathered before its colwise q/k/v and "
-    "MLP projections): a Llama-lineage dense decoder with pre-norms, separate q/k/v projections and rotary "
-    "positions; this model has a fused q/k/v or gate/up projection, another norm placement or block, experts, "
-    "latent attention or another module lineage, which that plan does not cover")
-"""Why the memory model refuses torch's sequence parallelism for a model outside :func:`torch_sp_covered`."""
-
 TORCH_CP_REFUSAL = (
     "cp > 1 with framework 'torch' is not in the memory model: torch's context parallelism (context_parallel, "
     "ring attention over the cp ranks) keeps the rotating key/value buffers, the fp32 output and log-sum-exp "
@@ -500,15 +493,49 @@ TORCH_CP_REFUSAL = (
     "layer's saved tensors; the eager-PyTorch terms count a layer's own sequence shard only")
 """Why the memory model refuses torch's context parallelism (it would count too little)."""
 
+TORCH_TP_REFUSAL = (
+    "tp > 1 with framework 'torch' and sequence_parallel=False is not in the memory model: its terms would keep "
+    "Hugging Face's loss on V/tp logits, which no torch code runs (Transformers' tp_plan gathers the logits whole "
+    "and keeps the embedding whole; torchtitan always pairs tensor parallelism with sequence parallelism and "
+    "loss_parallel); measured 10.35 % under on llama-3.1-8b at tp 2 (docs/memory-model.md, section 3)")
+"""Why the memory model refuses torch tensor parallelism without sequence parallelism (it would count too little)."""
+
+
+def torch_sp_gap(model: ModelConfig) -> str | None:
+    """The first check of :func:`torch_sp_covered` that ``model`` fails, as a phrase (None: it is covered)."""
+    layout = module_layout(model)
+    checks = [
+        (layout is not ModuleLayout.LLAMA, f"its module lineage is {layout.value!r}, not Llama's"),
+        (model.norm_placement is not NormPlacement.PRE,
+         f"its norms are placed {model.norm_placement.value!r}, not before each block (pre)"),
+        (model.parallel_block, "its attention and MLP run as one parallel block"),
+        (model.moe is not None, "it has routed experts (MoE)"),
+        (model.mla is not None, "it has latent attention (MLA)"),
+        (model.fused_qkv, "its q/k/v projection is fused"),
+        (model.fused_gate_up, "its gate/up projection is fused"),
+        (model.tied_embeddings, "its head is tied to the word embedding"),
+        (model.position_embedding is not PositionEmbedding.ROTARY,
+         f"its positions are {model.position_embedding.value!r}, not rotary"),
+        (not model.causal, "it is not a causal decoder"),
+    ]
+    return next((why for failed, why in checks if failed), None)
+
 
 def torch_sp_covered(model: ModelConfig) -> bool:
     """Whether torchtitan's sequence-parallel plan covers ``model``'s layers as the memory model follows them:
     Llama-lineage pre-norm dense decoder layers with separate q/k/v and gate/up projections, rotary positions and
     an untied head (torchtitan shards the embedding and the head apart; docs/memory-model.md, section 3)."""
-    return (module_layout(model) is ModuleLayout.LLAMA and model.norm_placement is NormPlacement.PRE
-            and not model.parallel_block and model.moe is None and model.mla is None and not model.fused_qkv
-            and not model.fused_gate_up and not model.tied_embeddings
-            and model.position_embedding is PositionEmbedding.ROTARY and model.causal)
+    return torch_sp_gap(model) is None
+
+
+def torch_sp_refusal(model: ModelConfig) -> str:
+    """Why the memory model refuses torch's sequence parallelism for ``model`` (outside :func:`torch_sp_covered`),
+    naming the check it fails."""
+    return ("sequence_parallel=True with framework 'torch' and tp > 1 is modelled for the layers torchtitan's plan "
+            "parallelises (apply_tp: SequenceParallel norms, each block's input all-gathered before its colwise "
+            "q/k/v and MLP projections): a Llama-lineage dense decoder with pre-norms, separate q/k/v and gate/up "
+            "projections, rotary positions and an untied head; this model is outside that plan: "
+            f"{torch_sp_gap(model)}")
 
 
 class Refusal(NamedTuple):
@@ -519,31 +546,53 @@ class Refusal(NamedTuple):
     hint: str
 
 
-_REFUSALS: tuple[tuple[Refusal, Callable[[ModelConfig, TrainingConfig, LayoutArrays], npt.NDArray[np.bool_]]],
-                 ...] = (
-    (Refusal("training.sequence_parallel", TORCH_SP_REFUSAL,
-             "set sequence_parallel=False (plain tensor parallelism), or framework='megatron' for Megatron-LM's "
-             "sequence parallelism"),
+_Rows = Callable[[ModelConfig, TrainingConfig, LayoutArrays], BoolArray]
+
+
+def _torch_tp_refusal(model: ModelConfig) -> Refusal:
+    """torch tp > 1 without sequence parallelism: turn it on where the plan covers the model, else tp = 1."""
+    if torch_sp_covered(model):
+        return Refusal("training.sequence_parallel", TORCH_TP_REFUSAL,
+                       "set sequence_parallel=True (torchtitan's plan, modelled for this model), or tp=1, or "
+                       "framework='megatron'")
+    return Refusal("parallel.tp", TORCH_TP_REFUSAL,
+                   f"set tp=1 (sequence parallelism, the modelled torch tensor parallelism, does not cover this "
+                   f"model: {torch_sp_gap(model)}), or framework='megatron'")
+
+
+_NO_ROWS: BoolArray = np.zeros((), dtype=bool)
+
+
+_REFUSALS: tuple[tuple[Callable[[ModelConfig], Refusal], _Rows], ...] = (
+    (lambda m: Refusal("training.sequence_parallel", torch_sp_refusal(m),
+                       "set sequence_parallel=False with tp=1, or framework='megatron' for Megatron-LM's sequence "
+                       "parallelism"),
      lambda m, t, lay: (np.asarray(lay.active_sequence_parallel, dtype=bool)
-                        if t.framework is Framework.TORCH and not torch_sp_covered(m) else np.zeros((), dtype=bool))),
-    (Refusal("parallel.cp", TORCH_CP_REFUSAL,
-             "set cp=1 for framework 'torch' (split the sequence with tp and sequence_parallel instead), or use "
-             "framework='megatron', whose context-parallel terms are modelled"),
-     lambda m, t, lay: (np.asarray(lay.cp) > 1 if t.framework is Framework.TORCH else np.zeros((), dtype=bool))),
-    (Refusal("training.moe_load_imbalance",
-             "moe_load_imbalance with framework 'torch' and ep > 1 is not in the memory model: its eager MoE terms "
-             "give every rank its fair share of the routed tokens (a rank holding every expert computes every "
-             "routed pair whatever the balance, so at ep = 1 the factor has no effect)",
-             "leave moe_load_imbalance unset for framework 'torch', or use framework='megatron', whose dispatcher "
-             "terms follow the busiest expert-parallel rank"),
+                        if t.framework is Framework.TORCH and not torch_sp_covered(m) else _NO_ROWS)),
+    (_torch_tp_refusal,
+     lambda m, t, lay: ((np.asarray(lay.tp) > 1) & (np.asarray(lay.active_sequence_parallel) == 0)
+                        if t.framework is Framework.TORCH else _NO_ROWS)),
+    (lambda m: Refusal("parallel.cp", TORCH_CP_REFUSAL,
+                       "set cp=1 for framework 'torch' (split the sequence with tp and sequence_parallel instead), "
+                       "or use framework='megatron', whose context-parallel terms are modelled"),
+     lambda m, t, lay: (np.asarray(lay.cp) > 1 if t.framework is Framework.TORCH else _NO_ROWS)),
+    (lambda m: Refusal("training.moe_load_imbalance",
+                       "moe_load_imbalance with framework 'torch' and ep > 1 is not in the memory model: its eager "
+                       "MoE terms give every rank its fair share of the routed tokens (a rank holding every expert "
+                       "computes every routed pair whatever the balance, so at ep = 1 the factor has no effect)",
+                       "leave moe_load_imbalance unset for framework 'torch', or use framework='megatron', whose "
+                       "dispatcher terms follow the busiest expert-parallel rank"),
      lambda m, t, lay: (np.asarray(lay.ep) > 1) & (t.framework is Framework.TORCH and t.moe_load_imbalance is not None)),
-    (Refusal("training.tp_comm_overlap",
-             "tp_comm_overlap needs sequence parallelism over tp > 1: Megatron-LM switches sequence parallelism off "
-             "at tp = 1 and then refuses --tp-comm-overlap (validate_args), so no such run allocates the workspaces",
-             "set tp_comm_overlap=False for tp = 1, or use tp > 1"),
+    (lambda m: Refusal("training.tp_comm_overlap",
+                       "tp_comm_overlap needs sequence parallelism over tp > 1: Megatron-LM switches sequence "
+                       "parallelism off at tp = 1 and then refuses --tp-comm-overlap (validate_args), so no such run "
+                       "allocates the workspaces",
+                       "set tp_comm_overlap=False for tp = 1, or use tp > 1"),
      lambda m, t, lay: (~np.asarray(lay.active_sequence_parallel, dtype=bool) if t.tp_comm_overlap
-                     else np.zeros((), dtype=bool))),
+                        else _NO_ROWS)),
 )
+"""What the memory model refuses: each refusal (built for the model: the field and fix depend on it) and the rows
+it covers."""
 
 
 def unmodelled_rows(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays) -> npt.NDArray[np.bool_]:
@@ -557,7 +606,8 @@ def unmodelled_rows(model: ModelConfig, training: TrainingConfig, lay: LayoutArr
 
 def refusal(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays) -> Refusal | None:
     """Why the memory model does not cover the first row of ``lay`` (None: it does)."""
-    return next((r for r, rows in _REFUSALS if np.broadcast_to(rows(model, training, lay), lay.shape)[0]), None)
+    return next((r(model) for r, rows in _REFUSALS if np.broadcast_to(rows(model, training, lay), lay.shape)[0]),
+                None)
 
 
 @dataclass(frozen=True)

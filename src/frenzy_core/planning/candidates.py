@@ -47,6 +47,7 @@ __all__ = [
     "placed_links",
     "row_links",
     "sp_with_tp",
+    "tp_searched",
 ]
 
 LONG_CONTEXT_TOKENS = 16384
@@ -99,6 +100,14 @@ def enumerate_layouts(model: ModelConfig, training: TrainingConfig, constraints:
                           adjustable_batch=adjustable_batch)[0]
 
 
+def tp_searched(model: ModelConfig, training: TrainingConfig, constraints: PlanConstraints) -> bool:
+    """Whether tensor parallelism (tp > 1) is searched: for framework 'megatron' always; for torch only where its
+    sequence parallelism is modelled for the model and not pinned off, since the memory model refuses torch tp > 1
+    without it (``kernel.TORCH_TP_REFUSAL``)."""
+    return training.framework is not Framework.TORCH or (torch_sp_covered(model)
+                                                          and constraints.sequence_parallel is not False)
+
+
 def sp_with_tp(model: ModelConfig, training: TrainingConfig, constraints: PlanConstraints) -> bool:
     """Whether tensor parallelism is searched only with sequence parallelism: torch, sequence parallelism unpinned
     and modelled for the model, as torchtitan's apply_tp always runs it; the eager terms of torch tp > 1 without it
@@ -129,7 +138,8 @@ def enumerate_rows(model: ModelConfig, training: TrainingConfig, constraints: Pl
     c = constraints
     megatron = training.framework is Framework.MEGATRON
     heads = math.gcd(model.num_attention_heads, model.num_kv_heads)
-    tps = [t for t in _divisors(heads) if t <= max_tp and (c.tp is None or t == c.tp)]
+    any_tp = tp_searched(model, training, c)
+    tps = [t for t in _divisors(heads) if t <= max_tp and (c.tp is None or t == c.tp) and (any_tp or t == 1)]
     pps = [p for p in _divisors(model.num_layers) if p <= max_world and (c.pp is None or p == c.pp)]
     vpps = [1, 2] if megatron else [1]
     cps = [1]

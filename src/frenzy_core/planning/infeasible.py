@@ -203,10 +203,10 @@ def _seq_len_suggestion(search: Search) -> list[str]:
     return [f"sequence length <= {lo * SEQ_LEN_STEP}"]
 
 
-def mixing_reason(search: Search, table: CandidateTable, stages: bool) -> str | None:
+def mixing_reason(search: Search, table: CandidateTable, stages_skipped: str | None) -> str | None:
     """Why no mix of GPU types meets the request either (None where fewer than two types could mix): the least
-    memory any searched layout needs in all against what the free GPUs of the mixable types hold; ``stages``:
-    whether pipelines over types (form a) were searched too."""
+    memory any searched layout needs in all against what the free GPUs of the mixable types hold;
+    ``stages_skipped``: why pipelines over types (form a) were not searched (None: they were)."""
     types = mixable_types(search)
     if len(types) < 2:
         return None
@@ -225,8 +225,8 @@ def mixing_reason(search: Search, table: CandidateTable, stages: bool) -> str | 
     return (f"no mix of GPU types meets the request either (data-parallel replica groups of one layout, every GPU "
             f"of a replica needing the same memory; the free GPUs of {', '.join(types)} hold {have / GIB:,.0f} GiB "
             f"usable, the least a searched layout needs is {need})"
-            + ("" if stages else "; pipeline stages on different types with uneven layer counts were not searched "
-               "(mixed_stages=True searches them)"))
+            + ("" if stages_skipped is None else "; pipeline stages on different types with uneven layer counts "
+               f"were not searched ({stages_skipped})"))
 
 
 def infeasible_error(search: Search, table: CandidateTable, deadline: float | None = None,

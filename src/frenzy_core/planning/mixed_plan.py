@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -20,7 +21,7 @@ from frenzy_core.planning.search import Search
 from frenzy_core.timing import TimeEstimate
 from frenzy_core.timing.estimator import peak_dtype
 
-__all__ = ["build_mixed_plan", "group_placement", "objective_value", "single_type_score"]
+__all__ = ["build_mixed_plan", "group_links", "group_placement", "objective_value", "single_type_score"]
 
 
 def single_type_score(search: Search, table: CandidateTable, solution: Solution) -> tuple[int, ...]:
@@ -33,6 +34,14 @@ def single_type_score(search: Search, table: CandidateTable, solution: Solution)
     pph = float(table.price_per_hour_usd[row])
     price = None if np.isnan(pph) else round(pph * PRICE_STEPS_PER_USD_HOUR)
     return score(search.objective, step_us, int(table.world[row]), price)
+
+
+def group_links(tp: int, group_intra_bytes_per_s: Iterable[float], job_inter_bytes_per_s: Iterable[float]) -> Links:
+    """The links a replica group of a mixed plan is timed with: one tensor-parallel group per node (what every
+    placement of whole groups gives at least), the slowest NVLink of the group's nodes, and the slowest
+    inter-node link of all of the job's nodes (types share no fast fabric, so the groups' gradient all-reduce
+    crosses the slowest NICs). The one rule for the planner, the scheduler's placements and their check."""
+    return Links(tp, float(min(group_intra_bytes_per_s)), float(min(job_inter_bytes_per_s)))
 
 
 def group_placement(search: Search, gpu_type: str, tp: int, groups: int, taken: set[str]) -> dict[str, list[int]]:
@@ -85,7 +94,7 @@ def build_mixed_plan(search: Search, layouts: LayoutArrays, choice: MixedChoice,
     training = layouts.training(i, search.training)
     mbs, gbs, seq = training.micro_batch_size, training.global_batch_size, training.seq_len
     assert gbs is not None
-    inter = min(search.links[g].inter_node_bytes_per_s for g in t.types)
+    inters = [search.links[g].inter_node_bytes_per_s for g in t.types]
     stages, mems, times = [], [], []
     taken: set[str] = set()
     peak_sum, flops_per_sample, price = 0.0, 0.0, 0.0
@@ -93,7 +102,7 @@ def build_mixed_plan(search: Search, layouts: LayoutArrays, choice: MixedChoice,
         spec = search.specs[g]
         recipe = training.replace(global_batch_size=m * mbs * d)
         memory: MemoryEstimate = search.estimator.memory(search.model, recipe, parallel)
-        links = Links(parallel.tp, search.links[g].intra_node_bytes_per_s, inter)
+        links = group_links(parallel.tp, [search.links[g].intra_node_bytes_per_s], inters)
         tm = search.estimator.time(search.model, recipe, parallel, spec, links)
         usable = search.usable_bytes(g)
         assert memory.device_bytes <= usable, f"the {g} group does not fit its own type"

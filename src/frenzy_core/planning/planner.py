@@ -28,7 +28,7 @@ from frenzy_core.planning.request import DEFAULT_MIXED_STAGES, Objective, PlanCo
 from frenzy_core.planning.runners_up import runners_up
 from frenzy_core.planning.search import ClusterLike, Search, make_search
 from frenzy_core.planning.shapes import shape_links
-from frenzy_core.planning.stages import stage_search
+from frenzy_core.planning.stages import stage_search, stage_search_skipped
 from frenzy_core.planning.stages_plan import build_stage_plan
 from frenzy_core.planning.uneven import uneven_groups, uneven_note
 
@@ -224,8 +224,11 @@ def plan_job(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig 
             types = " + ".join(choice.tables.types)
             word = f"mix GPU types (mixed_types=True): {choice.num_gpus} GPUs of {types}"
         elif search.mixable and not notes:
-            word = mixing_reason(search, table, mixed_types and mixed_stages)
+            word = mixing_reason(search, table, stage_search_skipped(search) if mixed_types and mixed_stages
+                                 else "mixed_stages=True searches them")
+        elif any("time limit" in note for note in notes):  # cut short: nothing is known of a mix (and callers
+            word = "; ".join(n for n in notes if "time limit" in n)  # such as the scheduler must not read "none")
         else:
-            word = None  # not searched (a launcher, even or whole nodes) or cut short
+            word = None  # not searched (a launcher, even or whole nodes, a recipe that offloads)
         raise infeasible_error(search, table, deadline, word, offloaded=tried)
     return build_plan(search, table, solution, top_k)

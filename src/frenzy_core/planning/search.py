@@ -19,8 +19,8 @@ from frenzy_core.errors import ConfigError, UnknownNameError
 from frenzy_core.hardware.cluster import Cluster
 from frenzy_core.hardware.gpu import GPUSpec, Links, usable_bytes
 from frenzy_core.hardware.gpus import get_gpu_spec
-from frenzy_core.memory.kernel import TORCH_SP_REFUSAL, torch_sp_covered
-from frenzy_core.planning.candidates import CandidateTable, build_candidates
+from frenzy_core.memory.kernel import TORCH_TP_REFUSAL, torch_sp_covered, torch_sp_gap, torch_sp_refusal
+from frenzy_core.planning.candidates import CandidateTable, build_candidates, tp_searched
 from frenzy_core.planning.estimators import AnalyticEstimator, LayoutEstimator
 from frenzy_core.planning.launchers import OFFLOAD_ZERO_STAGES, LaunchScope, get_launch_scope, offload_kind
 from frenzy_core.planning.nodes import NodePool
@@ -128,11 +128,17 @@ def _check_pins(model: ModelConfig, training: TrainingConfig, cons: PlanConstrai
     infeasible plan: ConfigError naming the pin (a default batch moves to fit the micro-batch)."""
     free = training.replace(micro_batch_size=1, global_batch_size=None)
     if cons.sequence_parallel and training.framework is Framework.TORCH and not torch_sp_covered(model):
-        raise ConfigError(TORCH_SP_REFUSAL, field="constraints.sequence_parallel", value=True,
+        raise ConfigError(torch_sp_refusal(model), field="constraints.sequence_parallel", value=True,
                           hint="leave sequence_parallel unset or False for this model with framework 'torch' (the "
                           "planner searches it for framework 'megatron' and for the models torchtitan's plan covers)")
     if cons.tp is not None:
         validate_layout(model, free, ParallelConfig(tp=cons.tp))
+    if cons.tp is not None and cons.tp > 1 and not tp_searched(model, training, cons):
+        raise ConfigError(TORCH_TP_REFUSAL, field="constraints.tp", value=cons.tp,
+                          hint="pin tp=1 or leave it unset" + (
+                              ", or leave sequence_parallel unset or True" if torch_sp_covered(model) else
+                              f" (torchtitan's plan does not cover this model: {torch_sp_gap(model)})")
+                          + ", or use framework='megatron'")
     if cons.pp is not None:
         validate_layout(model, free, ParallelConfig(pp=cons.pp))
         if model.num_layers % cons.pp != 0:

@@ -30,7 +30,7 @@ from frenzy_core.config.parallel import ParallelConfig, PipelineSchedule
 from frenzy_core.config.training import Precision
 from frenzy_core.hardware.gpu import Links
 from frenzy_core.memory.batch import stage_device_bytes
-from frenzy_core.planning.candidates import enumerate_layouts, sp_with_tp
+from frenzy_core.planning.candidates import enumerate_layouts, sp_with_tp, tp_searched
 from frenzy_core.planning.estimators import AnalyticEstimator
 from frenzy_core.planning.mixed import mixable_types, one_collective_library
 from frenzy_core.planning.mixed_plan import group_placement
@@ -359,7 +359,9 @@ def _tps(search: Search, gpu_type: str) -> list[int]:
     heads = math.gcd(search.model.num_attention_heads, search.model.num_kv_heads)
     top = search.pool.max_node_size(gpu_type)
     pinned = search.constraints.tp
-    return [tp for tp in range(1, top + 1) if heads % tp == 0 and (pinned is None or tp == pinned)]
+    any_tp = tp_searched(search.model, search.training, search.constraints)
+    return [tp for tp in range(1, top + 1) if heads % tp == 0 and (pinned is None or tp == pinned)
+            and (any_tp or tp == 1)]
 
 
 def _enumerate(search: Search, recipes: LayoutArrays, tables: _Tables, deadline: float) -> list[_Config] | None:
@@ -565,6 +567,24 @@ def _why(rows: list[FloatArray], split: tuple[int, ...], caps: list[int], m: int
     return words
 
 
+def stage_search_skipped(search: Search) -> str | None:
+    """Why :func:`stage_search` does not run for this request (None: it does), in words for the infeasibility
+    message (a search that skipped itself must not read as one that found nothing)."""
+    if search.scope is not None and not search.scope.stages:
+        return f"the {search.scope.name} launcher does not start pipelines over GPU types"
+    if search.mixed_placement is not PlacementMode.ANY:
+        return f"they are searched with placement any only, not {search.mixed_placement.value}"
+    if len(mixable_types(search)) < 2:
+        return "fewer than two GPU types can mix"
+    if search.model.moe is not None:
+        return "the search does not split expert layers"
+    if search.constraints.pp is not None:
+        return f"pp is pinned to {search.constraints.pp}"
+    if not isinstance(search.estimator, AnalyticEstimator):
+        return "the search reads the analytic estimator's per-stage tables, and another estimator was given"
+    return None
+
+
 def stage_search(search: Search, deadline: float, incumbent: tuple[int, ...] | None = None,
                  split_rule: SplitRule = best_split) -> tuple[LayoutArrays, StageChoice | None, list[str]]:
     """The best form (a) pipeline that beats ``incumbent`` (the best plan's key so far, in the mixed search's
@@ -573,11 +593,7 @@ def stage_search(search: Search, deadline: float, incumbent: tuple[int, ...] | N
     (``LaunchScope.stages``; one tp on every stage where its ``stage_tp`` says so), no experts; configurations
     are taken best bound first until none can win or time runs out."""
     notes: list[str] = []
-    allowed = mixable_types(search)
-    if ((search.scope is not None and not search.scope.stages) or search.mixed_placement is not PlacementMode.ANY
-            or len(allowed) < 2
-            or search.model.moe is not None or search.constraints.pp is not None
-            or not isinstance(search.estimator, AnalyticEstimator)):
+    if stage_search_skipped(search) is not None:
         return LayoutArrays.from_configs(search.training, ParallelConfig()).take(np.zeros(0, dtype=np.int64)), \
             None, notes
     if search.training.offloads:  # as the replica mix: neither search checks host memory per node yet

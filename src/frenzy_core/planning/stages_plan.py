@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.memory import MemoryEstimate
-from frenzy_core.planning.candidates import CandidateTable
+from frenzy_core.planning.candidates import CandidateTable, sp_with_tp
 from frenzy_core.planning.diagnosis import type_rejections
 from frenzy_core.planning.mixed_plan import objective_value
 from frenzy_core.planning.placement import Solution
@@ -24,6 +24,8 @@ def build_stage_plan(search: Search, recipes: LayoutArrays, choice: StageChoice,
     gbs = search.training.global_batch_size  # the request's (a default batch may have moved on the recipe's row)
     assert gbs is not None
     training = recipes.training(choice.recipe, search.training).replace(global_batch_size=gbs)
+    if sp_with_tp(search.model, search.training, search.constraints):  # the recipes left it out: each stage's tp
+        training = training.replace(sequence_parallel=True)              # sets it (kept where tp > 1)
     parallel = recipes.parallel(choice.recipe).replace(dp=choice.dp, tp=choice.tps[0], pp=len(choice.layers),
                                                        stage_layers=choice.layers)
     p2p = min(search.links[g].inter_node_bytes_per_s for g in choice.types)

@@ -9,13 +9,14 @@ its groups land on them (the planner's placement rule, :func:`frenzy_core.planni
 data-parallel ring over nodes giving 3 + 1 GPUs crosses at one GPU per node's share of the NICs), not those of
 the largest node. With a plain throughput function the rate must be what the function gives that count.
 
-A placement spanning GPU types (replica groups, :mod:`frenzy_core.scheduling.mixed`) must have one group per type
-on nodes of that type, disjoint and together the placement's nodes, whole tensor-parallel groups per node, the
+A placement spanning GPU types (replica groups, :mod:`frenzy_core.scheduling.mixed`) must be whole
+(:meth:`Placement.group_problem`, the rules its validator applies: one group per type, disjoint, together the
+placement's nodes), each group on nodes of its type, whole tensor-parallel groups per node, the
 groups' replicas adding up to the layout's dp and their micro-batches to its global batch; each group's memory
 (the layout at that dp with the group's micro-batches, ``estimate_memory``) must fit its own type and be what
 the group claims (the layout's, the busiest group's); each group's step must be what it claims
 (``estimate_iteration_time`` on its type with the links of where it lands,
-:func:`~frenzy_core.scheduling.mixed.group_links`); and the rate claimed must be the global batch over the
+:func:`~frenzy_core.planning.mixed_plan.group_links`, the planner's rule); and the rate claimed must be the global batch over the
 slowest group's step.
 """
 
@@ -31,11 +32,11 @@ from frenzy_core.hardware.gpu import GPUSpec, Links, usable_bytes
 from frenzy_core.hardware.gpus import get_gpu_spec
 from frenzy_core.memory import estimate_memory
 from frenzy_core.planning.candidates import placed_links
+from frenzy_core.planning.mixed_plan import group_links
 from frenzy_core.planning.request import DEFAULT_HEADROOM, SEARCHED_TRAINING_FIELDS, PlacementMode
 from frenzy_core.planning.search import precision_on
 from frenzy_core.scheduling.jobs import TrainingJob
-from frenzy_core.scheduling.mixed import group_links
-from frenzy_core.scheduling.plans import Placement, PlacementGroup, RunLayout
+from frenzy_core.scheduling.plans import Placement, RunLayout
 from frenzy_core.scheduling.rates import RateBook
 from frenzy_core.scheduling.throughput import GPUGroup
 from frenzy_core.timing import estimate_iteration_time
@@ -84,7 +85,7 @@ class PlacementCheck:
         if any(c % tp for c in plan.nodes.values()):
             return f"a tensor-parallel group of {tp} would span nodes (GPUs per node: {sorted(plan.nodes.values())})"
         spec = get_gpu_spec(plan.gpu_type)
-        if not _same_recipe(job.training, layout.training, [spec]):
+        if not _same_recipe(job.training, layout.training, spec):
             return "layout changes the job's recipe beyond the searched fields"
         device = self._device_bytes(job, layout)
         usable = usable_bytes(spec.memory_bytes, DEFAULT_HEADROOM)
@@ -101,28 +102,30 @@ class PlacementCheck:
         if layout is None:
             return "names no layout"
         par, training, state = layout.parallel, layout.training, self.rates.state
-        types = [g.gpu_type for g in plan.groups]
-        if len(types) < 2 or len(set(types)) != len(types) or plan.gpu_type != types[0]:
-            return f"groups on {types}: a placement spanning types has one group per type, two at least"
-        owner: dict[int, PlacementGroup] = {}
+        problem = plan.group_problem()  # a copy made without validation may be malformed
+        if problem is not None:
+            return problem
+        for node, gpu_type in plan.node_types().items():
+            if not 0 <= node < len(state.node_types) or state.node_types[node] != gpu_type:
+                return f"the {gpu_type} group's node {node} is not a {gpu_type} node"
         for g in plan.groups:
             for node, count in g.nodes.items():
-                if node in owner or not 0 <= node < len(state.node_types) or state.node_types[node] != g.gpu_type:
-                    return f"the {g.gpu_type} group's node {node} is in another group or not a {g.gpu_type} node"
                 if count % par.tp:
                     return f"a tensor-parallel group of {par.tp} would span nodes ({g.gpu_type}: {count} on node {node})"
-                owner[node] = g
             if g.num_gpus != g.replicas * par.tp * par.pp * par.cp:
                 return f"the {g.gpu_type} group has {g.num_gpus} GPUs for {g.replicas} replicas of {par.describe()}"
-        if {n: c for g in plan.groups for n, c in g.nodes.items()} != plan.nodes:
-            return "the groups' GPUs are not the placement's"
         if sum(g.replicas for g in plan.groups) != par.dp:
             return f"the groups' replicas do not add up to dp {par.dp}"
         gbs, mbs = training.global_batch_size, training.micro_batch_size
         if gbs is None or sum(g.replicas * g.micro_batches for g in plan.groups) * mbs != gbs:
             return f"the groups' micro-batches do not make the global batch {gbs}"
-        if not _same_recipe(job.training, training, [get_gpu_spec(t) for t in types]):
-            return "layout changes the job's recipe beyond the searched fields"
+        for t in plan.gpu_types:  # one recipe for every group: it must be what the planner runs on each type
+            spec = get_gpu_spec(t)
+            if not _same_recipe(job.training, training, spec):
+                runs = precision_on(job.training, spec)
+                if training.precision is not runs:
+                    return f"the {t} group runs {training.precision.value}; {t} runs the job's recipe in {runs.value}"
+                return "layout changes the job's recipe beyond the searched fields"
         step = 0.0
         for g in plan.groups:
             recipe = training.replace(global_batch_size=g.micro_batches * mbs * par.dp)
@@ -135,7 +138,8 @@ class PlacementCheck:
             if g.device_bytes != device:
                 return (f"the {g.gpu_type} group claims {g.device_bytes} bytes per GPU; the memory model gives "
                         f"{device} for its {g.micro_batches} micro-batches")
-            links = group_links(state, par.tp, g.nodes, list(plan.nodes))
+            links = group_links(par.tp, state.intra_node_bytes_per_s[list(g.nodes)],
+                                state.inter_node_bytes_per_s[list(plan.nodes)])
             key = (job.model, recipe, par, g.gpu_type, links)
             if key not in self._time:
                 self._time[key] = estimate_iteration_time(job.model, recipe, par, spec, cluster=links).iteration_s
@@ -178,10 +182,9 @@ _SEARCHED = {*SEARCHED_TRAINING_FIELDS, "global_batch_size"}
 """Training fields the planner may set (and the global batch a recipe that leaves it open gets)."""
 
 
-def _same_recipe(asked: TrainingConfig, run: TrainingConfig, specs: list[GPUSpec]) -> bool:
-    """``run`` is ``asked`` but for the searched fields and the precision the planner runs it in on one of
-    ``specs`` (a defaulted bf16 recipe runs in fp16 on a GPU without bf16)."""
+def _same_recipe(asked: TrainingConfig, run: TrainingConfig, spec: GPUSpec) -> bool:
+    """``run`` is ``asked`` but for the searched fields and the precision the planner runs it in on ``spec``
+    (a defaulted bf16 recipe runs in fp16 on a GPU without bf16: :func:`precision_on`, the one home)."""
     ran = run.model_dump(exclude=_SEARCHED)
     wanted = asked.model_dump(exclude=_SEARCHED)
-    return ran == {**wanted, "precision": ran["precision"]} and ran["precision"] in {
-        precision_on(asked, spec) for spec in specs}
+    return ran == {**wanted, "precision": ran["precision"]} and ran["precision"] == precision_on(asked, spec)

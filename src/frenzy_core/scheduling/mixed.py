@@ -6,16 +6,21 @@ nodes they are on), so that one answer serves every free-GPU pattern with the sa
 (:meth:`PlannedThroughput.mixed_plan` caches it). Each group then takes whole tensor-parallel groups of free
 GPUs of its type (``ClusterState.find``, best fit) and is re-timed where those links differ from the plan's:
 the step is the slowest group's (each timed on its own type with the planner's mixed-plan links: one
-tensor-parallel group per node, its nodes' slowest NVLink, the slowest inter-node link of the whole job).
+tensor-parallel group per node, its nodes' slowest NVLink, the slowest inter-node link of the whole job:
+:func:`frenzy_core.planning.mixed_plan.group_links`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pydantic import Field
+
+from frenzy_core._base import FrozenModel
 from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.hardware.gpu import Links
 from frenzy_core.hardware.gpus import get_gpu_spec
+from frenzy_core.planning.mixed_plan import group_links
 from frenzy_core.planning.plan import Plan
 from frenzy_core.scheduling.jobs import TrainingJob
 from frenzy_core.scheduling.plans import Placement, PlacementGroup, RunLayout
@@ -23,7 +28,32 @@ from frenzy_core.scheduling.state import Allocation, ClusterState
 from frenzy_core.scheduling.throughput import Offer, PlannedThroughput
 from frenzy_core.timing import estimate_iteration_time
 
-__all__ = ["group_links", "mixed_placement", "offers", "place_mixed"]
+__all__ = ["WholeMix", "mixed_placement", "offers", "place_mixed"]
+
+
+class WholeMix(FrozenModel):
+    """What frenzy-core keeps of the planner's mixed plan for a job on the whole idle cluster: its rate (the
+    job's fastest run, for the starvation bound) and its GPUs per type (the types it drains towards, and how many
+    of each it waits for). Saved with the queue, so that a restored scheduler needs no re-plan (one cut short by
+    the planner's time limit would otherwise lose the job)."""
+
+    tokens_per_s: float = Field(gt=0)
+    gpus: dict[str, int] = Field(description="GPU type -> GPUs of it the plan uses, in the plan's order.")
+
+    @staticmethod
+    def of(plan: Plan) -> WholeMix:
+        gpus: dict[str, int] = {}
+        for stage in plan.stages:
+            gpus[stage.gpu_type] = gpus.get(stage.gpu_type, 0) + stage.num_gpus
+        return WholeMix(tokens_per_s=plan.time.tokens_per_s, gpus=gpus)
+
+    @property
+    def gpu_types(self) -> tuple[str, ...]:
+        return tuple(self.gpus)
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(self.gpus.values())
 
 
 def _power_floor(n: int) -> int:
@@ -47,14 +77,6 @@ def offers(free: ClusterState, gpu_types: Sequence[str], max_gpus: int) -> tuple
     return tuple(out)
 
 
-def group_links(state: ClusterState, tp: int, group: Allocation, job_nodes: Sequence[int]) -> Links:
-    """The links a replica group of a mixed plan is timed with where it lands: one tensor-parallel group per
-    node (what every placement of whole groups gives at least, as the planner times mixed plans), its nodes'
-    slowest NVLink, and the slowest inter-node link among all of the job's nodes (types share no fast fabric)."""
-    return Links(tp, float(min(state.intra_node_bytes_per_s[n] for n in group)),
-                 float(min(state.inter_node_bytes_per_s[n] for n in job_nodes)))
-
-
 def mixed_placement(job: TrainingJob, plan: Plan, free: ClusterState) -> Placement | None:
     """``plan``'s replica groups on GPUs free in ``free`` (not taken), each in whole tensor-parallel groups of
     its type; None when a group's type is too fragmented for it."""
@@ -72,7 +94,8 @@ def mixed_placement(job: TrainingJob, plan: Plan, free: ClusterState) -> Placeme
     assert gbs is not None, "a mixed plan sets its global batch"
     groups = []
     for stage, allocation in zip(plan.stages, taken):
-        links = group_links(free, par.tp, allocation, every)
+        links = group_links(par.tp, free.intra_node_bytes_per_s[list(allocation)],
+                            free.inter_node_bytes_per_s[every])
         seconds = stage.iteration_s
         if links != stage.links:  # other links than the offers': re-timed as the planner times the group
             recipe = training.replace(global_batch_size=stage.micro_batches * training.micro_batch_size * par.dp)

@@ -260,7 +260,15 @@ class OnlineScheduler:
         books.status = "queued"
         job = self.jobs[job_id]
         left = max(1, round(job.total_tokens - books.done_tokens))
-        self.policy.submit(job.model_copy(update={"work_tokens": left, "work_iterations": None}), self.now_s)
+        self._resubmit(job.model_copy(update={"work_tokens": left, "work_iterations": None}))
+
+    def _resubmit(self, job: TrainingJob) -> None:
+        """Give the policy back a job it held (requeued, or restored with the queue): it queues it again, or
+        rejects it with its reason (a re-plan that comes out otherwise), which the books then say; never lost."""
+        self.policy.submit(job, self.now_s)
+        if job.id in self.policy.rejected:
+            books = self.books[job.id]
+            books.status, books.reason = "rejected", self.policy.rejected[job.id]
 
     # -- actions -------------------------------------------------------------------------------------------------
     def _check_plan(self, job_id: str, plan: Placement) -> None:
@@ -277,8 +285,7 @@ class OnlineScheduler:
         asked = None if job.request is None else job.request.gpu_type
         if asked is not None and plan.gpu_types != (asked,):
             return f"placed {job_id!r} on {' + '.join(plan.gpu_types)}; it asked for {asked}"
-        wanted = ({n: g.gpu_type for g in plan.groups for n in g.nodes} if plan.groups
-                  else dict.fromkeys(plan.nodes, plan.gpu_type))
+        wanted = plan.node_types()
         for node, count in plan.nodes.items():
             ok = 0 <= node < len(self.state.node_types)
             gpu_type = wanted.get(node)
@@ -417,12 +424,12 @@ class OnlineScheduler:
             out.state.take(plan.nodes)
             out.running[job_id] = RunningJob(job=out.jobs[job_id], plan=plan, **entry)
         policy.restore(data["policy_state"])
+        policy.rejected = dict(data["rejected"])
         for job_id, tokens in data["queue"]:
             job = out.jobs[job_id]
             if tokens != job.total_tokens:
                 job = job.model_copy(update={"work_tokens": tokens, "work_iterations": None})
-            policy.submit(job, out.now_s)
-        policy.rejected = dict(data["rejected"])
+            out._resubmit(job)
         out._pending = [(k, TrainingJob.model_validate(a) if k == "submit" else a) for k, a in data["pending"]]
         return out
 

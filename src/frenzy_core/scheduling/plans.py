@@ -67,24 +67,39 @@ class Placement(FrozenModel):
 
     @model_validator(mode="after")
     def _check_groups(self) -> Placement:
-        """A placement spanning types has two or more groups of distinct types, the first of ``gpu_type``, whose
-        GPUs are disjoint and together exactly ``nodes`` (so a saved one is whole when loaded)."""
+        """A saved placement is whole when loaded (:meth:`group_problem`)."""
+        problem = self.group_problem()
+        if problem is not None:
+            raise ValueError(problem)
+        return self
+
+    def group_problem(self) -> str | None:
+        """Why the groups do not make a placement spanning types, or None: two or more groups of distinct
+        types, the first of ``gpu_type``, whose GPUs are disjoint and together exactly ``nodes``. The one home
+        of these rules: the validator and :class:`~frenzy_core.scheduling.check.PlacementCheck` (which also
+        sees copies made without validation) both ask it."""
         if not self.groups:
-            return self
+            return None
         types = [g.gpu_type for g in self.groups]
         if len(types) < 2 or len(set(types)) != len(types) or types[0] != self.gpu_type:
-            raise ValueError(f"groups on {types} with gpu_type {self.gpu_type!r}: a placement spanning types has "
-                             "one group per type, two at least, the first of gpu_type")
+            return (f"groups on {types} with gpu_type {self.gpu_type!r}: a placement spanning types has one group "
+                    "per type, two at least, the first of gpu_type")
         seen: dict[int, int] = {}
         for g in self.groups:
             for node, count in g.nodes.items():
                 if node in seen or count <= 0:
-                    raise ValueError(f"node {node} is in two groups or given {count} GPUs; each group takes "
-                                     "GPUs of its own nodes")
+                    return (f"node {node} is in two groups or given {count} GPUs; each group takes GPUs of its own "
+                            "nodes")
                 seen[node] = count
         if seen != self.nodes:
-            raise ValueError(f"the groups take {seen}, the placement {self.nodes}: they must be the same GPUs")
-        return self
+            return f"the groups take {seen}, the placement {self.nodes}: they must be the same GPUs"
+        return None
+
+    def node_types(self) -> dict[int, str]:
+        """Node index -> the GPU type the placement needs there (its group's, or ``gpu_type``)."""
+        if self.groups:
+            return {n: g.gpu_type for g in self.groups for n in g.nodes}
+        return dict.fromkeys(self.nodes, self.gpu_type)
 
     @property
     def num_gpus(self) -> int:

@@ -236,11 +236,22 @@ class PlannedThroughput:
                    ) -> Plan | None:
         """:func:`plan_job` (throughput, at most ``max_gpus`` GPUs) on the offers, each a type's GPUs on nodes of
         its size (the last holding the rest) with its links, when its answer spans types (None: a single type
-        does as well, nothing fits, or the search was cut short). Computed once per question."""
+        does as well, nothing fits, or the search was cut short). Computed once per question: an answer cut short
+        by the time limit is not kept (it says nothing about the question; :meth:`mixed_settled`), so the question
+        is asked again."""
         key = (model, training, offers, max_gpus)
         if key not in self._mixed:
-            self._mixed[key] = _mixed_plan(model, training, offers, max_gpus)
+            plan, settled = _mixed_plan(model, training, offers, max_gpus)
+            if not settled:
+                return None
+            self._mixed[key] = plan
         return self._mixed[key]
+
+    def mixed_settled(self, model: ModelConfig, training: TrainingConfig, offers: tuple[Offer, ...],
+                      max_gpus: int) -> bool:
+        """Whether :meth:`mixed_plan` has answered this question in full (False: not asked yet, or its search was
+        cut short by the time limit)."""
+        return (model, training, offers, max_gpus) in self._mixed
 
     # -- on typical nodes (trace conversion) ---------------------------------------------------------------------
     def __call__(self, model: ModelConfig, training: TrainingConfig, gpu_type: str, num_gpus: int) -> float:
@@ -281,7 +292,9 @@ class PlannedThroughput:
 
 
 def _mixed_plan(model: ModelConfig, training: TrainingConfig, offers: tuple[Offer, ...], max_gpus: int
-                ) -> Plan | None:
+                ) -> tuple[Plan | None, bool]:
+    """The planner's mixed plan on the offers (None: no mix beats a single type, or nothing fits), and whether its
+    search finished (False: cut short by the time limit, so None says nothing)."""
     from frenzy_core.planning import plan_job
 
     nodes = []
@@ -295,13 +308,14 @@ def _mixed_plan(model: ModelConfig, training: TrainingConfig, offers: tuple[Offe
     try:
         # equal micro-batch counts per replica group's ranks, as every run the scheduler holds (uneven_dp=False):
         # the single-type plans a mix must beat are ones a run can use
+        # replica groups only (form b: mixed_stages=False), which is what the scheduler's placements hold
         plan = plan_job(model, cluster, training, objective="throughput", constraints={"max_gpus": max_gpus},
-                        top_k=0, time_limit_s=MIXED_TIME_LIMIT_S, mixed_types=True, uneven_dp=False,
-                        offload_fallback=False)
-    except InfeasiblePlanError:
-        return None
+                        top_k=0, time_limit_s=MIXED_TIME_LIMIT_S, mixed_types=True, mixed_stages=False,
+                        uneven_dp=False, offload_fallback=False)
+    except InfeasiblePlanError as err:
+        return None, not any("time limit" in reason for reason in err.reasons)  # the planner says it was cut short
     cut_short = not plan.optimal or any("time limit" in note for note in plan.notes)
-    return plan if len(plan.gpu_types) > 1 and not cut_short else None
+    return (plan if len(plan.gpu_types) > 1 else None), not cut_short
 
 
 def _build(model: ModelConfig, training: TrainingConfig, gpu_type: str, group: GPUGroup, total: int) -> _Table:

@@ -242,7 +242,8 @@ def estimate_iteration_time_batch(
     hidden_dp = (1.0 - share) * p.data_parallel_overlap * hidden_dp
 
     optimizer_s, off = _step_and_offload(training, gpu, trained, held, (dp_ * cp_).astype(np.float64), ep_, zero,
-                                         np.minimum(world, links.gpus_per_node).astype(np.float64), mf, st, mem_bw)
+                                         layers_stage, np.minimum(world, links.gpus_per_node).astype(np.float64), mf,
+                                         st, mem_bw)
 
     breakdown = {
         "compute": mf * st.compute, "recompute": mf * st.recompute, "elementwise": mf * elementwise_mb,
@@ -305,13 +306,14 @@ def _batch_result(model: ModelConfig, seq_len: int, breakdown: dict[str, FloatAr
 
 
 def _step_and_offload(training: TrainingConfig, gpu: GPUSpec, trained: _Params, held: _Params, replicas: FloatArray,
-                      ep: IntArray, zero: IntArray, ranks_per_node: FloatArray, m: FloatArray, st: StageTerms,
-                      mem_bw: float) -> tuple[FloatArray, OffloadTerms]:
+                      ep: IntArray, zero: IntArray, layers_stage: IntArray, ranks_per_node: FloatArray, m: FloatArray,
+                      st: StageTerms, mem_bw: float) -> tuple[FloatArray, OffloadTerms]:
     """The optimizer step (on the GPU, or on the host where it is offloaded) and offload's terms
     (timing/offload.py)."""
     off = offload_terms(training, gpu, stepped=_sharded(trained[0], trained[1], replicas, ep, zero, 1),
                         held=_sharded(held[0], held[1], replicas, ep, zero, 3), zero_stage=zero,
-                        ranks_per_node=ranks_per_node, m=m, fwd_window=st.fwd_window, bwd_window=st.bwd_window)
+                        layers=layers_stage.astype(np.float64), ranks_per_node=ranks_per_node, m=m,
+                        fwd_window=st.fwd_window, bwd_window=st.bwd_window)
     if training.offload_optimizer is not OffloadDevice.NONE:
         return off.host_step_s, off
     return _optimizer_s(training, trained[0], trained[1], replicas, ep, zero, mem_bw), off

@@ -22,6 +22,7 @@ from frenzy_core.config.parallel import ParallelConfig
 from frenzy_core.config.training import (
     Attention,
     Framework,
+    OffloadDevice,
     Optimizer,
     OptimizerImpl,
     Precision,
@@ -222,6 +223,7 @@ def _training(r: FlagReader, parallel: ParallelConfig, problems: list[tuple[str,
         fp8_param_gather=r.switch("--fp8-param-gather"),
         optimizer=_optimizer(r, problems),
         optimizer_impl=OptimizerImpl.FUSED,
+        offload_optimizer=_optimizer_offload(r),
         distributed_optimizer=r.switch("--use-distributed-optimizer"),
         zero_stage=3 if r.switch("--use-torch-fsdp2") else 0,
         recompute=recompute,
@@ -235,6 +237,38 @@ def _training(r: FlagReader, parallel: ParallelConfig, problems: list[tuple[str,
         tp_comm_overlap=_tp_comm_overlap(r, parallel),
         framework=Framework.MEGATRON,
     )
+
+
+def _optimizer_offload(r: FlagReader) -> OffloadDevice:
+    """--optimizer-cpu-offload: Megatron-Core's HybridDeviceOptimizer, modelled with --optimizer-offload-fraction
+    1.0 (every parameter's fp32 copy, states and step on the host); Megatron-LM requires
+    --use-precision-aware-optimizer with it (at its default fp32 dtypes it changes no byte), hence the distributed
+    optimizer and Adam. The time model overlaps the copies with the host step, as --overlap-cpu-optimizer-d2h-h2d
+    (read here) runs them."""
+    fraction = r.number("--optimizer-offload-fraction", 0.0)  # the default of megatron/training/arguments.py
+    if not r.switch("--optimizer-cpu-offload"):
+        return OffloadDevice.NONE
+    if fraction != 1.0:
+        raise ConfigError(f"--optimizer-offload-fraction {fraction:g} with --optimizer-cpu-offload is not modelled: "
+                          "below 1.0 HybridDeviceOptimizer keeps part of the optimizer on the GPU (torch's fused "
+                          "Adam over its own fp32 copies) and the memory model offloads the whole optimizer or none "
+                          "of it", field="--optimizer-offload-fraction", value=fraction,
+                          hint="use --optimizer-offload-fraction 1.0, or drop --optimizer-cpu-offload")
+    if not r.switch("--use-precision-aware-optimizer"):
+        raise ConfigError("--optimizer-cpu-offload needs --use-precision-aware-optimizer (Megatron-LM's "
+                          "validate_args asserts it: the hybrid optimizer reuses that code path)",
+                          field="--use-precision-aware-optimizer", value=None,
+                          hint="add --use-precision-aware-optimizer")
+    if not r.switch("--use-distributed-optimizer"):
+        raise ConfigError("--optimizer-cpu-offload needs --use-distributed-optimizer (Megatron-Core's "
+                          "get_megatron_optimizer refuses the precision-aware optimizer without it)",
+                          field="--use-distributed-optimizer", value=None, hint="add --use-distributed-optimizer")
+    if r.choice("--optimizer", "adam") != "adam":
+        raise ConfigError("--optimizer-cpu-offload is modelled with --optimizer adam only (the precision-aware "
+                          "optimizer it needs asserts adam: megatron/core/optimizer/optimizer_config.py)",
+                          field="--optimizer", value=r.raw.get("--optimizer"), hint="use --optimizer adam")
+    r.switch("--overlap-cpu-optimizer-d2h-h2d")
+    return OffloadDevice.CPU
 
 
 def _tp_comm_overlap(r: FlagReader, parallel: ParallelConfig) -> bool:

@@ -17,11 +17,13 @@ Per scheduling round (every arrival or completion):
    start on the GPUs left free on two or more types, with the planner's replica groups of several types (issue
    12, form b), when that ends the job sooner than waiting for its best single-type option (``_mix``).
 4. With ``mixing``, a job that fits in memory on no single type but whose mixed plan fits the whole idle cluster
-   is queued apart (``mixed_only``), not rejected: it starts on the round's first free GPUs of two or more types
-   where the planner's mix within its counts fits. Such jobs are weighed oldest first, before the others once
-   they starve (then the oldest that cannot start reserves the types of its whole-cluster mix, so they drain
-   towards it), else on what the round leaves free; no run grows onto the types such a job may use. Without
-   ``mixing`` the rejection stays and says that ``mixing=True`` would accept the job.
+   is queued apart (``mixed_only``), not rejected: it starts on free GPUs of two or more types where the
+   planner's mix within its counts fits and its run is within the stretch of the time until it would finish by
+   waiting for its whole-cluster mix. Such jobs are weighed oldest first (at most :data:`MIX_CANDIDATES` a
+   round), before the others once they starve (then the oldest that does not start reserves the types of its
+   whole-cluster mix, so they drain towards it, and no starving single-type job reserves or makes room there),
+   else on what the round leaves free; no run grows onto the types such a job may use. Without ``mixing`` the
+   rejection stays and says that ``mixing=True`` would accept the job.
 
 Options are every type the job may use with counts from :func:`._queue.elastic_counts` (half to twice the
 request), kept where the planner's candidate table finds a layout that fits in memory; the job runs at that
@@ -31,14 +33,17 @@ layout's throughput. With ``preemption``, long runs make room for starving jobs 
 from __future__ import annotations
 
 import bisect
+import math
 from typing import Any
 
 import numpy as np
 
-from frenzy_core.planning.plan import Plan
+from frenzy_core.hardware.gpu import usable_bytes
+from frenzy_core.hardware.gpus import get_gpu_spec
+from frenzy_core.planning.request import DEFAULT_HEADROOM
 from frenzy_core.scheduling.jobs import TrainingJob
 from frenzy_core.scheduling.messages import Action, Start
-from frenzy_core.scheduling.mixed import offers, place_mixed
+from frenzy_core.scheduling.mixed import WholeMix, offers, place_mixed
 from frenzy_core.scheduling.policies._choice import choose
 from frenzy_core.scheduling.policies._elastic import BelowCeiling, grow, make_room
 from frenzy_core.scheduling.policies._queue import QueuePolicy, QueueTable, elastic_counts
@@ -65,8 +70,11 @@ DEFAULT_MIXING = False
 workload no mix ever ended a job sooner than waiting (cross-type gradient sync runs on the slowest inter-node
 link), so results were identical while the planner's mixed questions cost 4.5-7x the simulation's CPU time."""
 MIX_CANDIDATES = 4
-"""Queued jobs weighed for a mixed placement per round, oldest first (our bound on a round's cost: each question
-the planner has not answered yet costs 0.03 to 6 s, measured on the shared 2-core machine, then is cached)."""
+"""Queued jobs weighed for a mixed placement per round, oldest first, in each of the two places that weigh them
+(``_mix``: jobs with single-type options; ``_serve_mixed_only``: jobs only a mix holds, its starving and its other
+jobs together): our bound on a round's cost, since each question the planner has not answered yet costs 0.03 to
+6 s, measured on the shared 2-core machine, then is cached. Every weighed job counts, asked before or not, so
+that decisions do not depend on what the planner has cached."""
 VALUE_SCALE = 10**9
 """The fastest-finishing option of a round is worth this much; others in proportion (integer data)."""
 
@@ -94,8 +102,9 @@ class FrenzyCore(QueuePolicy):
         """The last round's actions (noted in ``_below`` at the next round, once the scheduler applied them)."""
         self.mixed_only: list[TrainingJob] = []
         """Queued jobs that only a mix of GPU types holds, in arrival order (they have no single-type options)."""
-        self._whole: dict[str, Plan] = {}
-        """Each such job's mixed plan on the whole idle cluster (its fastest run, and the types it drains)."""
+        self._whole: dict[str, WholeMix] = {}
+        """Each such job's mixed plan on the whole idle cluster (its fastest run, and the types it drains); saved,
+        so that a restore needs no re-plan."""
 
     def params(self) -> dict[str, float | bool]:
         return {"starvation_factor": self.starvation_factor, "round_budget": self.round_budget,
@@ -154,16 +163,20 @@ class FrenzyCore(QueuePolicy):
         return start + ahead[table.owner] + table.run_s
 
     def _serve_starving(self, table: QueueTable, starving: np.ndarray, now: float, left: np.ndarray,
-                        free: ClusterState, expected: np.ndarray) -> tuple[list[Action], set[int], int | None]:
+                        free: ClusterState, expected: np.ndarray, drained: set[int]
+                        ) -> tuple[list[Action], set[int], int | None]:
         """Starving jobs, oldest first: each starts with its fastest option that fits now and is within the
-        stretch of its earliest completion; the first that cannot reserves its best type. Returns the
-        placements, the reserved type indices and the queue position of the job that reserved."""
+        stretch of its earliest completion; the first that cannot reserves its best type not ``drained`` (by a
+        starving job only a mix holds, which comes first). Returns the placements, the reserved type indices
+        and the queue position of the job that reserved."""
         placements: list[Action] = []
         reserved: set[int] = set()
         waiting: int | None = None
         rows = np.flatnonzero(starving[table.owner])
         finish = expected[rows]
         owners = table.owner[rows]
+        # a reservation on a drained type would add nothing: the job reserves its best other type where it has one
+        reservable = np.where(np.isin(table.gpu[rows], list(drained)), np.inf, finish)
         best_finish = np.full(len(self.queue), np.inf)
         np.minimum.at(best_finish, owners, finish)
         within = table.run_s[rows] <= self.stretch * (best_finish[owners] - now)
@@ -180,7 +193,8 @@ class FrenzyCore(QueuePolicy):
             bad = np.flatnonzero(starving & ~can & (np.arange(nq) >= done))
             if not reserved and bad.size and (not good.size or bad[0] < good[0]):
                 lo, hi = np.searchsorted(owners, [bad[0], bad[0] + 1])
-                reserved.add(int(table.gpu[rows[lo + int(np.argmin(finish[lo:hi]))]]))
+                pick = reservable[lo:hi] if np.isfinite(reservable[lo:hi]).any() else finish[lo:hi]
+                reserved.add(int(table.gpu[rows[lo + int(np.argmin(pick))]]))
                 blocked[list(reserved)] = True
                 waiting = done = int(bad[0])
                 done += 1
@@ -202,11 +216,13 @@ class FrenzyCore(QueuePolicy):
         return self._last
 
     def _round(self, now: float) -> list[Action]:
+        """Reservations in one order: a starving job only a mix holds drains its whole-cluster mix's types first;
+        a starving job with single-type options then reserves, and makes room, only on the other types."""
         free = self.state.copy()
-        placements, drained = self._serve_mixed_only(free, set(), now, starving=True)
+        placements, drained, asked = self._serve_mixed_only(free, set(), now, True, MIX_CANDIDATES)
         more, grow, reserved = self._queue_round(free, drained, now) if self.queue else ([], True, drained)
         placements += more
-        placements += self._serve_mixed_only(free, reserved, now, starving=False)[0]
+        placements += self._serve_mixed_only(free, reserved, now, False, asked)[0]
         if self.preemption and grow:
             placements += self._grow(free, now)
         return placements
@@ -234,9 +250,9 @@ class FrenzyCore(QueuePolicy):
         placements: list[Action] = []
         reserved: set[int] = set()
         if starving.any():
-            placements, reserved, waiting = self._serve_starving(table, starving, now, left, free, expected)
+            placements, reserved, waiting = self._serve_starving(table, starving, now, left, free, expected, drained)
             if waiting is not None and self.preemption:
-                moves = self._make_room(table, waiting, starving, free, now)
+                moves = self._make_room(table, waiting, free, now, drained)
                 if moves:
                     placements += moves
                     reserved = set()
@@ -311,31 +327,39 @@ class FrenzyCore(QueuePolicy):
                 break
         return out
 
-    def _serve_mixed_only(self, free: ClusterState, drained: set[int], now: float, starving: bool
-                          ) -> tuple[list[Action], set[int]]:
+    def _serve_mixed_only(self, free: ClusterState, drained: set[int], now: float, starving: bool, budget: int
+                          ) -> tuple[list[Action], set[int], int]:
         """Start the jobs of ``mixed_only`` that are (or are not) ``starving``, oldest first, each on the
         planner's mix of the free GPUs of the types not ``drained``, within its counts, when one fits (at most
-        :data:`MIX_CANDIDATES` questions a round). The oldest starving job that cannot start drains the types
-        of its whole-cluster mix. Returns the placements (dequeued) and the drained types."""
+        ``budget`` jobs weighed: the round's two calls share :data:`MIX_CANDIDATES`) and is worth starting now (as
+        a single-type option: its run within ``stretch`` of the time until the job would finish by waiting for
+        its whole-cluster mix, :meth:`_waiting_finish`). The oldest starving job that does not start drains the
+        types of its whole-cluster mix. Returns the placements (dequeued), the drained types and what is left of
+        the budget."""
         planned = self.rates.planned
         if not self.mixed_only or planned is None:
-            return [], drained
+            return [], drained, budget
         out: list[Action] = []
-        weighed = 0
+        releases: list[tuple[np.ndarray, np.ndarray]] | None = None
         for job in list(self.mixed_only):
             whole = self._whole[job.id]
             waited = now - job.submit_time_s
-            if (waited >= self.starvation_factor * job.total_tokens / whole.time.tokens_per_s) != starving:
+            if (waited >= self.starvation_factor * job.total_tokens / whole.tokens_per_s) != starving:
                 continue
             left = self.free_per_type(free)
             left[list(drained)] = 0
             lo, most = self._mix_counts(job)
             types = [t for g, t in enumerate(self.state.gpu_types) if left[g] > 0]
             plan = None
-            if len(types) >= 2 and int(left.sum()) >= lo and weighed < MIX_CANDIDATES:
-                weighed += 1
+            if len(types) >= 2 and int(left.sum()) >= lo and budget > 0:
+                budget -= 1
                 plan = place_mixed(planned, job, offers(free, types, most), most, free)
             if plan is not None and plan.num_gpus >= lo:
+                releases = self._release_times(now) if releases is None else releases
+                if job.total_tokens / plan.tokens_per_s > self.stretch * (self._waiting_finish(job, whole, releases)
+                                                                          - now):
+                    plan = None  # waiting for the whole-cluster mix ends the job sooner
+            if plan is not None:
                 free.take(plan.nodes)
                 out.append(Start(job_id=job.id, plan=plan))
             elif starving and not drained:
@@ -344,7 +368,19 @@ class FrenzyCore(QueuePolicy):
         self.mixed_only = [j for j in self.mixed_only if j.id not in started]
         for job_id in started:
             del self._whole[job_id]
-        return out, drained
+        return out, drained, budget
+
+    def _waiting_finish(self, job: TrainingJob, whole: WholeMix, releases: list[tuple[np.ndarray, np.ndarray]]
+                        ) -> float:
+        """When ``job`` would finish if it waited for its whole-cluster mix: once every type of that mix has its
+        GPUs free as the running jobs end as expected (``releases``: :meth:`_release_times`; queued jobs aside,
+        infinite where they never suffice, e.g. a node is down), at that mix's rate."""
+        start = float(releases[0][0][0])  # now
+        for gpu_type, count in whole.gpus.items():
+            times, freed = releases[self.state.gpu_types.index(gpu_type)]
+            k = int(np.searchsorted(freed, count, side="left"))
+            start = max(start, float(times[k]) if k < times.size else math.inf)
+        return start + job.total_tokens / whole.tokens_per_s
 
     def _mix_counts(self, job: TrainingJob) -> tuple[int, int]:
         """The fewest and most GPUs a mix of every type may give ``job`` (its counts over the whole cluster;
@@ -352,16 +388,35 @@ class FrenzyCore(QueuePolicy):
         counts = elastic_counts(job, self.state.usable_gpus())
         return (counts[0], counts[-1]) if counts else (0, 0)
 
-    def _whole_mix(self, job: TrainingJob) -> Plan | None:
-        """The planner's mixed plan for ``job`` on the whole idle cluster, within its counts; None when none fits
-        (or the job is pinned to one type, or the rates are a plain function, which cannot plan a mix)."""
+    def _whole_mix(self, job: TrainingJob) -> tuple[WholeMix | None, bool]:
+        """The planner's mixed plan for ``job`` on the whole idle cluster, within its counts (None when none fits,
+        the job is pinned to one type, or the rates are a plain function, which cannot plan a mix), and whether
+        that is settled (False: the planner's search was cut short by its time limit, so nothing is known)."""
         planned = self.rates.planned
         if planned is None or (job.request is not None and job.request.gpu_type is not None):
-            return None
+            return None, True
+        if not self._idle_cluster_holds_states(job):
+            return None, True  # from capacity alone: no placement of every GPU holds the model's states once
         lo, most = self._mix_counts(job)
         offered = offers(self.state.idle(), self.state.gpu_types, most) if most else ()
-        plan = planned.mixed_plan(job.model, job.training, offered, most) if len(offered) >= 2 else None
-        return plan if plan is not None and plan.num_gpus >= lo else None
+        if len(offered) < 2:
+            return None, True
+        plan = planned.mixed_plan(job.model, job.training, offered, most)
+        if plan is None or plan.num_gpus < lo:
+            return None, planned.mixed_settled(job.model, job.training, offered, most)
+        return WholeMix.of(plan), True
+
+    def _idle_cluster_holds_states(self, job: TrainingJob) -> bool:
+        """Whether every GPU of the cluster together could hold the job's working weights, master weights and
+        optimizer states once (each is resident on some GPU during a step, offload aside): a necessary condition
+        for any mix, checked before the planner is asked. True where it is no bound (a recipe that offloads or
+        trains only part of the model)."""
+        t = job.training
+        if t.offloads or t.lora is not None or t.freeze_embeddings or t.trainable_layers is not None:
+            return True
+        have = sum(usable_bytes(get_gpu_spec(g).memory_bytes, DEFAULT_HEADROOM) * self.state.usable_gpus(g)
+                   for g in self.state.gpu_types)
+        return self.checkpoint.checkpoint_bytes(job.model, t) <= have
 
     def _contested(self, table: QueueTable, gpu_types: tuple[str, ...], besides: set[str]) -> bool:
         """Whether a queued job other than those in ``besides`` has an option on one of ``gpu_types``."""
@@ -379,8 +434,8 @@ class FrenzyCore(QueuePolicy):
         idle = self.free_per_type(free)
         if self.queue:
             idle[self.table().gpu] = 0
-        for plan in self._whole.values():  # the types a job that only a mix holds drains towards
-            idle[[self.state.gpu_types.index(t) for t in plan.gpu_types]] = 0
+        for whole in self._whole.values():  # the types a job that only a mix holds drains towards
+            idle[[self.state.gpu_types.index(t) for t in whole.gpu_types]] = 0
         seen = np.asarray(self._idle_seen or [0] * idle.size)
         types = [t for g, t in enumerate(self.state.gpu_types) if idle[g] > seen[g]]
         moves = grow(self, free, now, types, self._counts, self.min_gain) if self._below.any_on(types) else []
@@ -389,19 +444,27 @@ class FrenzyCore(QueuePolicy):
         return moves
 
     def saved(self) -> dict[str, Any]:
-        return {**super().saved(), "idle_seen": self._idle_seen}
+        return {**super().saved(), "idle_seen": self._idle_seen,
+                "whole": {job_id: w.model_dump(mode="json") for job_id, w in self._whole.items()}}
 
     def restore(self, data: dict[str, Any]) -> None:
         super().restore(data)
         self._idle_seen = list(data["idle_seen"])
         self._below.rebuild(self.running)
+        # the queued jobs only a mix holds keep their whole-cluster mix (submit finds it: no re-plan)
+        self._whole = {job_id: WholeMix.model_validate(w) for job_id, w in data.get("whole", {}).items()}
 
     def submit(self, job: TrainingJob, now: float) -> None:
         self._below.drop(job.id)  # back from a run (preempted or interrupted)
         super().submit(job, now)
         reason = self.rejected.get(job.id)
-        whole = None if reason is None else self._whole_mix(job)
-        if reason is None or whole is None:
+        if reason is None:
+            return
+        whole, settled = (self._whole[job.id], True) if job.id in self._whole else self._whole_mix(job)
+        if whole is None:
+            if not settled:
+                self.rejected[job.id] = (f"{reason}; the planner's mixed search on the whole cluster was cut short "
+                                         "by its time limit, so whether a mix holds it is not known")
             return
         words = f"{whole.num_gpus} GPUs of {' + '.join(whole.gpu_types)} together hold it"
         if not self.mixing:
@@ -432,10 +495,12 @@ class FrenzyCore(QueuePolicy):
         fastest_s = run.job.total_tokens / max(fastest, run.plan.tokens_per_s)  # NaN: a mix no single type holds
         return now - run.job.submit_time_s >= self.starvation_factor * fastest_s
 
-    def _make_room(self, table: QueueTable, waiting: int, starving: np.ndarray, free: ClusterState,
-                   now: float) -> list[Action]:
-        """Preempt for the starving job at queue position ``waiting``: its options fastest first."""
+    def _make_room(self, table: QueueTable, waiting: int, free: ClusterState, now: float, drained: set[int]
+                   ) -> list[Action]:
+        """Preempt for the starving job at queue position ``waiting``: its options fastest first, never on the
+        ``drained`` types (a starving job only a mix holds reserved them first: preempting there would free GPUs
+        that this job may not take this round, and the two reservations would fight)."""
         lo, hi = int(table.first[waiting]), int(table.first[waiting] + table.sizes[waiting])
-        rows = sorted(range(lo, hi), key=lambda r: (table.run_s[r], r))
+        rows = sorted((r for r in range(lo, hi) if int(table.gpu[r]) not in drained), key=lambda r: (table.run_s[r], r))
         options = [(self.state.gpu_types[int(table.gpu[r])], int(table.count[r]), float(table.run_s[r])) for r in rows]
         return make_room(self, self.queue[waiting], options, free, now, lambda run: self._protected(run, now))

@@ -245,7 +245,8 @@ def wide_parallel(draw: st.DrawFn) -> dict[str, Any]:
 def realistic_configs(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """A preset model (its layer count kept or cut), a recipe of whole micro-batches at 128 to 512 tokens (every
     preset's context holds them) and a layout of the degrees real jobs use (cp with Megatron only, torch's is not
-    modelled): mostly answered, some refused (a tp that does not divide the key/value heads)."""
+    modelled; torch's tp > 1 with sequence parallelism, as the memory model covers it): mostly answered, some
+    refused (a tp that does not divide the key/value heads, a model sequence parallelism does not cover)."""
     model = draw(st.sampled_from(MODEL_POOL))
     model = {**model, "num_layers": draw(st.sampled_from([4, 8, model["num_layers"]]))}
     mbs = draw(st.integers(1, 4))
@@ -254,6 +255,7 @@ def realistic_configs(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any], 
     parallel = {"dp": draw(st.sampled_from([1, 2, 4, 8])), "tp": draw(st.sampled_from([1, 1, 2, 4])),
                 "pp": draw(st.sampled_from([1, 2, 4])), "schedule": draw(st.sampled_from(["1f1b", "gpipe"])),
                 "cp": 2 if training["framework"] == "megatron" and draw(st.booleans()) else 1}
+    training["sequence_parallel"] = parallel["tp"] > 1 and (training["framework"] == "torch" or draw(st.booleans()))
     return model, training, parallel
 
 
@@ -341,8 +343,9 @@ def valid_columns(draw: st.DrawFn) -> dict[str, Any]:
 
 
 realistic_training = st.tuples(wide_training(), st.sampled_from([512, 1024, 2048])).map(
-    lambda p: {**p[0], "seq_len": p[1], "micro_batch_size": 1, "global_batch_size": 64})
-"""A recipe of every kind at sizes Llama 2 7B trains with (the columns vary them)."""
+    lambda p: {**p[0], "seq_len": p[1], "micro_batch_size": 1, "global_batch_size": 64, "sequence_parallel": True})
+"""A recipe of every kind at sizes Llama 2 7B trains with (the columns vary them; sequence parallelism on, which
+torch's tp > 1 needs)."""
 
 
 @FUZZ

@@ -186,10 +186,9 @@ def estimate_iteration_time_batch(
 ) -> TimeEstimateBatch:
     """Iteration time of many layouts of one model and recipe at once (numpy broadcasting over the arrays).
 
-    ``layouts``: a :class:`LayoutArrays` (one entry per :meth:`~LayoutArrays.flat` row), or a mapping of its
-    columns (missing ones take ``training``'s value; default schedule: interleaved where vpp > 1). Layout rules
-    are the caller's (:func:`validate_layout`), except values in range, whole micro-batches and a layer per
-    pipeline chunk (ConfigError naming the first candidate that breaks them).
+    ``layouts``: a :class:`LayoutArrays` (one entry per :meth:`~LayoutArrays.flat` row) or a mapping of its columns
+    (missing ones take ``training``'s). Layout rules are the caller's (:func:`validate_layout`), but for values in
+    range, whole micro-batches and a layer per pipeline chunk (ConfigError naming the first row that breaks one).
     """
     require_instance("model", model, ModelConfig, "use ModelConfig.preset(name) or ModelConfig(...)")
     require_instance("training", training, TrainingConfig)

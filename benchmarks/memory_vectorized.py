@@ -1,8 +1,9 @@
 """Throughput of ``estimate_memory_batch`` on one core: prints configurations per second of wall-clock time and
 per CPU second of the process (``time.process_time``: on a shared machine it counts the core time the process got,
-not the time it waited for one), each the best of 5, and the load average. The CPU time is split into user and
-system time with the run's minor page faults: glibc returns freed block temporaries to the OS and faults them
-back in (system time), by an amount that varies between processes running the same code (docs/benchmarks.md).
+not the time it waited for one), each the best of 9 calls, the CPU figure also as the median, and the load
+average. The best call's CPU time is split into user and system time with its minor page faults: glibc returns
+freed block temporaries to the OS and faults them back in (system time), by an amount that varies between calls
+and processes running the same code (docs/benchmarks.md).
 
 Run: python benchmarks/memory_vectorized.py [n_configs]
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import os
 import resource
+import statistics
 import sys
 import time
 
@@ -38,17 +40,19 @@ def main() -> None:
     for framework in ("megatron", "torch"):
         training = TrainingConfig(framework=framework, precision="bf16-mixed" if framework == "megatron" else "bf16")
         estimate_memory_batch(model, {k: v[:1000] for k, v in configs.items()}, training)  # warm-up
-        wall, cpu, split = float("inf"), float("inf"), (0.0, 0.0, 0)
-        for _ in range(5):
+        wall, cpu, split, cpus = float("inf"), float("inf"), (0.0, 0.0, 0), []
+        for _ in range(9):
             t0, c0, r0 = time.perf_counter(), time.process_time(), resource.getrusage(resource.RUSAGE_SELF)
             out = estimate_memory_batch(model, configs, training)
             c1, r1 = time.process_time() - c0, resource.getrusage(resource.RUSAGE_SELF)
             wall = min(wall, time.perf_counter() - t0)
+            cpus.append(c1)
             if c1 < cpu:
                 cpu, split = c1, (r1.ru_utime - r0.ru_utime, r1.ru_stime - r0.ru_stime, r1.ru_minflt - r0.ru_minflt)
         print(f"{framework:8s} {n:,} configs in {wall:.3f} s: {n / wall:,.0f} configs/s; {cpu:.3f} CPU s: "
               f"{n / cpu:,.0f} configs per CPU second (user {split[0]:.3f} s, system {split[1]:.3f} s, "
-              f"{split[2]:,} page faults; {int(out.valid.sum()):,} valid)")
+              f"{split[2]:,} page faults); median {n / statistics.median(cpus):,.0f} configs per CPU second; "
+              f"{int(out.valid.sum()):,} valid")
     print("load average (1, 5, 15 min): " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
 
 

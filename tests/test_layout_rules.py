@@ -137,3 +137,25 @@ def test_every_candidate_the_planner_enumerates_passes_validate_layout(model_nam
     assert estimate_memory_batch(model, layouts, training).valid.all()
     for i in range(0, len(layouts), max(1, len(layouts) // 50)):
         validate_layout(model, layouts.training(i, training), layouts.parallel(i))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.sampled_from(sorted(MODELS)),
+       st.lists(st.fixed_dictionaries({k: st.sampled_from(v) for k, v in COLUMN_VALUES.items()}), min_size=1,
+                max_size=20))
+def test_rules_at_their_defaults_say_what_their_arithmetic_says(model_name: str, rows: list[dict[str, int]]) -> None:
+    """A table that leaves vpp, cp, ep, etp, the shard and micro-batch groups, the stage split and the distributed
+    optimizer at their defaults in every row (where the rules answer True at once) gets the mask its rows get
+    beside one row that sets them all, where every rule runs its arithmetic."""
+    model = MODELS[model_name]
+    defaults = {"vpp": 1, "cp": 1, "ep": 1, "etp": 0, "shard_group_size": 0, "microbatch_group_size": 0,
+                "stage_split": 0, "distributed_optimizer": 0}
+    plain = [{**r, **defaults} for r in rows]
+    other = {**plain[0], "vpp": 2, "cp": 2, "ep": 2, "etp": 1, "shard_group_size": 2, "microbatch_group_size": 2,
+             "stage_split": 1, "distributed_optimizer": 1}
+
+    def table(rs: list[dict[str, int]]) -> LayoutArrays:
+        return LayoutArrays(**{k: np.array([r[k] for r in rs], dtype=np.int64) for k in LAYOUT_COLUMNS},
+                            splits=SPLITS)
+
+    assert np.array_equal(layout_mask(model, table(plain)), layout_mask(model, table([*plain, other]))[:-1])

@@ -14,7 +14,7 @@ from frenzy_core.config import ModelConfig, MoEConfig, ParallelConfig, PipelineS
 from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.errors import ConfigError
 from frenzy_core.memory import batch, estimate_memory, estimate_memory_batch
-from frenzy_core.memory.kernel import state_keys, torch_sp_covered
+from frenzy_core.memory.kernel import state_keys, token_keys, torch_sp_covered
 from golden.cases import random_configs
 
 DENSE = ModelConfig(num_layers=12, hidden_size=512, num_attention_heads=8, num_kv_heads=4, vocab_size=32000,
@@ -131,8 +131,8 @@ RECIPES = [
 
 
 def _share(patch: pytest.MonkeyPatch, shared: bool) -> None:
-    """Make the batch estimator share state terms between rows whatever their number and repeats (True), or
-    never (False)."""
+    """Make the batch estimator share state and token terms between rows whatever their number and repeats (True),
+    or never (False)."""
     patch.setattr(batch, "SHARED_MIN_ROWS", 0 if shared else 2**62)
     patch.setattr(batch, "SHARED_MIN_REPEATS", 0)
 
@@ -176,15 +176,17 @@ def _cross_product(model: ModelConfig) -> dict[str, np.ndarray]:
 @pytest.mark.parametrize("framework,precision", [("torch", "amp-bf16"), ("megatron", "bf16-mixed")])
 @pytest.mark.parametrize("model", [DENSE, MOE], ids=["dense", "moe"])
 def test_shared_state_terms_change_no_array(model: ModelConfig, framework: str, precision: str) -> None:
-    """Rows that repeat their state keys many times (a cross product, 72 per key) give the same arrays, value and
-    dtype, with the state terms shared between them as computed per row; and rows checked one by one equal the
-    scalar estimate."""
+    """Rows that repeat their state keys many times (a cross product, 72 per key) and their token keys (tp,
+    sequence parallelism, sequence, micro-batch size: 72 or more per key) give the same arrays, value and dtype,
+    with the state and token terms shared between them as computed per row; and rows checked one by one equal
+    the scalar estimate."""
     training = TrainingConfig(framework=framework, precision=precision, attention="eager", seq_len=512)
     cfg = _cross_product(model)
     if framework == "torch":  # refused at tp > 1 (tests/test_memory_torch_sp.py)
         cfg["sequence_parallel"] = cfg["sequence_parallel"] * (cfg["tp"] == 1)
-    first, _ = distinct(*state_keys(LayoutArrays.from_columns(cfg, training)))
-    assert len(cfg["dp"]) >= 20 * len(first)  # the rows do repeat their keys
+    lay = LayoutArrays.from_columns(cfg, training)
+    for keys in (state_keys(lay), token_keys(lay)):
+        assert len(cfg["dp"]) >= 20 * len(distinct(*keys)[0])  # the rows do repeat their keys
     results = {}
     for shared in (True, False):
         with pytest.MonkeyPatch.context() as patch:
@@ -212,7 +214,7 @@ def test_distinct_rows_share_nothing_and_change_no_array() -> None:
     assert len(distinct(*state_keys(lay))[0]) == n
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(batch, "SHARED_MIN_ROWS", 0)
-        assert batch._shared_terms(DENSE, training, lay, 2) is None
+        assert batch._shared(lay, state_keys(lay), np.arange(n), lambda keys: keys) is None
     results = {}
     for shared in (True, False):
         with pytest.MonkeyPatch.context() as patch:
@@ -221,6 +223,39 @@ def test_distinct_rows_share_nothing_and_change_no_array() -> None:
     assert results[True]["valid"].all()
     for name, values in results[False].items():
         assert values.dtype == results[True][name].dtype and np.array_equal(values, results[True][name]), name
+
+
+@pytest.mark.parametrize("framework,precision", [("torch", "amp-bf16"), ("megatron", "bf16-mixed")])
+def test_distinct_token_keys_share_nothing_and_change_no_array(framework: str, precision: str) -> None:
+    """Rows that share their state keys but no token key (each its own sequence length) give the same arrays
+    with every term shared (the token terms one key per row) as with none; by itself the estimator shares the
+    state terms there but not the token terms; rows checked one by one equal the scalar estimate."""
+    training = TrainingConfig(framework=framework, precision=precision, attention="eager", seq_len=512)
+    n = 1200
+    tp = 2 if framework == "megatron" else 1  # (torch tp > 1 without sequence parallelism is refused)
+    cfg = {"dp": 2, "tp": tp, "pp": 2, "num_microbatches": 4, "seq_len": 64 + 8 * np.arange(n),
+           "recompute": np.arange(n) % 3}
+    lay = LayoutArrays.from_columns(cfg, training)
+    assert len(distinct(*token_keys(lay))[0]) == n and len(distinct(*state_keys(lay))[0]) == 1
+    rows = np.arange(n)
+    assert batch._shared(lay, token_keys(lay), rows, lambda keys: keys) is None
+    assert batch._shared(lay, state_keys(lay), rows, lambda keys: keys) is not None
+    results = {}
+    for shared in (True, False):
+        with pytest.MonkeyPatch.context() as patch:
+            _share(patch, shared)
+            results[shared] = _arrays(estimate_memory_batch(DENSE, cfg, training))
+    by_itself = _arrays(estimate_memory_batch(DENSE, cfg, training))
+    assert results[True]["valid"].all()
+    for name, values in results[False].items():
+        assert values.dtype == results[True][name].dtype and np.array_equal(values, results[True][name]), name
+        assert np.array_equal(values, by_itself[name]), name
+    full = {k: getattr(lay, k) for k in ("dp", "tp", "pp", "vpp", "cp", "ep", "micro_batch_size", "seq_len",
+                                          "zero_stage", "recompute", "recompute_num_layers", "sequence_parallel",
+                                          "schedule", "num_microbatches")}
+    for i in (0, 601, n - 1):
+        est = _scalar(DENSE, training, full, i)
+        assert (results[True]["peak"][i], results[True]["device"][i]) == (est.peak_bytes, est.device_bytes)
 
 
 @pytest.mark.parametrize("framework,precision", [("torch", "bf16"), ("megatron", "bf16-mixed")])

@@ -237,6 +237,74 @@ def test_batch_of_two_dimensional_columns_is_its_flat_rows() -> None:
     assert len(estimate_iteration_time_batch(GPT, training, GPU, {"dp": 1, "zero_stage": [[0]]})) == 1
 
 
+# GPU types whose figures differ in every way a row's time depends on: dtype peaks, HBM, SMs, links, host link (none
+# listed for mi300x), attention kernel (cuDNN or FlashAttention-2 by generation, the memory-efficient one on Volta,
+# an AMD scale for the kernel table) and, for one, calibrated parameters.
+MIXED_TYPES = ("h100-sxm", "a100-80gb", "v100-32gb", "mi300x", "l4")
+MIXED_RECIPES = (
+    TrainingConfig(seq_len=1024, global_batch_size=64, precision="fp16-mixed", framework="megatron"),
+    TrainingConfig(seq_len=1024, global_batch_size=64, precision="fp16-mixed", attention="flash"),
+    TrainingConfig(seq_len=1024, global_batch_size=64, precision="fp16-mixed", offload_optimizer="cpu", zero_stage=2),
+    TrainingConfig(seq_len=2048, global_batch_size=64, precision="fp32", attention="eager"),
+)
+
+
+@settings(max_examples=4, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([1, 2, 4]), st.sampled_from([1, 2, 4]), st.sampled_from([1, 2]),
+                          st.sampled_from([1, 2]), st.sampled_from(list(Recompute)), st.booleans(),
+                          st.integers(0, len(MIXED_TYPES) - 1)), min_size=1, max_size=10),
+       st.sampled_from(MIXED_RECIPES), st.booleans())
+def test_batch_of_several_gpu_types_equals_scalar(candidates: list[tuple], base: TrainingConfig, moe: bool) -> None:
+    """One call over rows on several GPU types gives each row exactly its own type's scalar estimate."""
+    model = GPT.replace(moe=MoEConfig(num_experts=8, top_k=2, expert_ffn_hidden_size=1024)) if moe else GPT
+    gpus = [get_gpu_spec(name) for name in MIXED_TYPES]
+    params = [None, PARAMS, None, None, None]
+    rows = [(dp, tp, pp, cp, 2 if moe and (dp * cp) % 2 == 0 else 1, rc, sp and tp > 1, g)
+            for dp, tp, pp, cp, rc, sp, g in candidates]
+    cols = list(zip(*rows))
+    batch = estimate_iteration_time_batch(model, base, MIXED_TYPES, {
+        "dp": cols[0], "tp": cols[1], "pp": cols[2], "cp": cols[3], "ep": cols[4],
+        "recompute": [r.code for r in cols[5]], "sequence_parallel": cols[6]},
+        gpu_index=np.array(cols[7]), params=params)
+    for i, (dp, tp, pp, cp, ep, rc, sp, g) in enumerate(rows):
+        training = base.replace(recompute=rc, sequence_parallel=sp)
+        scalar = estimate_iteration_time(model, training, ParallelConfig(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep), gpus[g],
+                                         params=params[g])
+        assert batch.at(i) == scalar
+
+
+def test_several_gpu_types_are_checked_once_per_call() -> None:
+    training = TrainingConfig(seq_len=1024, global_batch_size=64)
+    rows = {"dp": [1, 2, 4]}
+    two = ["h100-sxm", "a100-80gb"]
+    for kwargs, field in (({}, "gpu_index"), ({"gpu_index": [0, 2, 1]}, "gpu_index"),
+                          ({"gpu_index": [0, 1]}, "gpu_index"), ({"gpu_index": [0.0, 1.0, 1.0]}, "gpu_index"),
+                          ({"gpu_index": [0, 1, 1], "params": PARAMS}, "params"),
+                          ({"gpu_index": [0, 1, 1], "params": [PARAMS]}, "params"),
+                          ({"gpu_index": [0, 1, 1], "params": [PARAMS, "fast"]}, "params")):
+        with pytest.raises(ConfigError) as err:
+            estimate_iteration_time_batch(GPT, training, two, rows, **kwargs)  # type: ignore[arg-type]
+        assert err.value.field == field
+    with pytest.raises(ConfigError, match="v100-32gb lists no bf16 peak"):  # the type that cannot run it, named
+        estimate_iteration_time_batch(GPT, training, [*two, "v100-32gb"], rows, gpu_index=[0, 1, 1])
+    with pytest.raises(ConfigError) as err:
+        estimate_iteration_time_batch(GPT, training, [], rows)
+    assert err.value.field == "gpu"
+    with pytest.raises(ConfigError, match="candidate"):  # the rows are checked as for one type
+        estimate_iteration_time_batch(GPT, training, two, {"dp": [1, 3, 4]}, gpu_index=[0, 1, 1])
+
+
+def test_several_gpu_types_take_their_own_links_from_a_cluster() -> None:
+    cluster = Cluster.from_dict({"nodes": [{"gpu": "h100-sxm", "count": 2, "gpus_per_node": 4},
+                                           {"gpu": "a100-80gb", "count": 2, "gpus_per_node": 8}]})
+    training = TrainingConfig(seq_len=1024, global_batch_size=64)
+    both = estimate_iteration_time_batch(GPT, training, ["h100-sxm", "a100-80gb"], {"dp": [8, 8]}, gpu_index=[0, 1],
+                                         cluster=cluster)
+    for i, name in enumerate(["h100-sxm", "a100-80gb"]):
+        alone = estimate_iteration_time_batch(GPT, training, name, {"dp": [8]}, cluster=cluster)
+        assert both.at(i) == alone.at(0)
+
+
 def test_batch_broadcasts_scalars_and_enums() -> None:
     training = TrainingConfig(seq_len=1024, global_batch_size=64)
     got = estimate_iteration_time_batch(GPT, training, GPU, {"dp": np.array([1, 2, 4, 8]), "tp": 2,

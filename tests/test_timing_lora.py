@@ -10,8 +10,8 @@ from frenzy_core import ModelConfig, ParallelConfig, TrainingConfig, get_gpu_spe
 from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.config.finetune import LoRAConfig
 from frenzy_core.timing import default_time_model_params, estimate_iteration_time, estimate_iteration_time_batch
-from frenzy_core.timing.efficiency import gemm_hardware
-from frenzy_core.timing.layer import Rates, layer_terms
+from frenzy_core.timing.gpu_rows import gpu_table
+from frenzy_core.timing.layer import layer_terms
 
 GPU = get_gpu_spec("h100-sxm")
 SMALL = ModelConfig(num_layers=4, hidden_size=1024, num_attention_heads=8, num_kv_heads=8, ffn_hidden_size=2816,
@@ -22,13 +22,10 @@ ALL = LoRAConfig(rank=16, target_modules=("q", "k", "v", "o", "gate", "up", "dow
 
 def _gemm_ratio(model: ModelConfig, lora: LoRAConfig | None, tokens: float) -> float:
     """Backward over forward GEMM seconds of the average layer on one GPU."""
-    p = default_time_model_params(GPU)
-    rates = Rates(matmul=GPU.peak_tflops["bf16"] * 1e12 * p.matmul_efficiency, fp8_matmul=0.0,
-                  attention_peak=GPU.peak_tflops["bf16"] * 1e12,
-                  memory=GPU.memory_bandwidth_bytes_per_s * p.memory_efficiency)
+    training = TrainingConfig(seq_len=4096, lora=lora)
+    figures = gpu_table(training, [GPU], [default_time_model_params(GPU)], model.causal).at(np.zeros(1, np.int64))
     one = np.array([1.0])
-    lt = layer_terms(model, TrainingConfig(seq_len=4096, lora=lora), GPU, p, rates, GPU.links, gemm_hardware(GPU),
-                     np.array([tokens]), one, one, one, np.array([False]))
+    lt = layer_terms(model, training, figures, GPU.links, np.array([tokens]), one, one, one, np.array([False]))
     return float(lt.gemm_bwd[0] / lt.gemm_fwd[0])
 
 

@@ -24,7 +24,7 @@ def _terms(training: TrainingConfig, *, stepped: float = 1e9, held: float = 1e9,
     """(host step, copies, hidden) of one layout, in seconds (the windows long enough to hide any copy unless
     given)."""
     a = np.array
-    t = offload_terms(training, GPU, stepped=a([stepped]), held=a([held]), zero_stage=a([zero]),
+    t = offload_terms(training, host_link_bytes_per_s(GPU), stepped=a([stepped]), held=a([held]), zero_stage=a([zero]),
                       layers=a([float(layers)]), ranks_per_node=a([float(ranks)]), m=a([float(m)]),
                       fwd_window=a([fwd]), bwd_window=a([bwd]))
     return float(t.host_step_s[0]), float(t.transfer_s[0]), float(t.hidden_s[0])
@@ -69,7 +69,7 @@ def test_megatron_copies_longer_than_the_step_hide_it_instead() -> None:
     gpu = get_gpu_spec("v100-32gb")
     link = host_link_bytes_per_s(gpu)
     a = np.array
-    t = offload_terms(TrainingConfig(framework="megatron", **OPT), gpu, stepped=a([1e9]), held=a([1e9]),
+    t = offload_terms(TrainingConfig(framework="megatron", **OPT), link, stepped=a([1e9]), held=a([1e9]),
                       zero_stage=a([0]), layers=a([4.0]), ranks_per_node=a([1.0]), m=a([1.0]), fwd_window=a([0.0]),
                       bwd_window=a([0.0]))
     step, d2h, h2d = 1e9 / RATES.torch_fused_cpu_adamw_params_per_s, 4 * 1e9 / link, 2 * 1e9 / link

@@ -109,12 +109,20 @@ class Adapter(Generic[OptionsT]):
     options: type[OptionsT]
     build: Callable[[Plan, OptionsT], dict[str, Any]]
     render: Callable[[dict[str, Any]], str] | None = None
+    narrower: Callable[[OptionsT], LaunchScope | None] | None = None
+    """The narrower scope some options write within (torchrun's ``torchtitan=True``: ``TORCHTITAN``)."""
 
     @property
     def scope(self) -> LaunchScope:
         """What this launcher can run (``plan_job(..., launcher=name)`` plans within it): its row of
         :data:`frenzy_core.planning.LAUNCH_SCOPES`."""
         return get_launch_scope(self.name)
+
+    def scope_for(self, **options: Any) -> LaunchScope:
+        """What this launcher can run with ``options`` (``frenzy plan --emit X -o ...`` plans within it): its
+        row, or the narrower scope the options ask for."""
+        narrower = None if self.narrower is None else self.narrower(self.options.model_validate(options))
+        return narrower or self.scope
 
     def __call__(self, plan: Plan, **options: Any) -> dict[str, Any]:
         """The launcher's config for ``plan`` as plain data (``options`` are this adapter's keyword options)."""

@@ -20,6 +20,7 @@ from frenzy_core.adapters.base import (
 )
 from frenzy_core.adapters.torchtitan import torchtitan_args
 from frenzy_core.errors import ConfigError
+from frenzy_core.planning.launchers import TORCHTITAN, LaunchScope
 from frenzy_core.planning.plan import Plan
 
 __all__ = ["DEFAULT_RDZV_PORT", "TORCHRUN", "LaunchOptions", "TorchrunOptions", "torchrun_flags"]
@@ -152,6 +153,11 @@ def render_torchrun(data: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _narrower(options: TorchrunOptions) -> LaunchScope | None:
+    """torchtitan's flags write only what torchtitan runs."""
+    return TORCHTITAN if options.torchtitan else None
+
+
 TORCHRUN: Adapter[TorchrunOptions] = Adapter(
     name="torchrun", summary="torchrun command line and environment per node", output=OutputFormat.TEXT,
-    options=TorchrunOptions, build=build_torchrun, render=render_torchrun)
+    options=TorchrunOptions, build=build_torchrun, render=render_torchrun, narrower=_narrower)

@@ -20,7 +20,7 @@ from frenzy_core.adapters.base import per_stage_tp_launchers
 from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.config.parallel import PipelineSchedule
 from frenzy_core.errors import ConfigError
-from frenzy_core.planning.launchers import FULL_OFFLOAD, launchers_where, offload_kind
+from frenzy_core.planning.launchers import FULL_OFFLOAD, TORCHTITAN, launchers_where, offload_kind
 from frenzy_core.planning.plan import Plan
 
 __all__ = ["module_fqns_per_model_part", "stage_layer_counts", "torchtitan_args"]
@@ -72,23 +72,25 @@ def _check(plan: Plan) -> None:
                  f"FRENZY_STAGE* (docs/adapters.md), or plan with constraints={{'tp': {tps[-1]}}} so every stage "
                  "shares one tp")
     kind = offload_kind(plan.training)
-    if kind not in ("none", FULL_OFFLOAD):
+    if TORCHTITAN.offload is not None and kind not in TORCHTITAN.offload:
         raise ConfigError(
             f"torchtitan offloads only through FSDP2's CPUOffloadPolicy (parameters, gradients and the optimizer "
             f"together, --training.enable_cpu_offload), not offload {kind!r}", field="training.offload_optimizer",
             value=kind, hint="launch it with torchrun and a script that reads FRENZY_OFFLOAD_*, or plan with "
                              "offload_optimizer='cpu' and offload_params='cpu'")
-    if kind == FULL_OFFLOAD and p.dp * p.cp == 1:
-        # parallelize.py passes cpu_offload to apply_fsdp only when parallel_dims.fsdp_enabled (dp_shard or cp > 1)
-        raise ConfigError("torchtitan offloads through FSDP2, which it applies only with data or context parallel "
-                          "ranks: at dp = cp = 1 --training.enable_cpu_offload would keep everything on the GPU",
-                          field="plan.parallel.dp", value=p.dp,
-                          hint="plan with dp > 1, or launch it with torchrun and a script that reads FRENZY_OFFLOAD_*")
     if p.vpp > 1 or p.schedule not in SCHEDULES:
         raise ConfigError(
             f"torchtitan's split is written here for one stage per pp rank (1F1B or GPipe), not {p.describe()} "
             f"with the {p.schedule.value} schedule", field="plan.parallel", value=p.describe(),
             hint="use the megatron adapter for interleaved plans")
+    # every other rule of the declaration was checked above: what is left is the offload's
+    if not TORCHTITAN.allows(LayoutArrays.from_configs(plan.training, p), plan.training)[0]:
+        # parallelize.py passes cpu_offload to apply_fsdp only when parallel_dims.fsdp_enabled (dp_shard or cp > 1)
+        raise ConfigError("torchtitan offloads through FSDP2, which it applies only with data or context parallel "
+                          "ranks: at dp = cp = 1 --training.enable_cpu_offload would keep everything on the GPU",
+                          field="plan.parallel.dp", value=p.dp,
+                          hint="plan with dp > 1 (plan_job(..., launcher=TORCHTITAN), frenzy plan --emit torchrun -o "
+                               "torchtitan=true), or launch it with torchrun and a script that reads FRENZY_OFFLOAD_*")
 
 
 def module_fqns_per_model_part(plan: Plan) -> list[list[str]]:

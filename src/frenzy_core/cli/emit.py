@@ -7,9 +7,10 @@ from typing import Any
 
 from frenzy_core._files import load_yaml
 from frenzy_core.errors import ConfigError
+from frenzy_core.planning.launchers import LaunchScope
 from frenzy_core.planning.plan import Plan
 
-__all__ = ["LaunchOutput", "emit_launcher", "launcher_options", "parse_emit_options"]
+__all__ = ["LaunchOutput", "emit_launcher", "launch_scope", "launcher_options", "parse_emit_options"]
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,14 @@ def launcher_options(launcher: str, options: dict[str, Any]) -> dict[str, Any]:
             raise ConfigError(f"--emit {launcher} has no option {key!r}", field="--emit-option", value=key, hint=hint)
     get_adapter(launcher).options.model_validate(options)
     return options
+
+
+def launch_scope(launcher: str, options: dict[str, Any]) -> LaunchScope:
+    """What ``launcher`` with ``options`` can run (the plan is made within it: torchrun's ``torchtitan=true``
+    writes only what torchtitan runs)."""
+    from frenzy_core.adapters import get_adapter
+
+    return get_adapter(launcher).scope_for(**options)
 
 
 def emit_launcher(plan: Plan, launcher: str, options: dict[str, Any]) -> LaunchOutput:

@@ -22,7 +22,7 @@ from frenzy_core.cli._common import (
     require_file,
     require_positive,
 )
-from frenzy_core.cli.emit import LaunchOutput, emit_launcher, launcher_options, parse_emit_options
+from frenzy_core.cli.emit import LaunchOutput, emit_launcher, launch_scope, launcher_options, parse_emit_options
 from frenzy_core.cli.option_words import config_error_in_option_words, infeasible_in_option_words
 from frenzy_core.cli.payloads import plan_payload
 from frenzy_core.cli.plan_view import plan_renderables
@@ -136,7 +136,8 @@ def plan(
                       highlight=False, soft_wrap=True)
     try:
         result = plan_job(cfg, where.cluster, training, objective=objective, constraints=constraints,
-                          time_limit_s=time_limit, top_k=runners_up, time_model=time_model, launcher=emit,
+                          time_limit_s=time_limit, top_k=runners_up, time_model=time_model,
+                          launcher=None if emit is None else launch_scope(emit, emit_options),
                           mixed_types=mixed_types, mixed_stages=mixed_stages)
     except InfeasiblePlanError as exc:
         raise infeasible_in_option_words(exc) from None

@@ -118,6 +118,21 @@ def _within(name: str, lo: int | None, hi: float | None) -> Callable[[ModelConfi
     return holds
 
 
+def _unless(unset: Mapping[str, int], holds: Callable[[ModelConfig, LayoutArrays], npt.ArrayLike]
+            ) -> Callable[[ModelConfig, LayoutArrays], npt.ArrayLike]:
+    """``holds``, which every row passes where each column of ``unset`` has its value (vpp 1, no stage split,
+    cp 1...): True at once when the columns hold only those values in every row (two reductions each instead of
+    the rule's arithmetic over every row, as a planner's table often leaves the column at its default)."""
+
+    def rule(m: ModelConfig, a: LayoutArrays) -> npt.ArrayLike:
+        columns = [getattr(a, name) for name in unset]
+        if columns[0].size and all(int(c.min()) == v == int(c.max()) for c, v in zip(columns, unset.values())):
+            return True
+        return holds(m, a)
+
+    return rule
+
+
 def _positive(path: str) -> LayoutRule:
     name = path.partition(".")[2]
     return LayoutRule(f"{name}_positive", (path,), _within(name, 1, None),
@@ -209,37 +224,38 @@ the smallest meaningful value, at most the bounds of :mod:`frenzy_core._limits` 
 from a layout exact in int64; products are formed in float64 so that they cannot wrap)."""
 
 _COMBINATIONS: tuple[LayoutRule, ...] = (
-    LayoutRule("vpp_needs_pp", ("parallel.vpp", "parallel.pp"), lambda m, a: (a.vpp == 1) | (a.pp > 1),
+    LayoutRule("vpp_needs_pp", ("parallel.vpp", "parallel.pp"), _unless({"vpp": 1}, lambda m, a: (a.vpp == 1) | (a.pp > 1)),
                lambda r: f"{r.show('parallel.vpp')} needs {r.label('parallel.pp')} > 1",
                lambda r: f"set {r.label('parallel.pp')} >= 2 or {r.label('parallel.vpp')}=1"),
     LayoutRule("vpp_needs_interleaved", ("parallel.schedule", "parallel.vpp"),
-               lambda m, a: (a.vpp == 1) | (a.schedule == PipelineSchedule.INTERLEAVED.code),
+               _unless({"vpp": 1}, lambda m, a: (a.vpp == 1) | (a.schedule == PipelineSchedule.INTERLEAVED.code)),
                lambda r: f"{r.show('parallel.vpp')} needs schedule='interleaved' (got {_schedule_name(r)!r})"),
     LayoutRule("ep_divides_dp_cp", ("parallel.ep", "parallel.dp", "parallel.cp"),
-               lambda m, a: (a.dp * a.cp * a.tp) % np.maximum(a.ep * a.expert_tp, 1) == 0,
+               _unless({"ep": 1, "etp": 0}, lambda m, a: (a.dp * a.cp * a.tp) % np.maximum(a.ep * a.expert_tp, 1) == 0),
                lambda r: f"{r.label('parallel.etp')} x {r.show('parallel.ep')} = "
                          f"{int(r.layouts.expert_tp[r.i])} x {r['parallel.ep']} must divide "
                          f"{r.label('parallel.dp')} x {r.label('parallel.cp')} x {r.label('parallel.tp')} = "
                          f"{r['parallel.dp'] * r['parallel.cp'] * r['parallel.tp']}; expert-parallel ranks are taken "
                          "from the data-, context- and tensor-parallel ranks"),
     LayoutRule("shard_group_divides_dp_cp", ("parallel.shard_group_size", "parallel.dp", "parallel.cp"),
-               lambda m, a: (a.dp * a.cp) % np.maximum(a.shard_group, 1) == 0,
+               _unless({"shard_group_size": 0}, lambda m, a: (a.dp * a.cp) % np.maximum(a.shard_group, 1) == 0),
                lambda r: f"{r.show('parallel.shard_group_size')} must divide {r.label('parallel.dp')} x "
                          f"{r.label('parallel.cp')} = {r['parallel.dp'] * r['parallel.cp']}",
                lambda r: f"use {r.label('parallel.shard_group_size')} in "
                          f"{_divisors(r['parallel.dp'] * r['parallel.cp'])}"),
     LayoutRule("microbatch_group_needs_interleaving", ("parallel.microbatch_group_size", "parallel.vpp"),
-               lambda m, a: (a.microbatch_group_size == 0) | ((a.vpp > 1) & (a.microbatch_group_size >= a.pp)),
+               _unless({"microbatch_group_size": 0},
+                       lambda m, a: (a.microbatch_group_size == 0) | ((a.vpp > 1) & (a.microbatch_group_size >= a.pp))),
                lambda r: f"{r.show('parallel.microbatch_group_size')} needs the interleaved schedule "
                          f"({r.label('parallel.vpp')} > 1) and at least {r.show('parallel.pp')} micro-batches"),
     LayoutRule("stage_layers_one_per_chunk", ("parallel.stage_layers", "parallel.pp", "parallel.vpp"),
-               lambda m, a: (a.stage_split == 0) | (a.split_chunks() == a.pp * a.vpp),
+               _unless({"stage_split": 0}, lambda m, a: (a.stage_split == 0) | (a.split_chunks() == a.pp * a.vpp)),
                lambda r: f"stage_layers lists {int(r.layouts.split_chunks()[r.i])} chunks, not "
                          f"{r.label('parallel.pp')} x {r.label('parallel.vpp')} = "
                          f"{r['parallel.pp'] * r['parallel.vpp']}",
                lambda r: "give one layer count per pipeline chunk, in model order"),
     LayoutRule("distributed_optimizer_is_zero_1", ("training.zero_stage", "training.distributed_optimizer"),
-               lambda m, a: (a.distributed_optimizer == 0) | (a.zero_stage <= 1),
+               _unless({"distributed_optimizer": 0}, lambda m, a: (a.distributed_optimizer == 0) | (a.zero_stage <= 1)),
                lambda r: f"{r.label('training.distributed_optimizer')} (ZeRO-1) cannot be combined with "
                          f"{r.show('training.zero_stage')}; use one of them"),
 )
@@ -256,7 +272,7 @@ _MODEL_FIT: tuple[LayoutRule, ...] = (
                          "splits key/value groups across tensor-parallel ranks)",
                lambda r: f"use {r.label('parallel.tp')} in {_divisors(r['model.num_kv_heads'])}"),
     LayoutRule("stage_layers_sum_to_layers", ("parallel.stage_layers", "model.num_layers"),
-               lambda m, a: (a.stage_split == 0) | (a.split_layer_total() == m.num_layers),
+               _unless({"stage_split": 0}, lambda m, a: (a.stage_split == 0) | (a.split_layer_total() == m.num_layers)),
                lambda r: f"stage_layers {list(r.layouts.stage_layers(r.i) or ())} sum to "
                          f"{r['parallel.stage_layers']} layers, not {r.show('model.num_layers')}",
                lambda r: f"make the chunk layer counts add up to {r['model.num_layers']}"),
@@ -265,7 +281,7 @@ _MODEL_FIT: tuple[LayoutRule, ...] = (
                lambda r: f"{r.show('model.num_layers')} is fewer than {r.label('parallel.pp')} x "
                          f"{r.label('parallel.vpp')} = {r['parallel.pp'] * r['parallel.vpp']} pipeline chunks",
                lambda r: f"use {r.label('parallel.pp')} x {r.label('parallel.vpp')} <= {r['model.num_layers']}"),
-    LayoutRule("ep_needs_moe", ("parallel.ep",), lambda m, a: (a.ep == 1) | (m.moe is not None),
+    LayoutRule("ep_needs_moe", ("parallel.ep",), _unless({"ep": 1}, lambda m, a: (a.ep == 1) | (m.moe is not None)),
                lambda r: f"{r.show('parallel.ep')} needs a mixture-of-experts model",
                lambda r: f"set {r.label('parallel.ep')}=1 for dense models"),
     LayoutRule("experts_divisible_by_ep", ("parallel.ep", "model.moe.num_experts"),
@@ -273,7 +289,7 @@ _MODEL_FIT: tuple[LayoutRule, ...] = (
                lambda r: f"{r.show('model.moe.num_experts')} is not divisible by {r.show('parallel.ep')}",
                lambda r: f"use {r.label('parallel.ep')} in {_divisors(r['model.moe.num_experts'])}"),
     LayoutRule("seq_len_splits_over_cp", ("training.seq_len", "parallel.cp"),
-               lambda m, a: (a.cp == 1) | (a.seq_len % np.maximum(2 * a.cp, 1) == 0),
+               _unless({"cp": 1}, lambda m, a: (a.cp == 1) | (a.seq_len % np.maximum(2 * a.cp, 1) == 0)),
                lambda r: f"{r.show('training.seq_len')} is not divisible by 2 x {r.label('parallel.cp')} = "
                          f"{2 * r['parallel.cp']} (context parallelism splits each sequence into 2 x cp chunks)"),
     LayoutRule("seq_len_within_learned_positions", ("training.seq_len", "model.max_position_embeddings"),
@@ -291,7 +307,7 @@ _MODEL_FIT: tuple[LayoutRule, ...] = (
                          f"{r['training.micro_batch_size'] * r['parallel.dp']}",
                lambda r: f"use a multiple of {r['training.micro_batch_size'] * r['parallel.dp']}"),
     LayoutRule("interleaved_microbatches_multiple_of_pp", ("training.global_batch_size", "parallel.pp"),
-               lambda m, a: (a.vpp == 1) | (_microbatches(a) % np.maximum(a.microbatch_group, 1) == 0),
+               _unless({"vpp": 1}, lambda m, a: (a.vpp == 1) | (_microbatches(a) % np.maximum(a.microbatch_group, 1) == 0)),
                lambda r: f"the interleaved schedule needs the number of micro-batches "
                          f"({int(_microbatches(r.layouts)[r.i])}) to be a multiple of "
                          + (r.show('parallel.microbatch_group_size') if r['parallel.microbatch_group_size']

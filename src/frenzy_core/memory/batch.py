@@ -6,26 +6,38 @@ the scalar estimator's busiest stage, byte for byte.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
-from frenzy_core._distinct import distinct, gather
+from frenzy_core._distinct import collapsed, distinct, gather
 from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.config.layout import layout_mask
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.trainable import check_recipe
 from frenzy_core.config.training import TrainingConfig
 from frenzy_core.errors import require_instance
-from frenzy_core.memory.kernel import StateTerms, stage_arrays, state_keys, state_terms, unmodelled_rows
+from frenzy_core.memory.kernel import (
+    StateTerms,
+    TokenTerms,
+    stage_arrays,
+    state_keys,
+    state_terms,
+    token_keys,
+    token_terms,
+    unmodelled_rows,
+)
 from frenzy_core.memory.overhead import overhead_bytes
 from frenzy_core.memory.result import MEMORY_CATEGORIES
 
 __all__ = ["BatchEstimate", "estimate_memory_batch", "stage_device_bytes"]
 
 IntArray = npt.NDArray[np.int64]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -49,6 +61,12 @@ BLOCK_ELEMENTS = 1 << 14
 """Rows x candidate stages the kernel evaluates at once: its few hundred float64 temporaries then stay in a core's
 cache (1 MiB of L2 on the benchmark machine), about twice as fast as whole arrays of 200,000 rows, while the Python
 work per block stays small (docs/benchmarks.md, vectorised memory estimator)."""
+
+
+RULE_ROWS = 1 << 15
+"""Rows the layout rules (:func:`layout_mask`) check at once: their temporaries are mostly booleans (32 KiB), and
+each of their forty rules costs a few numpy calls per block, so larger blocks than the kernel's pay less Python
+(docs/benchmarks.md, vectorised memory estimator: 25 -> 16 ms for the benchmark's 200,000 rows)."""
 
 
 def _stage_count(model: ModelConfig, lay: LayoutArrays, valid: npt.NDArray[np.bool_],
@@ -91,22 +109,23 @@ def estimate_memory_batch(model: ModelConfig, configs: LayoutArrays | Mapping[st
     check_recipe(model, training)
     shape, flat = layouts.shape, layouts.flat()
     n = len(flat)
-    rows = _blocks(n, BLOCK_ELEMENTS // 2)
-    valid = np.concatenate([_modelled(model, training, flat.take(sl)) for sl in rows])
+    valid = np.concatenate([_modelled(model, training, flat.take(sl)) for sl in _blocks(n, RULE_ROWS)])
     count = _stage_count(model, flat, valid, training)
     out = {name: np.full(n, -1, dtype=np.int64) for name in ("peak", "device", "stage", "host")}
     breakdown = {cat: np.full(n, -1, dtype=np.int64) for cat in MEMORY_CATEGORIES}
     # only the rows the rules accept are evaluated (a planner's table holds many it rejects: they read -1), those
-    # of one pipeline stage at that stage alone (their first stage is their last)
+    # of one pipeline stage at that stage alone (their first stage is their last); each block takes its own rows
+    # (no copy of every accepted row at once: glibc would return its pages to the OS and fault them in again)
     single = flat.pp == 1
     for rows_of, stages in ((valid & single, 1), (valid & ~single, count)):
         accepted = np.flatnonzero(rows_of)
-        kept = flat.take(accepted)
-        shared = _shared_terms(model, training, kept, stages)
+        shared = _shared(flat, state_keys(flat), accepted, functools.partial(_state_terms, model, training, stages))
+        per_token = _shared(flat, token_keys(flat), accepted, lambda keys: token_terms(model, training, keys))
         for sl in _blocks(len(accepted), max(BLOCK_ELEMENTS // stages, 1)):
             picked = accepted[sl]
-            terms = None if shared is None else gather(shared[0], shared[1][sl])
-            block = _block(model, training, kept.take(sl), stages, terms)
+            terms = None if shared is None else gather(shared[0], shared[1][sl], shared[2])
+            tokens = None if per_token is None else gather(per_token[0], per_token[1][sl], per_token[2])
+            block = _block(model, training, flat.take(picked), stages, terms, tokens)
             ok = block.pop("in_range").astype(bool)
             valid[picked] = ok
             every = bool(ok.all())  # (the rows beyond 2^60 bytes read -1)
@@ -125,34 +144,40 @@ def _modelled(model: ModelConfig, training: TrainingConfig, layouts: LayoutArray
 
 
 SHARED_MIN_ROWS = 1024
-"""Fewer accepted rows than this are evaluated without sharing terms (:func:`_shared_terms`): the pass that finds
+"""Fewer accepted rows than this are evaluated without sharing terms (:func:`_shared`): the pass that finds
 the distinct keys would cost more than it saves."""
 SHARED_MIN_REPEATS = 4
-"""Terms are shared only where the rows repeat their state keys this many times on average: the gathers cost
+"""Terms are shared only where the rows repeat their keys this many times on average: the gathers cost
 about what the terms do at a few rows per key (docs/benchmarks.md, vectorised memory estimator)."""
 
 
-def _shared_terms(model: ModelConfig, training: TrainingConfig, arrays: LayoutArrays, count: int
-                  ) -> tuple[StateTerms, npt.NDArray[np.intp]] | None:
-    """The state terms (:func:`~frenzy_core.memory.kernel.state_terms`) of each distinct
-    :func:`~frenzy_core.memory.kernel.state_keys` of ``arrays`` at its candidate stages, and each row's key
-    number, to gather per block; None where most rows are distinct (or few): then each block computes its own."""
-    if len(arrays) < max(SHARED_MIN_ROWS, 1):
+def _shared(flat: LayoutArrays, keys: tuple[npt.NDArray[np.int64] | npt.NDArray[np.bool_], ...],
+            rows: npt.NDArray[np.intp], terms: Callable[[LayoutArrays], T]
+            ) -> tuple[T, npt.NDArray[np.intp], int] | None:
+    """``terms`` of one row of each distinct combination of ``keys`` (columns of ``flat``: :func:`state_keys` or
+    :func:`token_keys`) among its rows ``rows``, each row's combination number and their count, to gather per block; None
+    where most rows are distinct (or few): then each block computes its own."""
+    if len(rows) < max(SHARED_MIN_ROWS, 1):
         return None
-    first, inverse = distinct(*state_keys(arrays))
-    if SHARED_MIN_REPEATS * len(first) > len(arrays):
+    first, inverse = distinct(*keys, rows=rows)
+    if SHARED_MIN_REPEATS * len(first) > len(rows):
         return None
-    keys = arrays.take(first)
-    return state_terms(model, training, keys, _candidate_stages(keys, count, count != 2)), inverse
+    return collapsed(terms(flat.take(rows[first]))), inverse, len(first)
+
+
+def _state_terms(model: ModelConfig, training: TrainingConfig, count: int, keys: LayoutArrays) -> StateTerms:
+    """:func:`~frenzy_core.memory.kernel.state_terms` of ``keys`` at their ``count`` candidate stages."""
+    return state_terms(model, training, keys, _candidate_stages(keys, count, count != 2))
 
 
 def _block(model: ModelConfig, training: TrainingConfig, arrays: LayoutArrays, count: int,
-           terms: StateTerms | None = None) -> dict[str, IntArray]:
+           terms: StateTerms | None = None, tokens: TokenTerms | None = None) -> dict[str, IntArray]:
     """The busiest stage of each row of ``arrays`` (rows the rules accept): peak, device and host
-    bytes, the stage, its categories, and ``in_range`` (0 where a stage's total exceeds 2^60 bytes); ``terms``:
-    their state terms at the candidate stages, where shared (:func:`_shared_terms`)."""
+    bytes, the stage, its categories, and ``in_range`` (0 where a stage's total exceeds 2^60 bytes); ``terms``
+    and ``tokens``: their state terms at the candidate stages and their token terms, where shared
+    (:func:`_shared`)."""
     stages = _candidate_stages(arrays, count, count != 2)
-    st = stage_arrays(model, training, arrays, stages, terms)
+    st = stage_arrays(model, training, arrays, stages, terms, tokens)
     best_peak, best_stage = st.peak_bytes[0], stages[0]
     best_breakdown = {cat: st.breakdown[cat][0] for cat in MEMORY_CATEGORIES}
     # a stage replaces the best so far where it needs more device memory (ties: the lower stage, already first

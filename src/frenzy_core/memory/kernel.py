@@ -20,7 +20,10 @@ from frenzy_core.config.parallel import PipelineSchedule
 from frenzy_core.config.trainable import trains
 from frenzy_core.config.training import Framework, Recompute, RecomputeMethod, TrainingConfig
 from frenzy_core.memory.activations import (
+    EdgeActivations,
+    FrozenActivations,
     LayerActivations,
+    LogitBytes,
     edge_activations,
     frozen_activations,
     layer_activations,
@@ -41,8 +44,9 @@ from frenzy_core.memory.states import (
     sharding,
 )
 
-__all__ = ["PHASES", "TORCH_CP_REFUSAL", "TORCH_TP_REFUSAL", "Refusal", "StageArrays", "StateTerms", "refusal",
-           "stage_arrays", "state_keys", "state_terms", "torch_sp_covered", "torch_sp_gap", "torch_sp_refusal",
+__all__ = ["PHASES", "TORCH_CP_REFUSAL", "TORCH_TP_REFUSAL", "Refusal", "StageArrays", "StateTerms", "TokenTerms",
+           "refusal", "stage_arrays", "state_keys", "state_terms", "token_keys", "token_terms", "torch_sp_covered",
+           "torch_sp_gap", "torch_sp_refusal",
            "unmodelled_rows"]
 
 IntArray = npt.NDArray[np.int64]
@@ -185,8 +189,8 @@ class _Layers:
     """QLoRA's dequantized weight while a layer runs (None without QLoRA: 0)."""
 
 
-def _layers(model: ModelConfig, training: TrainingConfig, shape: StageShape, layer: LayerActivations,
-            dense: FloatArray, moe: FloatArray, kw: dict[str, npt.ArrayLike]) -> _Layers:
+def _layers(model: ModelConfig, training: TrainingConfig, shape: StageShape, dense: FloatArray, moe: FloatArray,
+            frozen: FrozenActivations | None) -> _Layers:
     """Saved bytes of the stage's layers, each by its kind: trained, LoRA-adapted, or frozen with a gradient
     flowing through it (docs/memory-model.md, section 9); ``dense`` and ``moe``: ``layer``'s, as this layout's
     layers save them (less the KV cache under checkpointing)."""
@@ -197,7 +201,7 @@ def _layers(model: ModelConfig, training: TrainingConfig, shape: StageShape, lay
     grad: FloatArray = n
     dequant: FloatArray | None = None
     if training.lora is not None or training.freeze_embeddings or training.trainable_layers is not None:
-        frozen = frozen_activations(model, training, **kw)
+        assert frozen is not None  # computed for these recipes (token_terms)
         n_train, n_train_moe = shape.num_trainable_layers.astype(np.float64), shape.num_trainable_moe_layers
         n_flow = n - shape.num_nograd_layers - n_train
         n_flow_moe = n_moe - shape.num_nograd_moe_layers - n_train_moe
@@ -214,13 +218,10 @@ def _layers(model: ModelConfig, training: TrainingConfig, shape: StageShape, lay
 
 
 def _activations(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays, modes: _Modes, shape: StageShape,
-                 held: StageParams | None, inflight: FloatArray) -> _Activations:
+                 held: StageParams | None, inflight: FloatArray, tokens: TokenTerms) -> _Activations:
     """Saved activations, recompute working set and autocast copies of one stage (docs/memory-model.md, 3)
     with ``inflight`` micro-batches live (:func:`_inflight`)."""
-    kw: dict[str, npt.ArrayLike] = {"tp": lay.tp, "sp": lay.active_sequence_parallel, "cp": lay.cp,
-                                    "seq_len": lay.seq_len, "micro_batch_size": lay.micro_batch_size}
-    layer = layer_activations(model, training, **kw, etp=lay.etp, ep=lay.ep)
-    edge = edge_activations(model, training, **kw)
+    layer, edge = tokens.layer, tokens.edge
     n = shape.num_layers.astype(np.float64)
     # (Megatron's layers have none of the eager-torch terms: KV cache, masks, kinds of layer, MLP gradient
     # temporaries are 0 there and left out)
@@ -230,7 +231,7 @@ def _activations(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
         # Checkpointed layers run with use_cache=False (Transformers turns the cache off for gradient checkpointing).
         no_cache = np.where(modes.full, layer.cache_delta, 0.0)
         dense, moe = layer.dense - no_cache, layer.moe - no_cache
-    layers = _layers(model, training, shape, layer, dense, moe, {**kw, "etp": lay.etp, "ep": lay.ep})
+    layers = _layers(model, training, shape, dense, moe, tokens.frozen)
     full_layers, n_grad = layers.saved, layers.grad
     biggest_layer = layer.kind_excess + layers.biggest if torch else layers.biggest
     k = lay.recompute_num_layers.astype(np.float64)
@@ -262,7 +263,7 @@ def _activations(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
     first, last = shape.is_first.astype(np.float64), shape.is_last.astype(np.float64)
     saved_layers, offloaded = _offload(training, saved_layers, n_grad)
     embeddings_train, head_trains = trains(model, training)
-    head = edge.head if head_trains else edge.head - frozen_activations(model, training, **kw).head
+    head = edge.head if head_trains or tokens.frozen is None else edge.head - tokens.frozen.head
     acts = inflight * (saved_layers + first * edge.embedding * float(embeddings_train) + last * head)
     acts_fwd = acts
     if torch:
@@ -359,13 +360,11 @@ def _offload(training: TrainingConfig, saved_layers: FloatArray, n_grad: FloatAr
     return saved_layers - moved + staging, moved
 
 
-def _logits(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays, modes: _Modes, shape: StageShape
+def _logits(lay: LayoutArrays, modes: _Modes, shape: StageShape, logits: LogitBytes
             ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
     """Logits and loss on the last stage: of the other live micro-batches, at the forward peak, at the backward
     peak, and what the model output holds. One micro-batch at a time, except GPipe holding all of them."""
     last = shape.is_last.astype(np.float64)
-    logits = logit_bytes(model, training, tp=lay.tp, cp=lay.cp, seq_len=lay.seq_len,
-                         micro_batch_size=lay.micro_batch_size, sp=lay.active_sequence_parallel)
     logit_inflight = (np.where(modes.gpipe & (lay.pp > 1), lay.num_microbatches, 1).astype(np.float64)
                       if np.any(modes.gpipe) else 1.0)
     others = last * (logit_inflight - 1) * logits.saved
@@ -413,6 +412,17 @@ def _sums(terms: list[list[FloatArray]]) -> list[FloatArray]:
     return [_add(prefix, v[k:]) for v in terms]
 
 
+def _regrouped(terms: list[list[FloatArray]]) -> list[FloatArray]:
+    """Each phase's terms summed, the arrays every phase holds (parameters, master weights, optimizer states,
+    workspaces) added once for all of them: the same floats as :func:`_sums` where every term and partial sum is
+    an integer below 2^53 (exact in float64, so the order of the additions cannot show)."""
+    counts = [Counter(map(id, t)) for t in terms]
+    common = functools.reduce(lambda a, b: a & b, counts)
+    by_id = {id(v): v for t in terms for v in t}
+    base = _add(0.0, [by_id[key] for key, times in common.items() for _ in range(times)])
+    return [_add(base, [by_id[key] for key, times in (c - common).items() for _ in range(times)]) for c in counts]
+
+
 def _add(start: FloatArray | float, terms: list[FloatArray]) -> FloatArray:
     """``start`` plus ``terms`` from left to right (as ``sum`` adds)."""
     total = start
@@ -421,12 +431,13 @@ def _add(start: FloatArray | float, terms: list[FloatArray]) -> FloatArray:
     return np.asarray(total)
 
 
-def _peak(phases: list[dict[str, FloatArray]], shape: tuple[int, ...], ok: BoolArray
+def _peak(phases: list[dict[str, FloatArray]], shape: tuple[int, ...], ok: BoolArray, exact: bool
           ) -> tuple[IntArray, IntArray, dict[str, IntArray]]:
     """The largest phase total of each row, its index (the first such phase) and its categories, every category
     rounded to whole bytes (so a breakdown sums to its peak); 0 in rows not ``ok`` (a total beyond ``MAX_BYTES``,
     never cast to int64). Each distinct array is rounded once, and every array that is 0 throughout is one
-    zero, left out of the sums (adding 0 changes no total but the sign of a zero, which no integer shows)."""
+    zero, left out of the sums (adding 0 changes no total but the sign of a zero, which no integer shows);
+    ``exact`` (:func:`_in_range`: every sum an integer below 2^53): the terms every phase holds are added once."""
     memo: dict[int, FloatArray] = {}
     all_ok = bool(np.all(ok))
     zero = np.zeros(shape)
@@ -437,8 +448,8 @@ def _peak(phases: list[dict[str, FloatArray]], shape: tuple[int, ...], ok: BoolA
         return memo[id(v)]
 
     rounded = [{cat: rint(ph[cat]) for cat in MEMORY_CATEGORIES} for ph in phases]
-    totals = [np.broadcast_to(t, shape) for t in _sums([[v for v in ph.values() if v is not zero]
-                                                        for ph in rounded])]
+    terms = [[v for v in ph.values() if v is not zero] for ph in rounded]
+    totals = [np.broadcast_to(t, shape) for t in (_regrouped(terms) if exact and all_ok else _sums(terms))]
     # running maximum with a strict comparison: the first largest phase, as argmax (totals are finite where ok,
     # 0 elsewhere)
     peak, phase = totals[0], np.zeros(shape, dtype=np.int64)
@@ -463,20 +474,23 @@ def _peak(phases: list[dict[str, FloatArray]], shape: tuple[int, ...], ok: BoolA
     return np.asarray(peak).astype(np.int64), phase, breakdown
 
 
-def _in_range(act_total: FloatArray, phases: list[dict[str, FloatArray]], shape: tuple[int, ...]) -> BoolArray:
-    """:func:`bytes_in_range` of ``act_total`` and of each phase's summed magnitudes. When even the sum of every
-    distinct array's largest magnitude (times the most times one phase holds an array) is below half of
-    ``MAX_BYTES`` (and ``act_total``'s too), every row is in range, whatever the order and rounding of the
+def _in_range(act_total: FloatArray, phases: list[dict[str, FloatArray]], shape: tuple[int, ...]
+              ) -> tuple[BoolArray, bool]:
+    """:func:`bytes_in_range` of ``act_total`` and of each phase's summed magnitudes, and whether every phase's
+    rounded terms and their partial sums, in any order, are integers below 2^53 (exact in float64). When even the
+    sum of every distinct array's largest magnitude (times the most times one phase holds an array) is below half
+    of ``MAX_BYTES`` (and ``act_total``'s too), every row is in range, whatever the order and rounding of the
     phases' sums: then only reductions run, no array of sums."""
     distinct = {id(v): np.asarray(v) for ph in phases for v in ph.values()}
     repeats = max(max(Counter(map(id, ph.values())).values()) for ph in phases)
     bound = repeats * sum(max(float(v.max()), -float(v.min())) for v in distinct.values())
     act_bound = max(float(np.max(act_total)), -float(np.min(act_total)))
     if bound <= MAX_BYTES / 2 and act_bound <= MAX_BYTES / 2:  # False for NaN
-        return np.ones(shape, dtype=bool)
+        # (rounding moves each of a phase's at most nine terms by 1/2: 2^52 leaves room for it below 2^53)
+        return np.ones(shape, dtype=bool), bound <= 2.0**52
     magnitudes = {key: np.abs(v) for key, v in distinct.items()}  # each array once
     return np.broadcast_to(bytes_in_range(act_total, *_sums([[magnitudes[id(v)] for v in ph.values()]
-                                                             for ph in phases])), shape)
+                                                             for ph in phases])), shape), False
 
 
 def _either(grads_a: FloatArray, acts_a: FloatArray, grads_b: FloatArray, acts_b: FloatArray
@@ -611,6 +625,35 @@ def refusal(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays) -> 
 
 
 @dataclass(frozen=True)
+class TokenTerms:
+    """What one layer, the model's ends and the loss save for one micro-batch on one rank, and what frozen
+    weights change in it: the terms that read only the columns of :func:`token_keys`."""
+
+    layer: LayerActivations
+    edge: EdgeActivations
+    logits: LogitBytes
+    frozen: FrozenActivations | None
+    """Where weights are frozen (LoRA, frozen embeddings or layers, a frozen head), else None."""
+
+
+def token_terms(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays) -> TokenTerms:
+    """The :class:`TokenTerms` of each layout in ``lay``."""
+    kw: dict[str, npt.ArrayLike] = {"tp": lay.tp, "sp": lay.active_sequence_parallel, "cp": lay.cp,
+                                    "seq_len": lay.seq_len, "micro_batch_size": lay.micro_batch_size}
+    frozen = (training.lora is not None or training.freeze_embeddings or training.trainable_layers is not None
+              or not trains(model, training)[1])
+    return TokenTerms(layer=layer_activations(model, training, **kw, etp=lay.etp, ep=lay.ep),
+                      edge=edge_activations(model, training, **kw), logits=logit_bytes(model, training, **kw),
+                      frozen=frozen_activations(model, training, **kw, etp=lay.etp, ep=lay.ep) if frozen else None)
+
+
+def token_keys(lay: LayoutArrays) -> tuple[IntArray, ...]:
+    """Every column :func:`token_terms` reads: tp, sequence parallelism where it acts, cp, the sequence, the
+    micro-batch size and the expert split (etp, ep); layouts that differ only in other columns share them."""
+    return (lay.tp, lay.active_sequence_parallel, lay.cp, lay.seq_len, lay.micro_batch_size, lay.etp, lay.ep)
+
+
+@dataclass(frozen=True)
 class StateTerms:
     """What a stage holds of the model and its states, when its gradients and buffers exist, and how many
     micro-batches are in flight: the terms that read only the columns of :func:`state_keys`."""
@@ -655,15 +698,17 @@ def state_keys(lay: LayoutArrays) -> tuple[IntArray | BoolArray, ...]:
 
 
 def stage_arrays(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays, stage: IntArray,
-                 terms: StateTerms | None = None) -> StageArrays:
+                 terms: StateTerms | None = None, tokens: TokenTerms | None = None) -> StageArrays:
     """Memory of pipeline stage ``stage`` for each layout in ``lay`` (training gives the fixed recipe);
-    ``terms``: its :func:`state_terms` where the caller has them (computed per distinct :func:`state_keys`)."""
+    ``terms`` and ``tokens``: its :func:`state_terms` and :func:`token_terms` where the caller has them
+    (computed per distinct :func:`state_keys` and :func:`token_keys`)."""
     modes = _Modes.of(lay)
     t = state_terms(model, training, lay, stage) if terms is None else terms
+    tok = token_terms(model, training, lay) if tokens is None else tokens
     shape, held, states, grads = t.shape, t.held, t.states, t.grads
     comm_passes, comm_step = t.comm_passes, t.comm_step
-    act = _activations(model, training, lay, modes, shape, held, t.inflight)
-    logits_others, logits_fwd, logits_bwd, returned = _logits(model, training, lay, modes, shape)
+    act = _activations(model, training, lay, modes, shape, held, t.inflight, tok)
+    logits_others, logits_fwd, logits_bwd, returned = _logits(lay, modes, shape, tok.logits)
     out = _outputs(training, act, returned)
     acts = act.backward
     # Megatron: the grad buffer is always there, so the late moments are never above the others.
@@ -696,8 +741,8 @@ def stage_arrays(model: ModelConfig, training: TrainingConfig, lay: LayoutArrays
     ]
     shape_all = np.broadcast(stage, lay.tp, lay.pp, lay.dp, lay.seq_len, lay.micro_batch_size).shape
     act_total = np.maximum(act.forward, acts + act.work)
-    in_range = _in_range(act_total, phases, shape_all)
-    peak, phase, breakdown = _peak(phases, shape_all, in_range)
+    in_range, exact = _in_range(act_total, phases, shape_all)
+    peak, phase, breakdown = _peak(phases, shape_all, in_range, exact)
     communicators = sum((np.asarray(x) > 1).astype(np.int64) for x in (lay.dp * lay.cp, lay.tp, lay.pp, lay.cp, lay.ep))
     step = phases[2]
     host_total = states.host + act.host

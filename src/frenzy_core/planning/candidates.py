@@ -10,7 +10,7 @@ import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -24,7 +24,7 @@ from frenzy_core.config.training import Framework, Precision, Recompute, Trainin
 from frenzy_core.errors import ConfigError
 from frenzy_core.hardware.gpu import GPUSpec, Links, usable_bytes
 from frenzy_core.memory.kernel import torch_sp_covered
-from frenzy_core.planning.estimators import LayoutEstimator
+from frenzy_core.planning.estimators import LayoutEstimator, TypeTimes, iteration_times
 from frenzy_core.planning.launchers import LaunchScope
 from frenzy_core.planning.nodes import Locality, NodePool
 from frenzy_core.planning.request import DEFAULT_MICRO_BATCH_SIZES, Objective, PlacementMode, PlanConstraints
@@ -288,6 +288,9 @@ class TypeReport:
     """Candidates that fit memory and the free GPU count and could be placed but for the nodes' host memory."""
     min_host_bytes: int = 0
     """Least host memory per rank among those (offload)."""
+    refused: bool = False
+    """Whether the launcher cannot run the recipe on this type, or the type cannot run it (its dtype has no peak
+    there): no candidate of it is kept, whatever fits."""
 
 
 @dataclass(frozen=True)
@@ -418,10 +421,13 @@ def _objective_keys(objective: Objective, world: np.ndarray, tokens_per_s: np.nd
     return np.stack([cents, -tok, world]), per_token_usd * float(token_budget or 1)
 
 
-def _within_launcher(scope: LaunchScope, layouts: LayoutArrays) -> npt.NDArray[np.bool_]:
-    """Which layouts ``scope``'s launcher can write; ConfigError when the request leaves none."""
-    kept = scope.allows(layouts)
-    if len(layouts) and not kept.any():
+def _within_launcher(scope: LaunchScope, layouts: LayoutArrays, training: TrainingConfig, refuse: bool
+                     ) -> npt.NDArray[np.bool_]:
+    """Which layouts ``scope``'s launcher can write with ``training``; ConfigError when the request leaves none
+    and ``refuse`` (the request's own pins; the offload fallback's recipes pin ZeRO stages of their own)."""
+    kept = scope.allows(layouts, training)
+    # the layouts alone: a recipe it offloads only where ranks shard the model may leave none (then nothing fits)
+    if refuse and len(layouts) and not kept.any() and not scope.allows(layouts).any():
         raise ConfigError(f"launcher {scope.name} can write none of the layouts the request allows",
                           field="launcher", value=scope.name, hint="lift a pin (ZeRO stage, tp, pp) or use another "
                           "launcher")
@@ -470,15 +476,16 @@ def build_candidates(model: ModelConfig, training: TrainingConfig, pool: NodePoo
                      constraints: PlanConstraints, objective: Objective, estimator: LayoutEstimator,
                      links: Mapping[str, Links] | None = None, *, adjustable_batch: bool = False,
                      uneven: bool = False, scope: LaunchScope | None = None,
-                     precisions: Mapping[str, Precision] | None = None) -> CandidateTable:
+                     precisions: Mapping[str, Precision] | None = None, refuse_scope: bool = True) -> CandidateTable:
     """Enumerate layouts, estimate memory once (per precision) and time per GPU type and placement (vectorised),
     filter, rank.
 
     ``links`` maps a GPU type to the intra- and inter-node link speeds its time is estimated with (default:
     its typical node's); the node size each candidate is timed with comes from where it can be placed.
     ``precisions`` maps GPU types that run the recipe in another precision (the bf16 fallback) to it;
-    ``scope`` keeps the layouts and GPU types a launcher can run; ``uneven`` also searches data-parallel ranks
-    that differ by one micro-batch (:func:`enumerate_rows`).
+    ``scope`` keeps the layouts and GPU types a launcher can run (``refuse_scope``: ConfigError where it can
+    write none of them); ``uneven`` also searches data-parallel ranks that differ by one micro-batch
+    (:func:`enumerate_rows`).
     """
     c = constraints
     types = tuple(pool.gpu_types)
@@ -492,7 +499,7 @@ def build_candidates(model: ModelConfig, training: TrainingConfig, pool: NodePoo
     layouts, samples = enumerate_rows(model, training, c, max_world=max_world, max_tp=max_tp,
                                       adjustable_batch=adjustable_batch, uneven=uneven)
     if scope is not None:
-        within = _within_launcher(scope, layouts)
+        within = _within_launcher(scope, layouts, training, refuse_scope)
         layouts, samples = layouts.take(within), samples[within]
     recipes = {name: training.replace(precision=(precisions or {})[name]) if name in (precisions or {}) else training
                for name in types}
@@ -511,13 +518,18 @@ def build_candidates(model: ModelConfig, training: TrainingConfig, pool: NodePoo
 
     parts: dict[str, list[np.ndarray]] = {k: [] for k in ("layout", "gpu", "iteration_s", "pph", "level", "node",
                                                           "pool")}
+    placed = {name: _type_placed(pools, specs[name], name, allowed[name], layouts,
+                                 (devices[recipes[name].precision], hosts[recipes[name].precision]), c,
+                                 (links or {}).get(name)) for name in types}
+    times = iteration_times(model, recipes, specs, layouts, {n: (got.idx, got.links) for n, got in placed.items()},
+                            estimator)
     reports = []
     for g, name in enumerate(types):
         recipe = recipes[name]
         refusal = None if scope is None else scope.refusal(model, recipe, specs[name])
-        found, report = _type_candidates(model, recipe, pools, specs[name], name, allowed[name], layouts,
-                                         (devices[recipe.precision], hosts[recipe.precision]), tokens_all, c,
-                                         objective, estimator, (links or {}).get(name), refusal)
+        found, report = _type_candidates(pools[0], specs[name], name, allowed[name], layouts,
+                                         devices[recipe.precision], placed[name], times[name], tokens_all, c,
+                                         objective, refusal)
         for key, part in found.items():
             parts[key].append(part)
         parts["gpu"].append(np.full(found["layout"].size, g, dtype=np.int64))
@@ -570,45 +582,66 @@ def _host_placed(pools: list[NodePool], name: str, base: Links, tp: np.ndarray, 
     return level, per_node, Links(cols[:, 0].astype(np.int64), cols[:, 1], cols[:, 2]), which, blocked  # type: ignore[arg-type]
 
 
-def _type_candidates(model: ModelConfig, training: TrainingConfig, pools: list[NodePool], spec: GPUSpec, name: str,
-                     allowed: bool, layouts: LayoutArrays, memory: tuple[np.ndarray, np.ndarray], tokens: np.ndarray,
-                     c: PlanConstraints, objective: Objective, estimator: LayoutEstimator, links: Links | None,
-                     refusal: str | None = None) -> tuple[dict[str, np.ndarray], TypeReport]:
-    """The candidates of one GPU type (layout index, seconds, price, placement shape, pool) and what limited
-    them (``memory``: device and host bytes per layout; ``refusal``: why the launcher cannot run this type)."""
+class _Placed(NamedTuple):
+    """One GPU type's layouts that fit on its free GPUs (``idx``), where each goes and the links it is timed with
+    (:func:`_host_placed`), and which fit the type's memory (``within_total``, ``fits``)."""
+
+    idx: np.ndarray
+    level: np.ndarray
+    per_node: np.ndarray
+    links: Links
+    pool: np.ndarray
+    blocked: np.ndarray
+    host: np.ndarray
+    within_total: np.ndarray
+    fits: np.ndarray
+
+
+def _type_placed(pools: list[NodePool], spec: GPUSpec, name: str, allowed: bool, layouts: LayoutArrays,
+                 memory: tuple[np.ndarray, np.ndarray], c: PlanConstraints, links: Links | None) -> _Placed:
+    """The layouts one GPU type can hold on its free GPUs and where they go (``memory``: device and host bytes
+    per layout)."""
     pool, (device, host) = pools[0], memory
     world = layouts.world_size
     cap = c.num_gpus or c.max_gpus
     total, free = pool.total_gpus(name), pool.free_gpus(name)
-    usable = usable_bytes(spec.memory_bytes, c.headroom)
     # negative device bytes: a layout the memory model rejects for this model
     within_total = (world <= total) & (layouts.tp <= pool.max_node_size(name)) & (device >= 0)
-    fits = within_total & (device <= usable)
+    fits = within_total & (device <= usable_bytes(spec.memory_bytes, c.headroom))
     limit = min(free, cap) if cap is not None else free
     idx = np.flatnonzero(fits & (world <= limit)) if allowed else np.zeros(0, np.int64)
-    price = spec.price_per_gpu_hour_usd
     level, per_node, timed_links, which, blocked = _host_placed(pools, name, links or spec.links, layouts.tp[idx],
                                                                 world[idx], host[idx], c.placement)
-    unsupported = None
-    try:
-        iteration = (estimator.iteration_s(model, training, layouts.take(idx), spec, timed_links) if idx.size
-                     else np.zeros(0))
-    except ConfigError as exc:  # e.g. the recipe's dtype has no peak on this GPU
-        iteration, unsupported = np.full(idx.size, np.inf), f"cannot run this recipe: {exc}"
+    return _Placed(idx, level, per_node, timed_links, which, blocked, host[idx], within_total, fits)
+
+
+def _type_candidates(pool: NodePool, spec: GPUSpec, name: str, allowed: bool, layouts: LayoutArrays,
+                     device: np.ndarray, placed: _Placed, timed: TypeTimes, tokens: np.ndarray, c: PlanConstraints,
+                     objective: Objective, refusal: str | None = None) -> tuple[dict[str, np.ndarray], TypeReport]:
+    """The candidates of one GPU type (layout index, seconds, price, placement shape, pool) and what limited
+    them (``device``: device bytes per layout; ``refusal``: why the launcher cannot run this type)."""
+    world = layouts.world_size
+    idx, level, per_node, which, blocked = placed.idx, placed.level, placed.per_node, placed.pool, placed.blocked
+    within_total, fits = placed.within_total, placed.fits
+    iteration, unsupported = timed
+    price = spec.price_per_gpu_hour_usd
     pph = world[idx] * (price if price is not None else np.nan)
     keep, reasons = _limits(c, objective, price, pph, tokens[idx] / iteration)
     if refusal is not None:
         keep, reasons = np.zeros_like(keep), (f"the launcher cannot run it: {refusal}",)
     elif unsupported is not None:
         keep, reasons = np.zeros_like(keep), (unsupported,)
+    host = placed.host
     report = TypeReport(
-        gpu_type=name, allowed=allowed, total_gpus=total, free_gpus=free,
-        max_free_in_node=pool.max_free_in_node(name), usable_bytes=usable, price_per_gpu_hour_usd=price,
+        gpu_type=name, allowed=allowed, total_gpus=pool.total_gpus(name), free_gpus=pool.free_gpus(name),
+        max_free_in_node=pool.max_free_in_node(name), usable_bytes=usable_bytes(spec.memory_bytes, c.headroom),
+        price_per_gpu_hour_usd=price,
         min_device_bytes=int(device[within_total].min()) if within_total.any() else None,
         min_world_fit=int(world[fits].min()) if fits.any() else None,
         n_fit_free=int(idx.size), n_within_limits=int(keep.sum()), limit_reasons=reasons,
         host_blocked=int((blocked & keep).sum()),
-        min_host_bytes=int(host[idx][blocked & keep].min()) if (blocked & keep).any() else 0)
+        min_host_bytes=int(host[blocked & keep].min()) if (blocked & keep).any() else 0,
+        refused=refusal is not None or unsupported is not None)
     found = {"layout": idx[keep], "iteration_s": iteration[keep], "pph": pph[keep], "level": level[keep],
              "node": per_node[keep], "pool": which[keep]}
     return found, report

@@ -10,7 +10,7 @@ from frenzy_core.planning.nodes import NodePool
 from frenzy_core.planning.plan import Rejection, RejectReason
 from frenzy_core.planning.request import Objective, PlacementMode, PlanConstraints
 
-__all__ = ["best_feasible_per_type", "extra_free_gpus", "host_message", "type_rejections"]
+__all__ = ["NOT_ALLOWED_MESSAGE", "best_feasible_per_type", "extra_free_gpus", "host_message", "type_rejections"]
 
 GIB = 2**30
 
@@ -82,12 +82,16 @@ UNEVEN_REFUSAL = ("micro-batch x dp dividing the global batch (Megatron-LM asser
 """Why a batch must split evenly where uneven splits are not searched."""
 
 
+NOT_ALLOWED_MESSAGE = "excluded by constraints.gpu_types"
+"""Why a type the request's gpu_types leaves out took no part."""
+
+
 def _report_reason(report: TypeReport, constraints: PlanConstraints, uneven: bool = False
                    ) -> tuple[RejectReason, str] | None:
     """The reason found before placement, or None when the type had candidates."""
     cap = constraints.num_gpus or constraints.max_gpus
     if not report.allowed:
-        return RejectReason.NOT_ALLOWED, "excluded by constraints.gpu_types"
+        return RejectReason.NOT_ALLOWED, NOT_ALLOWED_MESSAGE
     if report.min_world_fit is None:
         if report.min_device_bytes is not None:
             return RejectReason.DOES_NOT_FIT, (
@@ -135,11 +139,13 @@ def type_rejections(table: CandidateTable, pool: NodePool, rows: np.ndarray, fea
     return out
 
 
-def extra_free_gpus(pool: NodePool, gpu_type: str, tp: int, world: int) -> int | None:
+def extra_free_gpus(pool: NodePool, gpu_type: str, tp: int, world: int, most: dict[str, int] | None = None
+                    ) -> int | None:
     """Fewest busy GPUs of ``gpu_type`` that must be freed so ``world`` GPUs fit in whole TP groups per node.
 
-    Each node can gain groups up to its size; the first extra group on a node costs what completes its
-    partial group, every further one ``tp``: the cheapest ``deficit`` groups win. None: too few GPUs in total.
+    Each node can gain groups up to its size (or ``most[name]`` GPUs, the ranks its host memory holds for an
+    offloading candidate); the first extra group on a node costs what completes its partial group, every further
+    one ``tp``: the cheapest ``deficit`` groups win. None: too few GPUs in total.
     """
     need = world // tp
     costs: list[tuple[int, int]] = []  # (GPUs to free, groups at that price)
@@ -147,12 +153,13 @@ def extra_free_gpus(pool: NodePool, gpu_type: str, tp: int, world: int) -> int |
     for node in pool.nodes:
         if node.gpu_type != gpu_type:
             continue
-        now, most = node.free // tp, node.gpus_per_node // tp
+        size = node.gpus_per_node if most is None else min(node.gpus_per_node, most.get(node.name, 0))
+        now, top = min(node.free, size) // tp, size // tp
         have += now
-        if most > now:
+        if top > now:
             costs.append(((now + 1) * tp - node.free, 1))
-            if most > now + 1:
-                costs.append((tp, most - now - 1))
+            if top > now + 1:
+                costs.append((tp, top - now - 1))
     deficit = need - have
     if deficit <= 0:
         return 0

@@ -18,13 +18,13 @@ from frenzy_core._base import FrozenModel
 from frenzy_core.config.arrays import LayoutArrays
 from frenzy_core.config.megatron import megatron_launch
 from frenzy_core.config.model import ModelConfig
-from frenzy_core.config.parallel import ParallelConfig
+from frenzy_core.config.parallel import ParallelConfig, PipelineSchedule
 from frenzy_core.config.training import Framework, OffloadDevice, TrainingConfig
 from frenzy_core.errors import ConfigError, UnknownNameError
 from frenzy_core.hardware.gpu import GPUSpec
 from frenzy_core.planning.request import PlacementMode
 
-__all__ = ["FULL_OFFLOAD", "LAUNCH_SCOPES", "OFFLOAD_ZERO_STAGES", "OPTIMIZER_OFFLOAD", "LaunchScope",
+__all__ = ["FULL_OFFLOAD", "LAUNCH_SCOPES", "OFFLOAD_ZERO_STAGES", "OPTIMIZER_OFFLOAD", "TORCHTITAN", "LaunchScope",
            "get_launch_scope", "launchers_where", "offload_kind"]
 
 BoolArray = npt.NDArray[np.bool_]
@@ -61,6 +61,10 @@ class LaunchScope(FrozenModel):
     stage_tp: bool = Field(default=False, description=(
         "With stages: whether each stage may run its own tensor-parallel degree (False: one tp on every stage, "
         "as Megatron-LM's one --tensor-model-parallel-size)."))
+    sharded_offload: tuple[str, ...] = Field(default=(), description=(
+        "Offload recipes (:func:`offload_kind`) it writes only where data- or context-parallel ranks shard the "
+        "model (dp x cp > 1): torchtitan applies FSDP2, and with it the CPU offload, only then. The planner and "
+        "the adapter both read this."))
 
     def check(self, training: TrainingConfig) -> None:
         """ConfigError naming the first fixed training field this launcher cannot express."""
@@ -84,11 +88,12 @@ class LaunchScope(FrozenModel):
                 raise ConfigError(f"launcher {self.name} cannot express {field}={value!r}", field=f"training.{field}",
                                   value=value, hint="use one of " + ", ".join(allowed))
 
-    def allows(self, layouts: LayoutArrays) -> BoolArray:
-        """True for each layout this launcher can write."""
-        if self.layouts is None:
-            return np.ones(len(layouts), dtype=bool)
-        return np.asarray(self.layouts(layouts), dtype=bool)
+    def allows(self, layouts: LayoutArrays, training: TrainingConfig | None = None) -> BoolArray:
+        """True for each layout this launcher can write (with ``training``'s offload, where given)."""
+        kept = np.ones(len(layouts), dtype=bool) if self.layouts is None else np.asarray(self.layouts(layouts), bool)
+        if training is not None and offload_kind(training) in self.sharded_offload:
+            kept &= (layouts.dp * layouts.cp) > 1
+        return kept
 
     def refusal(self, model: ModelConfig, training: TrainingConfig, gpu: GPUSpec) -> str | None:
         """Why this launcher cannot run ``model`` with ``training`` on ``gpu`` (None: it can)."""
@@ -178,6 +183,22 @@ LAUNCH_SCOPES: dict[str, LaunchScope] = {scope.name: scope for scope in (
     LaunchScope(name="skypilot", placement=PlacementMode.EVEN),
 )}
 """Launcher name -> what it can launch (the names of :data:`frenzy_core.adapters.LAUNCHERS`)."""
+
+
+def _torchtitan_layouts(a: LayoutArrays) -> BoolArray:
+    # what adapters/torchtitan.py writes: the pipeline and tp degrees (no cp or ep), one stage per pp rank under
+    # 1F1B or GPipe
+    single = (a.schedule == PipelineSchedule.ONE_F_ONE_B.code) | (a.schedule == PipelineSchedule.GPIPE.code)
+    return np.asarray((a.cp == 1) & (a.ep == 1) & (a.vpp == 1) & single)
+
+
+TORCHTITAN = LaunchScope(name="torchtitan", placement=PlacementMode.ANY, frameworks=(Framework.TORCH,),
+                         offload=("none", FULL_OFFLOAD), sharded_offload=(FULL_OFFLOAD,), layouts=_torchtitan_layouts,
+                         stages=True)
+"""torchrun with torchtitan's flags (``emit(plan, "torchrun", torchtitan=True)``, ``frenzy plan --emit torchrun -o
+torchtitan=true``): torch's pp x dp x tp mesh with one tp on every stage, one local batch per rank (no replica
+groups), the offload only as FSDP2's CPUOffloadPolicy (parameters, gradients and optimizer together,
+torchtitan/models/llama3/infra/parallelize.py passes it to apply_fsdp only when FSDP is enabled)."""
 
 
 def launchers_where(test: Callable[[LaunchScope], bool]) -> list[str]:

@@ -21,7 +21,15 @@ from frenzy_core.planning.mixed import mixed_search
 from frenzy_core.planning.mixed_plan import build_mixed_plan, single_type_score
 from frenzy_core.planning.mixed_solve import MixedChoice, score
 from frenzy_core.planning.nodes import Locality
-from frenzy_core.planning.offload import offload_note, offload_searches, unknown_hosts
+from frenzy_core.planning.offload import (
+    FallbackSearched,
+    may_offload,
+    needs_fallback,
+    no_known_hosts,
+    offload_note,
+    offload_searches,
+    unknown_hosts,
+)
 from frenzy_core.planning.placement import Solution, solve_cp_sat, solve_exhaustive
 from frenzy_core.planning.plan import Plan, StagePlan
 from frenzy_core.planning.request import DEFAULT_MIXED_STAGES, Objective, PlanConstraints
@@ -125,21 +133,27 @@ def _stage_plan(search: Search, table: CandidateTable, solution: Solution | None
     return build_stage_plan(search, recipes, staged, table, solution, top_k, notes, time.perf_counter() - start)
 
 
-def _offload_plan(search: Search, table: CandidateTable, solver: str, deadline: float, top_k: int
-                  ) -> tuple[Plan | None, bool]:
+def _offload_plan(search: Search, table: CandidateTable, solver: str, until: float, top_k: int
+                  ) -> Plan | FallbackSearched:
     """The offload fallback (:mod:`frenzy_core.planning.offload`): the first offloading recipe that has a plan,
-    with a note saying what it offloads and why (None when none has), and whether any recipe was searched."""
-    if any(r.allowed and r.n_fit_free > 0 for r in table.reports):
-        return None, False  # layouts fit the GPUs without offload; a limit or the placement blocked them
+    with a note saying what it offloads and why, else what was searched. The first recipe is always searched (as
+    the request's own table is always built), the others only before ``until`` (a ``time.perf_counter()``
+    value), so the call overruns its limit by one table at most."""
+    if not needs_fallback(table):
+        return FallbackSearched()
     searches = offload_searches(search)
-    for offloaded in searches:
+    if not searches:
+        return FallbackSearched(no_hosts=may_offload(search.training) and no_known_hosts(search))
+    for k, offloaded in enumerate(searches):
+        if k > 0 and time.perf_counter() > until:
+            return FallbackSearched(tuple(searches[:k]), tuple(searches[k:]))
         fallback = offloaded.table()
-        solution = solve(offloaded, fallback, solver, max(deadline - time.perf_counter(), MIN_SOLVER_S))
+        solution = solve(offloaded, fallback, solver, max(until - time.perf_counter(), MIN_SOLVER_S))
         if solution is not None:
             plan = build_plan(offloaded, fallback, solution, top_k)
             note = offload_note(search, table, offloaded, plan.gpu_type, plan.memory.host_bytes)
-            return unknown_hosts(plan, search).replace(notes=[*plan.notes, note]), True
-    return None, bool(searches)
+            return unknown_hosts(plan, search).replace(notes=[*plan.notes, note])
+    return FallbackSearched(tuple(searches))
 
 
 def _check_options(solver: object, time_limit_s: object, top_k: object) -> None:
@@ -214,11 +228,13 @@ def plan_job(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig 
             return build_mixed_plan(search, layouts, choice, table, solution, top_k, notes, solver,
                                     time.perf_counter() - start)
     if solution is None:
-        # a mix that fits without offload (mixed_types off) is the suggestion, not an offloading plan
-        fallback = offload_fallback and choice is None
-        offloaded, tried = _offload_plan(search, table, solver, deadline, top_k) if fallback else (None, False)
-        if offloaded is not None:
-            return offloaded
+        # a mix that fits without offload (mixed_types off) is the suggestion, not an offloading plan; the
+        # fallback gets half of what is left, the suggestions the other half
+        now = time.perf_counter()
+        found = (_offload_plan(search, table, solver, now + (deadline - now) / 2, top_k)
+                 if offload_fallback and choice is None else FallbackSearched())
+        if isinstance(found, Plan):
+            return found
         word: str | None
         if choice is not None:
             types = " + ".join(choice.tables.types)
@@ -230,5 +246,5 @@ def plan_job(model: ModelConfig, cluster: ClusterLike, training: TrainingConfig 
             word = "; ".join(n for n in notes if "time limit" in n)  # such as the scheduler must not read "none")
         else:
             word = None  # not searched (a launcher, even or whole nodes, a recipe that offloads)
-        raise infeasible_error(search, table, deadline, word, offloaded=tried)
+        raise infeasible_error(search, table, deadline, word, offloaded=found)
     return build_plan(search, table, solution, top_k)

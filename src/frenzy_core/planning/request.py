@@ -28,7 +28,8 @@ estimator does not model (our choice, not a published figure; set ``headroom=0``
 
 DEFAULT_MIXED_STAGES = False
 """Whether ``plan_job`` (and ``frenzy plan``) searches pipelines whose stages run on different GPU types (issue 12,
-form a) unless told: off until its search meets the planner's latency targets (docs/benchmarks.md)."""
+form a) unless told: off while its search meets the planner's latency targets in CPU time with no margin and its
+wall time on a loaded machine far above them (docs/benchmarks.md)."""
 
 DEFAULT_MICRO_BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8)
 """Micro-batch sizes searched when none is pinned (powers of two, as Megatron and torchtitan recipes use)."""

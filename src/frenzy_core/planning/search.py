@@ -57,6 +57,9 @@ class Search:
     allow_uneven: bool = True
     """Whether the request allows data-parallel ranks that differ by one micro-batch (``plan_job(...,
     uneven_dp=...)``; the scheduler's runs carry one recipe and say no)."""
+    fallback: bool = False
+    """Whether this is one of the offload fallback's searches (its recipe pins ZeRO stages of its own: where the
+    launcher can write none of its layouts, nothing fits, rather than a ConfigError about the request's pins)."""
     mixed_placement: PlacementMode = PlacementMode.ANY
     """The placement rule mixed-type plans keep: the request's (a launcher that launches mixed plans writes one
     part per GPU type and node size, so its single-type rule does not apply to them)."""
@@ -88,7 +91,8 @@ class Search:
     def table(self) -> CandidateTable:
         return build_candidates(self.model, self.training, self.pool, self.specs, self.constraints, self.objective,
                                 self.estimator, links=self.links, adjustable_batch=self.default_batch is not None,
-                                uneven=self.uneven, scope=self.scope, precisions=self.precisions)
+                                uneven=self.uneven, scope=self.scope, precisions=self.precisions,
+                                refuse_scope=not self.fallback)
 
     def feasible(self) -> bool:
         """Whether any candidate can be placed (no solver needed: the count check is exact)."""

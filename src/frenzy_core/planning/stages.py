@@ -16,6 +16,8 @@ program), until the next bound cannot beat the best found or the time limit is r
 from __future__ import annotations
 
 import dataclasses
+import functools
+import heapq
 import itertools
 import math
 import time
@@ -35,7 +37,7 @@ from frenzy_core.planning.estimators import AnalyticEstimator
 from frenzy_core.planning.mixed import mixable_types, one_collective_library
 from frenzy_core.planning.mixed_plan import group_placement
 from frenzy_core.planning.mixed_solve import PRICE_STEPS_PER_USD_HOUR, TIME_STEPS_PER_S, score
-from frenzy_core.planning.request import PlacementMode
+from frenzy_core.planning.request import Objective, PlacementMode
 from frenzy_core.planning.search import Search
 from frenzy_core.timing.params import TimeModelParams
 from frenzy_core.timing.stages import pipeline_step_s, stage_microbatch_batch, stage_tail_batch
@@ -90,13 +92,23 @@ class StageChoice:
         return self.dp * sum(self.tps)
 
 
+@functools.cache
+def _shifts(n: int) -> npt.NDArray[np.intp]:
+    """[s, l] -> s - l where l <= s, else n (the padding column of :func:`_gathered`)."""
+    s = np.arange(n)[:, None] - np.arange(n)[None, :]
+    return np.where(s >= 0, s, n)
+
+
+def _gathered(f: FloatArray, c: FloatArray) -> FloatArray:
+    """[w, s, l] -> f[w, s - l] + c[w, l] (inf where l > s)."""
+    padded = np.concatenate([f, np.full((f.shape[0], 1), np.inf)], axis=1)
+    return np.asarray(padded[:, _shifts(f.shape[1])] + c[:, None, :])
+
+
 def _minplus(f: FloatArray, c: FloatArray) -> tuple[FloatArray, npt.NDArray[np.intp]]:
     """new[w, s] = min_l f[w, s - l] + c[w, l], and the minimising l (rows w: candidate bounds)."""
-    n = f.shape[1]
-    s = np.arange(n)[:, None] - np.arange(n)[None, :]  # [s, l] -> s - l
-    gathered = np.where(s >= 0, f[:, np.clip(s, 0, None)], np.inf) + c[:, None, :]
-    arg = np.argmin(gathered, axis=2)
-    return np.take_along_axis(gathered, arg[..., None], axis=2)[..., 0], arg
+    gathered = _gathered(f, c)
+    return gathered.min(axis=2), np.argmin(gathered, axis=2)
 
 
 def _min_sums(t: FloatArray, taus: FloatArray) -> FloatArray:
@@ -105,7 +117,7 @@ def _min_sums(t: FloatArray, taus: FloatArray) -> FloatArray:
     f = np.full((taus.size, n_layers + 1), np.inf)
     f[:, 0] = 0.0
     for row in t:
-        f, _ = _minplus(f, np.where(row[None, :] <= taus[:, None], row[None, :], np.inf))
+        f = _gathered(f, np.where(row[None, :] <= taus[:, None], row[None, :], np.inf)).min(axis=2)
     return f[:, n_layers]
 
 
@@ -125,13 +137,7 @@ def best_split(t: FloatArray, m: int) -> tuple[tuple[int, ...], float, bool] | N
     s_inf = float(_min_sums(t, values[-1:])[0])
     if not math.isfinite(s_inf):
         return None
-    lo, hi = 0, values.size - 1  # least feasible tau by bisection (feasibility grows with tau)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if math.isfinite(float(_min_sums(t, values[mid:mid + 1])[0])):
-            hi = mid
-        else:
-            lo = mid + 1
+    lo = _least_feasible(t, values)
     best, best_tau, optimal, start = math.inf, float(values[lo]), True, lo
     while start < values.size:
         taus = values[start:start + 32]
@@ -148,6 +154,25 @@ def best_split(t: FloatArray, m: int) -> tuple[tuple[int, ...], float, bool] | N
             best, best_tau = float(f[k]), float(taus[k])
         start += 32
     return _split_at(t, best_tau), best, optimal
+
+
+def _least_feasible(t: FloatArray, values: FloatArray) -> int:
+    """Index of the least tau of ``values`` within which some split keeps every stage (feasibility grows with
+    tau; the last one is feasible). Where every stage's time grows with its layers, stage i may hold any count
+    up to k_i(tau) = #{l >= 1 : t_i(l) <= tau}, so a split exists exactly when every k_i >= 1 and
+    sum_i k_i >= L; otherwise by bisection over the dynamic program."""
+    rows = t[:, 1:]
+    if np.all(rows[:, 1:] >= rows[:, :-1]):
+        k = np.stack([np.searchsorted(row, values, side="right") for row in rows])
+        return int(np.argmax((k >= 1).all(axis=0) & (k.sum(axis=0) >= rows.shape[1])))
+    lo, hi = 0, values.size - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if math.isfinite(float(_min_sums(t, values[mid:mid + 1])[0])):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
 
 
 def _split_at(t: FloatArray, tau: float) -> tuple[int, ...]:
@@ -178,7 +203,7 @@ def _recipes(search: Search) -> LayoutArrays:
                           & (lay.schedule == PipelineSchedule.ONE_F_ONE_B.code))
     lay = lay.take(keep)
     if search.scope is not None:  # what the launcher can write (a stage launcher's rule reads recipe fields only)
-        lay = lay.take(np.flatnonzero(search.scope.allows(lay)))
+        lay = lay.take(np.flatnonzero(search.scope.allows(lay, search.training)))
     if not len(lay):
         return lay
     tied = sp_with_tp(search.model, search.training, c)  # then a stage's tp alone sets sequence parallelism
@@ -226,13 +251,15 @@ class _Tables:
         self.caps: dict[tuple[int, int, str, int, int, int], int] = {}
         self.bounds: dict[tuple[int, int, str, int], npt.NDArray[np.int64]] = {}
         self.sp_with_tp = sp_with_tp(search.model, search.training, search.constraints)
-        self.floors: dict[tuple[int, int, str, int, bool, float], FloatArray] = {}
+        self.floors: dict[tuple[str, int, float], FloatArray] = {}
+        self.placements: dict[tuple[tuple[str, ...], tuple[int, ...], int], list[dict[str, list[int]]]] = {}
 
     def layout(self, r: npt.ArrayLike, dp: npt.ArrayLike, tp: npt.ArrayLike, splits: Sequence[tuple[int, ...]],
-               gbs: npt.ArrayLike | None = None) -> LayoutArrays:
+               gbs: npt.ArrayLike | None = None, which: npt.NDArray[np.int64] | None = None) -> LayoutArrays:
         """Rows of recipes ``r`` at (dp, tp) with pp = len(split) and each split (the request's global batch
-        unless ``gbs``)."""
-        n = len(splits)
+        unless ``gbs``); with ``which``, row k has split ``splits[which[k]]``."""
+        which = np.arange(len(splits)) if which is None else which
+        n = which.size
         ri = np.broadcast_to(np.asarray(r, dtype=np.int64), (n,))
         tpa = np.broadcast_to(np.asarray(tp, dtype=np.int64), (n,))
         cols = {k: getattr(self.recipes, k)[ri] for k in _RECIPE}
@@ -241,9 +268,10 @@ class _Tables:
         gbs = self.search.training.global_batch_size if gbs is None else gbs
         assert gbs is not None
         table: dict[tuple[int, ...], int] = {EVEN_SPLIT: 0}
-        codes = np.array([table.setdefault(sp, len(table)) for sp in splits], dtype=np.int64)
-        lay = LayoutArrays.from_columns({**cols, "dp": dp, "tp": tpa, "pp": np.array([len(s) for s in splits]),
-                                         "global_batch_size": gbs}, self.search.training)
+        codes = np.array([table.setdefault(sp, len(table)) for sp in splits], dtype=np.int64)[which]
+        pp = np.array([len(sp) for sp in splits], dtype=np.int64)[which]
+        lay = LayoutArrays.from_columns({**cols, "dp": dp, "tp": tpa, "pp": pp, "global_batch_size": gbs},
+                                        self.search.training)
         return dataclasses.replace(lay, stage_split=codes, splits=tuple(table))
 
     def p2p(self, types: Sequence[str]) -> float:
@@ -263,12 +291,15 @@ class _Tables:
             self.cache[key] = self._all_times(gpu_type, key[1], p2p)
         return self.cache[key][(r, tp, head)]
 
-    def floor_times(self, r: int, dp: int, gpu_type: str, tp: int, head: bool, p2p: float) -> FloatArray:
-        """g(l) = min over l' >= l of t(l'): the least time of a stage holding l layers or more
-        (nondecreasing, so the layers a stage can hold within tau are at most #{l >= 1 : g(l) <= tau})."""
-        key = (r, dp, gpu_type, tp, head, p2p)
+    def floor_stack(self, gpu_type: str, dp: int, p2p: float) -> FloatArray:
+        """Rows (recipe, tp of :func:`_tps`, head) of g(l) = min over l' >= l of t(l'): the least time of a stage
+        holding l layers or more (nondecreasing, so the layers a stage can hold within tau are at most
+        #{l >= 1 : g(l) <= tau})."""
+        key = (gpu_type, dp if self.fp8 else 1, p2p)
         if key not in self.floors:
-            self.floors[key] = np.minimum.accumulate(self.times(*key)[::-1])[::-1]
+            t = np.stack([self.times(r, dp, gpu_type, tp, head, p2p) for r in range(len(self.recipes))
+                          for tp in _tps(self.search, gpu_type) for head in (False, True)])
+            self.floors[key] = np.minimum.accumulate(t[:, ::-1], axis=1)[:, ::-1]
         return self.floors[key]
 
     def _all_times(self, gpu_type: str, dp: int, p2p: float) -> dict[tuple[int, int, bool], FloatArray]:
@@ -280,9 +311,9 @@ class _Tables:
         tps = np.repeat([c[1] for c in combos], layers.size)
         heads = np.repeat([c[2] for c in combos], layers.size)
         ls = np.tile(layers, len(combos))
-        splits = [(n_layers - int(layer), int(layer)) if h else (int(layer), n_layers - int(layer))
-                  for layer, h in zip(ls, heads)]
-        lay = self.layout(rs, dp, tps, splits)
+        splits = [(int(layer), n_layers - int(layer)) for layer in layers] + [
+            (n_layers - int(layer), int(layer)) for layer in layers]
+        lay = self.layout(rs, dp, tps, splits, which=ls + heads.astype(np.int64) * layers.size)
         own = search.links[gpu_type]
         links = Links(tps, own.intra_node_bytes_per_s, p2p)  # type: ignore[arg-type]
         micro = stage_microbatch_batch(search.model, search.training, search.specs[gpu_type], lay,
@@ -294,7 +325,8 @@ class _Tables:
         """Per k = 0 .. MAX_STAGES: at least the layers a stage of recipe ``r`` at (dp, tp) holding k in-flight
         micro-batches (1F1B: min(P - i, m)) holds on ``gpu_type``: a middle stage (no embedding, no head: memory
         never falls with them) at the largest power of two k' <= k (memory never falls with more in-flight
-        micro-batches); k = 1 at one micro-batch per step, which never needs more. Entry 0 is 0."""
+        micro-batches); k = 1 at one micro-batch per step, which never needs more; L - 1 where that stage held as
+        many layers as its layout leaves it. Entry 0 is 0."""
         return self.bounds[(r, dp, gpu_type, tp)]
 
     def fill_cap_bounds(self, keys: list[tuple[int, int, str, int]]) -> None:
@@ -311,7 +343,11 @@ class _Tables:
                 rows.append((r, dp, tp, k + 1, 1))
                 types.append(g)
                 gbs.append(full)
-        found = np.array(self._bisect(rows, types, np.array(gbs)), dtype=np.int64).reshape(len(keys), -1)
+        found = np.array(self._bisect(rows, types, np.array(gbs)), dtype=np.int64)
+        # the bisection stops at L - (pp - 1) layers (every other stage of its layout holds one), below what a
+        # stage of a shorter pipeline may hold: a stage that holds that many is bounded by L - 1 instead
+        top = np.array([self.search.model.num_layers - (row[3] - 1) for row in rows])
+        found = np.where(found >= top, self.search.model.num_layers - 1, found).reshape(len(keys), -1)
         level = np.floor(np.log2(np.arange(1, MAX_STAGES + 1))).astype(np.int64)  # k -> its power's column
         self.bounds.update({key: np.concatenate([[0], v[level]]) for key, v in zip(keys, found)})
 
@@ -364,93 +400,267 @@ def _tps(search: Search, gpu_type: str) -> list[int]:
             and (any_tp or tp == 1)]
 
 
-def _enumerate(search: Search, recipes: LayoutArrays, tables: _Tables, deadline: float) -> list[_Config] | None:
-    """Every configuration the free GPUs and limits allow, with a lower bound on its key, best bound first: the
-    slowest stage takes at least tau = (L + sum_i t_i(0) / b_i) / sum_i 1 / b_i (b_i: the stage's least time
-    per layer; below tau the layers cannot sum to L) and at least any stage's least time, and the step at least
-    m tau (the gradient sync after it is not bounded below)."""
-    c, gbs, n_layers = search.constraints, search.training.global_batch_size, search.model.num_layers
-    assert gbs is not None
-    allowed = mixable_types(search)
-    top_dp = max(search.pool.free_gpus(t) for t in allowed)
-    dps = {r: [d for d in range(1, min(n, top_dp) + 1) if n % d == 0]
-           for r in range(len(recipes)) for n in [_micro_batches(gbs, int(recipes.micro_batch_size[r]))]}
-    sa, sb = (x.ravel() for x in np.meshgrid(np.arange(1, MAX_STAGES), np.arange(1, MAX_STAGES)))
-    out = []
-    for r in range(len(recipes)):
-        if time.perf_counter() > deadline:  # the memory caps are a bisection per recipe: bounded by the deadline too
-            return None
-        tables.fill_cap_bounds([(r, d, g, tp) for d in dps[r] for g in allowed for tp in _tps(search, g)])
-        n = _micro_batches(gbs, int(recipes.micro_batch_size[r]))
-        for dp in dps[r]:
-            for (ta, tb), tpa, tpb in ((pair, x, y) for pair in itertools.permutations(allowed, 2)
-                                       if one_collective_library(search, pair)
-                                       for x in _tps(search, pair[0]) for y in _tps(search, pair[1])
-                                       if search.scope is None or search.scope.stage_tp or x == y):
-                # per pair of types: checked per recipe, a 10 s call ran 23 s at 1,024 GPUs of 6 types and 51 s at
-                # 16,384 of 8, per (recipe, D) 12-14 s (benchmarks/planner.py, on the loaded 2-core machine)
-                if time.perf_counter() > deadline:
-                    return None
-                cap_a = int(search.pool.classes(ta).free_blocks(tpa)) // dp
-                cap_b = int(search.pool.classes(tb).free_blocks(tpb)) // dp
-                m = n // dp
-                ka = np.cumsum(tables.cap_bounds(r, dp, ta, tpa)[np.minimum(np.arange(MAX_STAGES + 1), m)])
-                kb = np.cumsum(tables.cap_bounds(r, dp, tb, tpb)[np.minimum(np.arange(MAX_STAGES + 1), m)])
-                keep = (sa <= cap_a) & (sb <= cap_b) & (sa + sb <= min(MAX_STAGES, n_layers))
-                # memory: the stages' most layers (by their in-flight micro-batches) must reach L
-                keep &= ka[np.minimum(sa + sb, MAX_STAGES)] - ka[sb] + kb[sb] >= n_layers
-                if not keep.any():
-                    continue
-                p2p = tables.p2p((ta, tb))
-                ga, gb, gh = (tables.floor_times(r, dp, g, tp, h, p2p) for g, tp, h in (
-                    (ta, tpa, False), (tb, tpb, False), (tb, tpb, True)))
-                gpus = dp * (sa * tpa + sb * tpb)
-                keep &= (gpus <= (c.max_gpus or gpus.max())) & ((gpus == c.num_gpus) if c.num_gpus else True)
-                price = _price(search, (ta, tb), dp * sa * tpa, dp * sb * tpb)
-                if c.max_price_per_hour_usd is not None:
-                    keep &= (price is not None) and price <= c.max_price_per_hour_usd * PRICE_STEPS_PER_USD_HOUR
-                rows = np.flatnonzero(keep)
-                tau = _tau_bound(ga, gb, gh, sa[rows], sb[rows], tables.cap_bounds(r, dp, ta, tpa),
-                                 tables.cap_bounds(r, dp, tb, tpb), m)
-                bound = np.zeros(sa.shape, dtype=np.int64)
-                # sum_i t_i >= sum_i t_i(0) + L min_i b_i (b: a stage's least time per layer), max_i t_i >= tau
-                b_least = min(float(np.min((g[1:] - g[0]) / np.arange(1, g.size))) for g in (ga, gb, gh))
-                sums = sa[rows] * ga[0] + (sb[rows] - 1) * gb[0] + gh[0] + n_layers * max(b_least, 0.0)
-                bound[rows] = np.floor(((m - 1) * tau + np.maximum(sums, tau)) * TIME_STEPS_PER_S).astype(np.int64)
-                for k in np.flatnonzero(keep):
-                    pk = None if price is None else int(np.asarray(price).ravel()[k] if np.ndim(price) else price)
-                    out.append(_Config(r, dp, (ta, tb), (tpa, tpb), (int(sa[k]), int(sb[k])),
-                                       score(search.objective, int(bound[k]), int(gpus[k]), pk), pk))
-    return sorted(out, key=lambda x: (x.bound_key, x.recipe, x.dp, x.types, x.tps, x.counts))
+CHUNK_BLOCKS = 128
+"""Blocks :class:`_Frontier` expands into their configurations at once (our choice: enough rows per numpy call
+that its fixed cost is small, few enough that little is expanded beyond the bound that stops the search)."""
+
+IntArray = npt.NDArray[np.int64]
 
 
-def _tau_bound(ga: FloatArray, gb: FloatArray, gh: FloatArray, sa: npt.NDArray[np.int64],
-               sb: npt.NDArray[np.int64], caps_a: npt.NDArray[np.int64], caps_b: npt.NDArray[np.int64], m: int
-               ) -> FloatArray:
-    """Per (s_a, s_b): the least tau within which the stages can hold L layers, each stage at most its memory
-    bound (by its in-flight micro-batches) and the layers whose floor time is within tau, by bisection over
-    the tables' values."""
-    n_layers = ga.size - 1
-    p = sa + sb
-    pos = np.arange(MAX_STAGES)[None, :]
-    inflight = np.minimum(p[:, None] - pos, m)
-    cap = np.where(pos < sa[:, None], caps_a[np.clip(inflight, 0, MAX_STAGES)],
-                   np.where(pos < p[:, None], caps_b[np.clip(inflight, 0, MAX_STAGES)], 0))
-    kind = np.where(pos < sa[:, None], 0, np.where(pos < p[:, None] - 1, 1, 2))
-    values = np.unique(np.concatenate([ga[1:], gb[1:], gh[1:]]))
-    lo = np.zeros(sa.size, dtype=np.int64)
-    hi = np.full(sa.size, values.size - 1, dtype=np.int64)
+def _lex_less(cols: Sequence[IntArray], upper: tuple[int, ...] | None) -> npt.NDArray[np.bool_]:
+    """Per row, whether the key of columns ``cols`` is below ``upper`` lexicographically (None: every row)."""
+    if upper is None:
+        return np.ones(cols[0].shape, dtype=bool)
+    less, equal = np.zeros(cols[0].shape, dtype=bool), np.ones(cols[0].shape, dtype=bool)
+    for col, bound in zip(cols, upper):
+        less |= equal & (col < bound)
+        equal &= col == bound
+    return less
 
-    def held(tau: FloatArray) -> npt.NDArray[np.int64]:
-        counts = np.stack([np.searchsorted(g[1:], tau, side="right") for g in (ga, gb, gh)], axis=1)
-        per_stage = np.take_along_axis(counts, kind, axis=1)
-        return np.asarray(np.where(pos < p[:, None], np.minimum(per_stage, cap), 0).sum(axis=1))
 
-    while (lo < hi).any():
-        mid = (lo + hi) // 2
-        ok = held(values[mid]) >= n_layers
-        lo, hi = np.where(lo < hi, np.where(ok, lo, mid + 1), lo), np.where(lo < hi, np.where(ok, mid, hi), hi)
-    return np.asarray(values[lo], dtype=np.float64)
+def _key_columns(search: Search, step_us: IntArray, gpus: IntArray, price: FloatArray) -> list[IntArray]:
+    """:func:`score` of every row as columns (``price`` in price units, NaN: no price)."""
+    if search.objective is Objective.GPUS:
+        return [gpus, step_us]
+    if search.objective is Objective.COST:
+        units = np.where(np.isnan(price), 0, price).astype(np.int64)
+        return [np.where(np.isnan(price), 1 << 62, units * step_us), step_us, gpus]
+    return [step_us, gpus]
+
+
+class _Frontier:
+    """The configurations of the search in the order of their bound, made as the search needs them.
+
+    A block is one (recipe, D, ordered type pair, tp_a, tp_b); its configurations are its (s_a, s_b). Each block
+    gets a lower bound on every one of its configurations' bound keys (:meth:`_block_keys`), so a block is
+    expanded (its configurations bounded, :meth:`_expand`) only when its bound is below both the best found so
+    far and every configuration not yet taken; configurations then come out in exactly the order of sorting
+    all of them by (bound key, recipe, D, types, tps, counts), and blocks whose bound cannot win are never
+    expanded."""
+
+    def __init__(self, search: Search, recipes: LayoutArrays, tables: _Tables, upper: tuple[int, ...] | None,
+                 deadline: float = math.inf) -> None:
+        self.search, self.recipes, self.tables, self.deadline = search, recipes, tables, deadline
+        self.stopped = False
+        """Whether the time limit cut the bounding short."""
+        self.size = self.next = 0
+        self.keys: list[tuple[int, ...]] = []
+        self.refined: list[tuple[tuple[int, ...], int]] = []
+        self.heap: list[tuple[tuple[int, ...], int, int, tuple[str, str], tuple[int, int], tuple[int, int],
+                              _Config]] = []
+        gbs, n_layers = search.training.global_batch_size, search.model.num_layers
+        assert gbs is not None
+        allowed = mixable_types(search)
+        top_dp = max(search.pool.free_gpus(t) for t in allowed)
+        micro = [_micro_batches(gbs, int(mbs)) for mbs in recipes.micro_batch_size]
+        rd = [(r, d) for r, n in enumerate(micro) for d in range(1, min(n, top_dp) + 1) if n % d == 0]
+        self.pairs = [pair for pair in itertools.permutations(allowed, 2) if one_collective_library(search, pair)]
+        tps = {g: _tps(search, g) for g in allowed}
+        combos = [(q, x, y) for q, (ta, tb) in enumerate(self.pairs) for x in tps[ta] for y in tps[tb]
+                  if search.scope is None or search.scope.stage_tp or x == y]
+        if not rd or not combos or n_layers < 2:
+            return
+        dps = sorted({d for _, d in rd}) if tables.fp8 else [1]
+        stacks: list[FloatArray] = []
+        base: dict[tuple[str, int, float], int] = {}
+        for ta, tb in self.pairs:
+            for g in (ta, tb):
+                for d in dps:
+                    key = (g, d, tables.p2p((ta, tb)))
+                    if time.perf_counter() > deadline:
+                        self.stopped = True
+                        return
+                    if key not in base:
+                        base[key] = sum(len(x) for x in stacks)
+                        stacks.append(tables.floor_stack(g, d, key[2]))
+        self.floors = np.concatenate(stacks)
+        self.b_least = np.min((self.floors[:, 1:] - self.floors[:, :1]) / np.arange(1, n_layers + 1), axis=1)
+        ci = np.tile(np.arange(len(combos)), len(rd))
+        self.r = np.repeat(np.array([r for r, _ in rd], dtype=np.int64), len(combos))
+        self.dp = np.repeat(np.array([d for _, d in rd], dtype=np.int64), len(combos))
+        self.q = np.array([q for q, _, _ in combos], dtype=np.int64)[ci]
+        self.tp = np.array([[x, y] for _, x, y in combos], dtype=np.int64)[ci]
+        self.m = np.array(micro, dtype=np.int64)[self.r] // self.dp
+        blocks = np.array([[search.pool.classes(self.pairs[q][k]).free_blocks(t) for k, t in ((0, x), (1, y))]
+                           for q, x, y in combos], dtype=np.int64)
+        self.stage_cap = blocks[ci] // self.dp[:, None]
+        di = np.searchsorted(dps, self.dp) if tables.fp8 else np.zeros(ci.size, dtype=np.int64)
+        offsets = np.array([[[base[(self.pairs[q][k], d, tables.p2p(self.pairs[q]))] + tps[self.pairs[q][k]].index(t)
+                              * 2 for d in dps] for k, t in ((0, x), (1, y))] for q, x, y in combos],
+                           dtype=np.int64)  # [combo, side, dp] -> row of (recipe 0, this tp, no head)
+        ntp = np.array([[len(tps[self.pairs[q][0]]), len(tps[self.pairs[q][1]])] for q, _, _ in combos])[ci]
+        rows = offsets[ci, :, di] + self.r[:, None] * ntp * 2
+        self.ids = np.stack([rows[:, 0], rows[:, 1], rows[:, 1] + 1], axis=1)  # a's, b's, the head's table
+        live = (self.stage_cap >= 1).all(axis=1)
+        cols = self._block_keys()
+        live &= _lex_less(cols, upper)
+        order = np.flatnonzero(live)[np.lexsort([c[live] for c in reversed(cols)])]
+        self.order, self.size = order, order.size
+        self.keys = list(zip(*(c[order].tolist() for c in cols)))
+
+    def _block_keys(self) -> list[IntArray]:
+        """Per block, a key below every configuration's bound key: its stages within ``P_max`` = min(16, L, the
+        stages its free GPUs hold) can hold L layers within tau only if one of its stage kinds holds
+        ceil(L / P_max) layers within tau (each stage holds at most #{l >= 1 : g(l) <= tau} layers), so tau is
+        at least the least g(ceil(L / P_max)) of the kinds; the step then as :meth:`_expand` bounds it, with
+        the fewest stages' least total, GPUs and price (s_a = s_b = 1)."""
+        search, n_layers = self.search, self.search.model.num_layers
+        most = np.minimum(np.minimum(self.stage_cap, MAX_STAGES - 1).sum(axis=1), min(MAX_STAGES, n_layers))
+        j = -(-n_layers // np.maximum(most, 1))
+        tau = np.min(self.floors[self.ids, j[:, None]], axis=1)
+        one = np.ones(self.r.shape, dtype=np.int64)
+        step = self._step_us(tau, one, one, self.ids, self.m)
+        gpus = self.dp * self.tp.sum(axis=1)
+        return _key_columns(search, step, gpus, self._price(one, one, np.arange(self.r.size)))
+
+    def _step_us(self, tau: FloatArray, sa: IntArray, sb: IntArray, ids: IntArray, m: IntArray) -> IntArray:
+        """The bound on the step, in microseconds: m tau, and at least (m - 1) tau + the stages' least total
+        (sum_i t_i >= sum_i t_i(0) + L min_i b_i, b: a stage's least time per layer)."""
+        ga0, gb0, gh0 = (self.floors[ids[:, k], 0] for k in range(3))
+        b_least = np.min(self.b_least[ids], axis=1)
+        sums = sa * ga0 + (sb - 1) * gb0 + gh0 + self.search.model.num_layers * np.maximum(b_least, 0.0)
+        return np.floor(((m - 1) * tau + np.maximum(sums, tau)) * TIME_STEPS_PER_S).astype(np.int64)
+
+    def _price(self, sa: IntArray, sb: IntArray, blocks: IntArray) -> FloatArray:
+        """Price units of each row of ``blocks`` at (s_a, s_b) (NaN: a type of its pair has no price)."""
+        per = np.array([[np.nan if (x := self.search.specs[t].price_per_gpu_hour_usd) is None else x for t in pair]
+                        for pair in self.pairs], dtype=np.float64)
+        rate, dp, tp = per[self.q[blocks]], self.dp[blocks], self.tp[blocks]
+        return np.asarray(np.round((rate[:, 0] * (dp * sa * tp[:, 0]) + rate[:, 1] * (dp * sb * tp[:, 1]))
+                                   * PRICE_STEPS_PER_USD_HOUR), dtype=np.float64)
+
+    def _refine(self, upper: tuple[int, ...] | None) -> None:
+        """Queue the next :data:`CHUNK_BLOCKS` blocks of the first bound under a tighter one (those below
+        ``upper``): a configuration's stages hold at most s_a c_a(tau) + (s_b - 1) c_b(tau) + c_h(tau) layers
+        within tau (c: a kind's #{l >= 1 : g(l) <= tau}, memory left out), which over the block's (s_a, s_b) is
+        largest at one of two corners, as many stages of a as the rest allows or as many of b; so tau is at
+        least the lesser of the two corners' least tau."""
+        n_layers = self.search.model.num_layers
+        blocks = self.order[self.next:self.next + CHUNK_BLOCKS]
+        self.next += blocks.size
+        most = min(MAX_STAGES, n_layers)
+        cap = np.minimum(self.stage_cap[blocks], MAX_STAGES - 1)
+        a_first = np.minimum(cap[:, 0], most - 1)
+        b_first = np.minimum(cap[:, 1], most - 1)
+        sa = np.concatenate([a_first, np.minimum(cap[:, 0], most - b_first)])
+        sb = np.concatenate([np.minimum(cap[:, 1], most - a_first), b_first])
+        ids, m = np.tile(self.ids[blocks], (2, 1)), np.tile(self.m[blocks], 2)
+        free = np.full((sa.size, 2, MAX_STAGES + 1), n_layers, dtype=np.int64)
+        tau = np.minimum(*np.split(self._tau(ids, sa, sb, free, m), 2))
+        one = np.ones(blocks.size, dtype=np.int64)
+        cols = _key_columns(self.search, self._step_us(tau, one, one, self.ids[blocks], self.m[blocks]),
+                            self.dp[blocks] * self.tp[blocks].sum(axis=1), self._price(one, one, blocks))
+        win = np.flatnonzero(_lex_less(cols, upper))
+        for b, key in zip(blocks[win].tolist(), zip(*(col[win].tolist() for col in cols))):
+            heapq.heappush(self.refined, (key, b))
+
+    def _expand(self, upper: tuple[int, ...] | None) -> None:
+        """Bound the configurations of the next :data:`CHUNK_BLOCKS` blocks of the tighter bound (as the
+        enumeration bounds them: the free GPUs, memory by in-flight micro-batches, GPU and price limits, then
+        tau by bisection) and queue those whose bound key is below ``upper``."""
+        search, tables, c = self.search, self.tables, self.search.constraints
+        n_layers = search.model.num_layers
+        taken = [heapq.heappop(self.refined) for _ in range(min(CHUNK_BLOCKS, len(self.refined)))]
+        blocks = np.array([b for key, b in taken if upper is None or key < upper], dtype=np.int64)
+        if not blocks.size:
+            return
+        cap_keys = [[(int(self.r[b]), int(self.dp[b]), self.pairs[int(self.q[b])][k], int(self.tp[b, k]))
+                     for k in (0, 1)] for b in blocks]
+        missing = list(dict.fromkeys(k for keys in cap_keys for k in keys if k not in tables.bounds))
+        if missing:
+            tables.fill_cap_bounds(missing)
+        caps = np.array([[tables.bounds[k] for k in keys] for keys in cap_keys])  # [block, side, k]
+        m = self.m[blocks]
+        held = np.take_along_axis(caps, np.minimum(np.arange(MAX_STAGES + 1), m[:, None])[:, None, :], axis=2)
+        most = np.cumsum(held, axis=2)
+        sa, sb = (x.ravel() for x in np.meshgrid(np.arange(1, MAX_STAGES), np.arange(1, MAX_STAGES)))
+        local = np.repeat(np.arange(blocks.size), sa.size)
+        sa, sb = np.tile(sa, blocks.size), np.tile(sb, blocks.size)
+        cap = self.stage_cap[blocks][local]
+        keep = (sa <= cap[:, 0]) & (sb <= cap[:, 1]) & (sa + sb <= min(MAX_STAGES, n_layers))
+        # memory: the stages' most layers (by their in-flight micro-batches) must reach L
+        keep &= (most[local, 0, np.minimum(sa + sb, MAX_STAGES)] - most[local, 0, sb] + most[local, 1, sb]
+                 >= n_layers)
+        dp, tp = self.dp[blocks][local], self.tp[blocks][local]
+        gpus = dp * (sa * tp[:, 0] + sb * tp[:, 1])
+        if c.max_gpus:
+            keep &= gpus <= c.max_gpus
+        if c.num_gpus:
+            keep &= gpus == c.num_gpus
+        price = self._price(sa, sb, blocks[local])
+        if c.max_price_per_hour_usd is not None:
+            keep &= ~np.isnan(price) & (price <= c.max_price_per_hour_usd * PRICE_STEPS_PER_USD_HOUR)
+        rows = np.flatnonzero(keep)
+        if not rows.size:
+            return
+        ids = self.ids[blocks][local[rows]]
+        tau = self._tau(ids, sa[rows], sb[rows], caps[local[rows]], m[local[rows]])
+        step = self._step_us(tau, sa[rows], sb[rows], ids, m[local[rows]])
+        cols = _key_columns(search, step, gpus[rows], price[rows])
+        win = np.flatnonzero(_lex_less(cols, upper))
+        for k, key in zip(rows[win].tolist(), zip(*(col[win].tolist() for col in cols))):
+            b = int(blocks[local[k]])
+            pk = None if np.isnan(price[k]) else int(price[k])
+            cfg = _Config(int(self.r[b]), int(self.dp[b]), self.pairs[int(self.q[b])],
+                          (int(self.tp[b, 0]), int(self.tp[b, 1])), (int(sa[k]), int(sb[k])), key, pk)
+            heapq.heappush(self.heap, (key, cfg.recipe, cfg.dp, cfg.types, cfg.tps, cfg.counts, cfg))
+
+    def _tau(self, ids: IntArray, sa: IntArray, sb: IntArray, caps: IntArray, m: IntArray) -> FloatArray:
+        """Per configuration: the least tau within which its stages can hold L layers, each stage at most its
+        memory bound (by its in-flight micro-batches) and the layers whose floor time is within tau, by
+        bisection over its tables' values."""
+        n_layers = self.search.model.num_layers
+        floors = self.floors[ids]  # [row, kind, l]: a's, b's, the head's
+        p = sa + sb
+        pos = np.arange(MAX_STAGES)[None, :]
+        inflight = np.clip(np.minimum(p[:, None] - pos, m[:, None]), 0, MAX_STAGES)
+        cap = np.where(pos < sa[:, None], np.take_along_axis(caps[:, 0], inflight, axis=1),
+                       np.where(pos < p[:, None], np.take_along_axis(caps[:, 1], inflight, axis=1), 0))
+        kind = np.where(pos < sa[:, None], 0, np.where(pos < p[:, None] - 1, 1, 2))
+        values = np.sort(floors[:, :, 1:].reshape(ids.shape[0], -1), axis=1)
+        fresh = np.ones(values.shape, dtype=bool)
+        fresh[:, 1:] = values[:, 1:] != values[:, :-1]
+        count = fresh.sum(axis=1)
+        values = np.take_along_axis(values, np.argsort(~fresh, axis=1, kind="stable"), axis=1)  # distinct first
+        lo, hi = np.zeros(sa.size, dtype=np.int64), count - 1
+
+        def held(tau: FloatArray) -> IntArray:
+            counts = (floors[:, :, 1:] <= tau[:, None, None]).sum(axis=2)
+            per_stage = np.take_along_axis(counts, kind, axis=1)
+            return np.asarray(np.where(pos < p[:, None], np.minimum(per_stage, cap), 0).sum(axis=1))
+
+        while (lo < hi).any():
+            mid = (lo + hi) // 2
+            ok = held(values[np.arange(sa.size), mid]) >= n_layers
+            lo, hi = np.where(lo < hi, np.where(ok, lo, mid + 1), lo), np.where(lo < hi, np.where(ok, mid, hi), hi)
+        return np.asarray(values[np.arange(sa.size), lo], dtype=np.float64)
+
+    def take(self, upper: tuple[int, ...] | None, most: int) -> list[_Config]:
+        """The next configurations in bound order (at most ``most``), all with a bound key below ``upper``
+        (bounding blocks as needed); empty when none is left."""
+        while True:
+            if time.perf_counter() > self.deadline:
+                self.stopped = True
+                return []
+            first = self.keys[self.next] if self.next < self.size else None
+            tight = self.refined[0][0] if self.refined else None
+            block = first if tight is None or (first is not None and first <= tight) else tight
+            if self.heap and (block is None or self.heap[0][0] < block):
+                out: list[_Config] = []
+                while self.heap and len(out) < most and (block is None or self.heap[0][0] < block):
+                    entry = heapq.heappop(self.heap)
+                    if upper is not None and entry[0] >= upper:
+                        self.heap.clear()
+                        self.next, self.refined = self.size, []
+                        break
+                    out.append(entry[-1])
+                return out
+            if block is None or (upper is not None and block >= upper):
+                return []
+            if block is first:
+                self._refine(upper)
+            else:
+                self._expand(upper)
 
 
 def _micro_batches(gbs: int, mbs: int) -> int:
@@ -535,8 +745,10 @@ def _tails(tables: _Tables, cfg: _Config, split: tuple[int, ...], pipe: float, m
     """Each stage's exposed gradient sync (on its placement's links) and optimizer step after the pipeline."""
     search = tables.search
     out = [0.0] * len(split)
-    sync = [stage_links(search, g, pl) for g, pl in zip(cfg.stage_types, stage_placements(
-        search, cfg.stage_types, cfg.stage_tps, cfg.dp))]
+    key = (cfg.stage_types, cfg.stage_tps, cfg.dp)
+    if key not in tables.placements:
+        tables.placements[key] = stage_placements(search, *key)
+    sync = [stage_links(search, g, pl) for g, pl in zip(cfg.stage_types, tables.placements[key])]
     for g in dict.fromkeys(cfg.types):
         idx = np.array([i for i, t in enumerate(cfg.stage_types) if t == g])
         tps = np.array([cfg.stage_tps[i] for i in idx])
@@ -606,24 +818,26 @@ def stage_search(search: Search, deadline: float, incumbent: tuple[int, ...] | N
         return recipes, None, notes
     tables = _Tables(search, recipes)
     best: StageChoice | None = None
-    configs = _enumerate(search, recipes, tables, deadline)
-    if configs is None:
-        notes.append("the pipeline-stage search stopped at the time limit before it had bounded every layout")
-        return recipes, None, notes
+    frontier = _Frontier(search, recipes, tables, incumbent, deadline)
     proved = True
-    for n, cfg in enumerate(configs):
-        if n % 32 == 0:
-            tables.prefetch_caps(configs[n:n + 32])
-        upper = best.key if best is not None else incumbent
-        if upper is not None and cfg.bound_key >= upper:
-            break
-        if time.perf_counter() > deadline:
+    while True:
+        batch = frontier.take(best.key if best is not None else incumbent, 32)
+        if frontier.stopped or time.perf_counter() > deadline:
             notes.append("the pipeline-stage search stopped at the time limit")
             proved = False
             break
-        choice = _evaluate(tables, cfg, upper, split_rule)
-        if choice is not None and (upper is None or choice.key < upper):
-            best = choice
+        if not batch:
+            break
+        tables.prefetch_caps(batch)
+        for cfg in batch:
+            upper = best.key if best is not None else incumbent
+            if upper is not None and cfg.bound_key >= upper:
+                break
+            if time.perf_counter() > deadline:
+                break
+            choice = _evaluate(tables, cfg, upper, split_rule)
+            if choice is not None and (upper is None or choice.key < upper):
+                best = choice
     if best is not None and not proved:
         best = dataclasses.replace(best, optimal=False)
     return recipes, best, notes

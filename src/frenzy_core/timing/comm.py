@@ -70,7 +70,7 @@ def take_links(links: Links, index: npt.NDArray[np.intp]) -> Links:
     return Links(*fields)  # type: ignore[arg-type]  # per-layout arrays, as link_rows describes
 
 
-def group_bandwidth(span: FloatArray, stride: FloatArray, links: Links, efficiency: float) -> FloatArray:
+def group_bandwidth(span: FloatArray, stride: FloatArray, links: Links, efficiency: float | FloatArray) -> FloatArray:
     """Achieved per-rank bandwidth of a group of ranks ``stride`` apart within ``span`` consecutive GPUs.
 
     Inside one node: the intra-node link. Across nodes, NCCL runs one ring per NIC, so a group with k members
@@ -84,8 +84,8 @@ def group_bandwidth(span: FloatArray, stride: FloatArray, links: Links, efficien
     return np.asarray(raw * efficiency, dtype=np.float64)
 
 
-def ring_latency_s(n: FloatArray, span: FloatArray, links: Links, base_s: float, step_s: float, net_step_s: float,
-                   steps_per_rank: float = 1.0) -> FloatArray:
+def ring_latency_s(n: FloatArray, span: FloatArray, links: Links, base_s: float | FloatArray,
+                   step_s: float | FloatArray, net_step_s: float | FloatArray, steps_per_rank: float = 1.0) -> FloatArray:
     """Latency of one ring collective over ``n`` ranks within ``span`` consecutive GPUs, as NCCL's own tuning
     model has it (src/graph/tuning.cc): a base plus one hop per ring step, n - 1 steps for a reduce-scatter or
     all-gather (``steps_per_rank`` 2 for an all-reduce), each a network hop when the ring spans nodes."""

@@ -18,8 +18,8 @@ from frenzy_core.config.training import Attention, Framework, TrainingConfig
 from frenzy_core.hardware.gpu import GPUSpec
 from frenzy_core.timing.params import time_model_data
 
-__all__ = ["MEMORY_EFFICIENT", "AttentionRates", "GemmHardware", "attention_kernel", "attention_rates", "gemm_hardware", "gemm_s",
-           "generation"]
+__all__ = ["MEMORY_EFFICIENT", "AttentionRates", "GemmHardware", "KernelFigures", "attention_kernel", "attention_rates",
+           "gemm_hardware", "gemm_s", "generation", "kernel_figures", "kernel_rate"]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -27,10 +27,10 @@ FloatArray = npt.NDArray[np.float64]
 class GemmHardware(NamedTuple):
     """What the GEMM shape factor needs to know about a GPU."""
 
-    sms: float
-    tile_area: float
-    tail_waves: float
-    k_fill: float
+    sms: float | FloatArray
+    tile_area: float | FloatArray
+    tail_waves: float | FloatArray
+    k_fill: float | FloatArray
 
 
 def generation(gpu: GPUSpec) -> str:
@@ -46,8 +46,8 @@ def gemm_hardware(gpu: GPUSpec) -> GemmHardware:
                         tail_waves=float(g["tail_waves"]["value"]), k_fill=float(g["k_fill"]["value"]))
 
 
-def gemm_s(m: FloatArray, n: FloatArray, k: FloatArray, rate: float, mem_bw: float, in_bytes: float,
-           hw: GemmHardware, batch: FloatArray | float = 1.0) -> FloatArray:
+def gemm_s(m: FloatArray, n: FloatArray, k: FloatArray, rate: float | FloatArray, mem_bw: float | FloatArray,
+           in_bytes: float, hw: GemmHardware, batch: FloatArray | float = 1.0) -> FloatArray:
     """Seconds of ``batch`` (m x k) @ (k x n) GEMMs run as one kernel (batched or grouped): 2 m n k FLOPs each
     at ``rate`` x shape factor, or their HBM traffic (inputs at ``in_bytes``, 2-byte outputs) at ``mem_bw``,
     whichever is longer."""
@@ -103,20 +103,42 @@ def _kernel_table(kernel: str, gpu: GPUSpec) -> tuple[dict[str, list[float]], fl
     return dict(tables[kernel if gen in tables[kernel] else "fa2"][gen]), scale
 
 
-def attention_rates(kernel: str, gpu: GPUSpec, peak_flops: float, seq: FloatArray, causal: bool,
-                    efficiency: float) -> AttentionRates:
-    """Forward and backward speed of ``kernel`` on ``gpu`` at sequence length ``seq``: plateau x s / (s + s_half)
-    of the measured kernel, a fraction of the bf16 peak, times ``efficiency`` (sustained clocks). A kernel measured
-    only against another (``relative_kernels``: FlashAttention in Triton against FlashAttention-2) is that
-    kernel's speed times the measured ratio of each pass."""
+class KernelFigures(NamedTuple):
+    """What a kernel's speed on one GPU is made of: the scale its measured fractions take there, the measured
+    ratio of each pass to another kernel's (1 where measured itself), and (plateau, s_half) of each pass."""
+
+    scale: float
+    ratio_fwd: float
+    ratio_bwd: float
+    fwd: tuple[float, float]
+    bwd: tuple[float, float]
+
+
+def kernel_figures(kernel: str, gpu: GPUSpec, causal: bool) -> KernelFigures:
+    """The measured figures of ``kernel`` on ``gpu`` (``relative_kernels``: FlashAttention in Triton measured
+    against FlashAttention-2, its speed that kernel's times the ratio of each pass)."""
     relative = time_model_data()["relative_kernels"].get(kernel)
     ratio = {"fwd": 1.0, "bwd": 1.0} if relative is None else {d: float(relative[d]) for d in ("fwd", "bwd")}
     table, scale = _kernel_table(kernel if relative is None else str(relative["of"]), gpu)
     suffix = "_causal" if causal else ""
+    fwd, bwd = (table[name + suffix] for name in ("fwd", "bwd"))
+    return KernelFigures(scale, ratio["fwd"], ratio["bwd"], (float(fwd[0]), float(fwd[1])),
+                         (float(bwd[0]), float(bwd[1])))
 
-    def rate(name: str) -> FloatArray:
-        plateau, half = table[name + suffix]
-        return np.asarray(peak_flops * efficiency * scale * ratio[name] * plateau * seq / (seq + half),
-                          dtype=np.float64)
 
-    return AttentionRates(fwd=rate("fwd"), bwd=rate("bwd"))
+def kernel_rate(peak_flops: FloatArray | float, efficiency: FloatArray | float, scale: FloatArray | float,
+                ratio: FloatArray | float, plateau: FloatArray | float, half: FloatArray | float,
+                seq: FloatArray) -> FloatArray:
+    """Executed FLOP/s of one pass at sequence length ``seq``: plateau x s / (s + s_half) of the bf16 peak, times
+    ``efficiency``, the GPU's ``scale`` and the measured ``ratio`` (scalars or one value per row)."""
+    return np.asarray(peak_flops * efficiency * scale * ratio * plateau * seq / (seq + half), dtype=np.float64)
+
+
+def attention_rates(kernel: str, gpu: GPUSpec, peak_flops: float, seq: FloatArray, causal: bool,
+                    efficiency: float) -> AttentionRates:
+    """Forward and backward speed of ``kernel`` on ``gpu`` at sequence length ``seq``: plateau x s / (s + s_half)
+    of the measured kernel, a fraction of the bf16 peak, times ``efficiency`` (sustained clocks)
+    (:func:`kernel_figures`, :func:`kernel_rate`)."""
+    f = kernel_figures(kernel, gpu, causal)
+    return AttentionRates(fwd=kernel_rate(peak_flops, efficiency, f.scale, f.ratio_fwd, *f.fwd, seq),
+                          bwd=kernel_rate(peak_flops, efficiency, f.scale, f.ratio_bwd, *f.bwd, seq))

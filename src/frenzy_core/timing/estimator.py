@@ -11,13 +11,15 @@ it (timing/overlap.py); the pipeline adds (pp - 1) / vpp idle micro-batch slots 
 stage-boundary sends; data-parallel traffic (DDP buckets, ZeRO, FSDP layer by layer) hides behind what compute
 it can, and the optimizer step closes the iteration (on the host CPU where it is offloaded, with the host-link
 copies of offloaded states: timing/offload.py). Formulas and sources: docs/time-model.md.
-The vectorised function is the implementation; the scalar one validates its configs and calls it.
+The vectorised function is the implementation; the scalar one validates its configs and calls it. One call of
+the vectorised function may cover layouts on several GPU types, each row's figures gathered from a table with one
+entry per type (timing/gpu_rows.py).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -50,9 +52,8 @@ from frenzy_core.timing.comm import (
     ring_one_way_s,
     take_links,
 )
-from frenzy_core.timing.efficiency import GemmHardware, gemm_hardware
 from frenzy_core.timing.flops import training_flops
-from frenzy_core.timing.layer import Rates
+from frenzy_core.timing.gpu_rows import GpuTable, ParamRows, gpu_table, peak_dtype
 from frenzy_core.timing.offload import OffloadTerms, offload_terms
 from frenzy_core.timing.overlap import data_parallel_exposure, fsdp_exposure, pipelined_hidden
 from frenzy_core.timing.params import TimeModelParams, default_time_model_params
@@ -67,20 +68,10 @@ __all__ = [
     "resolve_gpu",
 ]
 
-_PEAK_DTYPE = {
-    Precision.FP32: "fp32", Precision.BF16: "bf16", Precision.AMP_BF16: "bf16", Precision.BF16_MIXED: "bf16",
-    Precision.FP16: "fp16", Precision.AMP_FP16: "fp16", Precision.FP16_MIXED: "fp16", Precision.FP8_MIXED: "fp8",
-}
-
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 ArrayLike = npt.ArrayLike
 BoolArray = npt.NDArray[np.bool_]
-
-
-def peak_dtype(precision: Precision) -> str:
-    """The ``GPUSpec.peak_tflops`` key the matmuls of ``precision`` run at."""
-    return _PEAK_DTYPE[precision]
 
 
 def resolve_gpu(gpu: GPUSpec | str) -> GPUSpec:
@@ -88,15 +79,6 @@ def resolve_gpu(gpu: GPUSpec | str) -> GPUSpec:
     if isinstance(gpu, GPUSpec):
         return gpu
     return get_gpu_spec(gpu)
-
-
-def _peak_flops(gpu: GPUSpec, precision: Precision) -> float:
-    key = peak_dtype(precision)
-    if key not in gpu.peak_tflops:
-        raise ConfigError(f"{gpu.id} lists no {key} peak (has {sorted(gpu.peak_tflops)}), needed by "
-                          f"precision={precision.value!r}", field="training.precision", value=precision.value,
-                          hint=f"use a precision whose dtype {gpu.id} supports")
-    return gpu.peak_tflops[key] * 1e12
 
 
 def _stage_params(model: ModelConfig, counts: ParamCounts, pp: IntArray, layers_stage: IntArray, tp: FloatArray,
@@ -133,7 +115,7 @@ def _trained_params(model: ModelConfig, training: TrainingConfig, layers_stage: 
 
 
 def _dequantize_s(model: ModelConfig, training: TrainingConfig, layers_stage: IntArray, tp: FloatArray,
-                  full_recompute: BoolArray, mem_bw: float) -> FloatArray:
+                  full_recompute: BoolArray, mem_bw: FloatArray) -> FloatArray:
     """Per micro-batch: QLoRA's dequantisation of the stage's 4-bit layer weights, once per forward (and its
     recomputation) and once per backward (bitsandbytes ``MatMul4Bit``: ``dequantize_4bit`` in both), each reading
     the packed codes with their absmax and writing the compute-dtype copy the GEMM then reads."""
@@ -178,52 +160,124 @@ minutes of work (the fuzz campaign). The other layout rules are the caller's to 
 def estimate_iteration_time_batch(
     model: ModelConfig,
     training: TrainingConfig,
-    gpu: GPUSpec | str,
+    gpu: GPUSpec | str | Sequence[GPUSpec | str],
     layouts: LayoutArrays | Mapping[str, ArrayLike],
     *,
+    gpu_index: ArrayLike | None = None,
     cluster: Cluster | Links | None = None,
-    params: TimeModelParams | None = None,
+    params: TimeModelParams | Sequence[TimeModelParams | None] | None = None,
 ) -> TimeEstimateBatch:
     """Iteration time of many layouts of one model and recipe at once (numpy broadcasting over the arrays).
 
-    ``layouts``: a :class:`LayoutArrays` (one entry per :meth:`~LayoutArrays.flat` row) or a mapping of its columns
-    (missing ones take ``training``'s). Layout rules are the caller's (:func:`validate_layout`), but for values in
-    range, whole micro-batches and a layer per pipeline chunk (ConfigError naming the first row that breaks one).
+    ``layouts``: a :class:`LayoutArrays` (one entry per :meth:`~LayoutArrays.flat` row), or a mapping of its
+    columns (missing ones take ``training``'s value; ``recompute``/``schedule`` take members, names or codes;
+    default schedule: interleaved where vpp > 1).
+    ``gpu``: one GPU type, or several with ``gpu_index`` giving each layout's (an index into them), so one call
+    times layouts on several types; ``params`` then holds one entry per type (None: the type's defaults), and
+    ``cluster``, where a :class:`Cluster`, gives each type its own links.
+    Layout rules (:func:`validate_layout`) are not checked here, except that values are in range, the global
+    batch splits into whole micro-batches and every pipeline chunk holds a layer (ConfigError naming the first
+    candidate that breaks them).
     """
     require_instance("model", model, ModelConfig, "use ModelConfig.preset(name) or ModelConfig(...)")
     require_instance("training", training, TrainingConfig)
-    gpu = resolve_gpu(gpu)
-    if params is not None:
-        require_instance("params", params, TimeModelParams)
-    p = params if params is not None else default_time_model_params(gpu)
-    links = links_for(gpu, cluster)
-    peak = _peak_flops(gpu, training.precision)
-    mem_bw = gpu.memory_bandwidth_bytes_per_s * p.memory_efficiency
-
+    gpus = _gpu_list(gpu)
+    ps = _param_list(params, gpus)
+    type_links = [links_for(g, cluster) for g in (gpus[:1] if isinstance(cluster, Links) else gpus)]
+    table = gpu_table(training, gpus, ps, model.causal)
     lay = (layouts if isinstance(layouts, LayoutArrays) else LayoutArrays.from_columns(layouts, training)).flat()
     require_rows(model, lay, _CHECKED_RULES)
     dp_, tp_, pp_, vpp_, cp_, ep_, mb, gbs, rc, sched, zero = (np.atleast_1d(a) for a in (
         lay.dp, lay.tp, lay.pp, lay.vpp, lay.cp, lay.ep, lay.micro_batch_size, lay.global_batch_size, lay.recompute,
         lay.schedule, lay.effective_zero_stage))
+    code = _gpu_codes(gpu_index, len(gpus), dp_.shape)
+    links = _row_links(type_links, code)
+    return _estimate(model, training, table, code, links, lay, (dp_, tp_, pp_, vpp_, cp_, ep_, mb, gbs, rc, sched,
+                                                                zero))
+
+
+def _gpu_list(gpu: GPUSpec | str | Sequence[GPUSpec | str]) -> list[GPUSpec]:
+    """The GPU types of a call: one, or a non-empty sequence of them (specs, ids or aliases)."""
+    if isinstance(gpu, (GPUSpec, str)):
+        return [resolve_gpu(gpu)]
+    if not isinstance(gpu, Sequence) or not gpu:
+        raise ConfigError(f"gpu must be a GPUSpec, a GPU id or a non-empty sequence of them, got {gpu!r}",
+                          field="gpu", hint="pass e.g. 'h100-sxm' or ['h100-sxm', 'a100-80gb'] with gpu_index")
+    return [resolve_gpu(g) for g in gpu]
+
+
+def _gpu_codes(gpu_index: ArrayLike | None, n_types: int, shape: tuple[int, ...]) -> IntArray:
+    """Each layout's GPU type (an index into the call's types): ``gpu_index`` checked, or all 0 for one type."""
+    if gpu_index is None:
+        if n_types > 1:
+            raise ConfigError(f"{n_types} GPU types given without gpu_index", field="gpu_index",
+                              hint="pass gpu_index, one index into gpu per layout")
+        return np.zeros(shape, dtype=np.int64)
+    idx = np.asarray(gpu_index)
+    ok = idx.dtype.kind in "iu" and idx.shape in ((), shape)
+    if ok and idx.size:
+        ok = bool(idx.min() >= 0 and idx.max() < n_types)
+    if not ok:
+        raise ConfigError(f"gpu_index must hold one integer in [0, {n_types}) per layout ({shape[0]} layouts), "
+                          f"got {idx.dtype} values of shape {idx.shape}", field="gpu_index",
+                          hint="index each layout's GPU type in the gpu sequence")
+    return np.asarray(np.broadcast_to(idx, shape), dtype=np.int64)
+
+
+def _param_list(params: TimeModelParams | Sequence[TimeModelParams | None] | None,
+                gpus: list[GPUSpec]) -> list[TimeModelParams]:
+    """Each type's parameters: given, or its defaults (:func:`default_time_model_params`)."""
+    if params is None or isinstance(params, TimeModelParams):
+        if params is not None and len(gpus) > 1:
+            raise ConfigError("one TimeModelParams given for several GPU types", field="params",
+                              hint="pass one per type in a list (None for a type's defaults)")
+        given: list[TimeModelParams | None] = [params] * len(gpus)
+    elif isinstance(params, Sequence) and len(params) == len(gpus):
+        given = list(params)
+    else:
+        raise ConfigError(f"params must be a TimeModelParams or a list of one per GPU type ({len(gpus)})",
+                          field="params", hint="pass None for each type's defaults")
+    for entry in given:
+        if entry is not None:
+            require_instance("params", entry, TimeModelParams)
+    return [p if p is not None else default_time_model_params(g) for p, g in zip(given, gpus, strict=True)]
+
+
+def _row_links(type_links: list[Links], code: IntArray) -> Links:
+    """The links each layout is timed with, from its type's (:func:`links_for`; one entry where given ``Links``
+    apply to every type): those ``Links`` where all types share them, else ``Links`` of one entry per layout."""
+    if all(e == type_links[0] for e in type_links):
+        return type_links[0]
+    cols = np.array(type_links, dtype=np.float64)[code]
+    return Links(cols[..., 0].astype(np.int64), cols[..., 1], cols[..., 2])  # type: ignore[arg-type]
+
+
+_Columns = tuple[IntArray, IntArray, IntArray, IntArray, IntArray, IntArray, IntArray, IntArray, IntArray, IntArray,
+                 IntArray]
+"""dp, tp, pp, vpp, cp, ep, micro-batch, global batch, recompute, schedule and effective ZeRO stage, per layout."""
+
+
+def _estimate(model: ModelConfig, training: TrainingConfig, table: GpuTable, code: IntArray, links: Links,
+              lay: LayoutArrays, columns: _Columns) -> TimeEstimateBatch:
+    """The estimate of checked layouts, each on GPU type ``code`` of ``table``, with ``links``."""
+    dp_, tp_, pp_, vpp_, cp_, ep_, mb, gbs, rc, sched, zero = columns
     sp = np.atleast_1d(lay.sequence_parallel).astype(bool)
     m = gbs // (mb * dp_)
     world = dp_ * tp_ * pp_ * cp_
     sp = sp & (tp_ > 1)
+    peak, mem_bw, share = table.peak[code], table.rates.memory[code], table.comm_share[code]
 
     s = training.seq_len
     tokens = mb * s / cp_  # tokens one GPU processes per micro-batch (before tensor-parallel sharding)
     tpf = tp_.astype(np.float64)
     mf = m.astype(np.float64)
-    hw = gemm_hardware(gpu)
-    share = min(p.comm_sms / hw.sms, 1.0)  # compute lost while a collective overlaps it
-    rates = _rates(gpu, training, p, peak, mem_bw)
 
     # ---- one micro-batch on the busiest stage, once per distinct stage shape (timing/stage.py, timing/layer.py)
     interleaved = sched == PipelineSchedule.INTERLEAVED.code
     chunks_i = np.where(interleaved, vpp_, 1)
     link_id = link_rows(links, world.shape)  # per-layout links (the planner's placements) or one for all
     st, layers_stage, holds_embedding, pick_mid = _busiest_stage(
-        model, training, gpu, p, rates, links, link_id, hw, lay, tokens=tokens, mb=mb, cp=cp_, tp=tp_, ep=ep_, sp=sp,
+        model, training, table, code, links, link_id, lay, tokens=tokens, mb=mb, cp=cp_, tp=tp_, ep=ep_, sp=sp,
         pp=pp_, rc=rc, chunks=chunks_i, world=world)
     chunks = chunks_i.astype(np.float64)
     counts = count_parameters(model)
@@ -235,14 +289,14 @@ def estimate_iteration_time_batch(
     held = (*_stage_params(model, counts, pp_, layers_stage, tpf, ep_, holds_embedding, ~pick_mid),
             (counts.layers - counts.experts) / model.num_layers / tpf)
     trained = _trained_params(model, training, layers_stage, tpf, held)
-    dp_s, hidden_dp = _data_parallel(model, training, p, links, link_id, held, trained, layers_stage, tp_,
-                                     cp_, dp_, ep_, pp_, zero, mf, st.fwd_window, st.bwd_window, bubble / 2.0,
+    dp_s, hidden_dp = _data_parallel(model, training, table.p, code, links, link_id, held, trained, layers_stage,
+                                     tp_, cp_, dp_, ep_, pp_, zero, mf, st.fwd_window, st.bwd_window, bubble / 2.0,
                                      holds_embedding.astype(np.int64) + 2 * (~pick_mid).astype(np.int64))
-    hidden_dp = (1.0 - share) * p.data_parallel_overlap * hidden_dp
+    hidden_dp = (1.0 - share) * table.p.data_parallel_overlap[code] * hidden_dp
 
-    optimizer_s, off = _step_and_offload(training, gpu, trained, held, (dp_ * cp_).astype(np.float64), ep_, zero,
-                                         layers_stage, np.minimum(world, links.gpus_per_node).astype(np.float64), mf,
-                                         st, mem_bw)
+    optimizer_s, off = _step_and_offload(training, table.host_link_bytes_per_s[code], trained, held,
+                                         (dp_ * cp_).astype(np.float64), ep_, zero, layers_stage,
+                                         np.minimum(world, links.gpus_per_node).astype(np.float64), mf, st, mem_bw)
 
     breakdown = {
         "compute": mf * st.compute, "recompute": mf * st.recompute, "elementwise": mf * elementwise_mb,
@@ -257,13 +311,13 @@ def estimate_iteration_time_batch(
     return _batch_result(model, s, breakdown, overlapped, m, gbs, world, peak)
 
 
-def _busiest_stage(model: ModelConfig, training: TrainingConfig, gpu: GPUSpec, p: TimeModelParams, rates: Rates,
-                   links: Links, link_id: IntArray, hw: GemmHardware, lay: LayoutArrays, *, tokens: FloatArray, mb: IntArray,
-                   cp: IntArray, tp: IntArray, ep: IntArray, sp: BoolArray, pp: IntArray, rc: IntArray,
-                   chunks: IntArray, world: IntArray) -> tuple[StageTerms, IntArray, BoolArray, BoolArray]:
+def _busiest_stage(model: ModelConfig, training: TrainingConfig, table: GpuTable, code: IntArray, links: Links,
+                   link_id: IntArray, lay: LayoutArrays, *, tokens: FloatArray, mb: IntArray, cp: IntArray,
+                   tp: IntArray, ep: IntArray, sp: BoolArray, pp: IntArray, rc: IntArray, chunks: IntArray,
+                   world: IntArray) -> tuple[StageTerms, IntArray, BoolArray, BoolArray]:
     """One micro-batch's terms on the busiest stage: the last stage (with the head) or the longest stage before
     it, whichever takes longer; with that stage's layers, whether it holds the embedding, and whether it is the
-    earlier one. Each distinct stage shape is computed once."""
+    earlier one. Each distinct stage shape on each GPU type is computed once."""
     last_layers, mid_layers, mid_stage = _stage_candidates(model, lay)
     full = rc == Recompute.FULL.code
     selective = rc == Recompute.SELECTIVE.code
@@ -272,9 +326,9 @@ def _busiest_stage(model: ModelConfig, training: TrainingConfig, gpu: GPUSpec, p
 
     def on_stage(layers: IntArray, head: float) -> StageTerms:
         redo = recomputed_layers(training, layers)
-        first, inverse = distinct(mb, cp, tp, ep, sp, pp, rc, chunks, inter, link_id, layers)
+        first, inverse = distinct(mb, cp, tp, ep, sp, pp, rc, chunks, inter, link_id, layers, code)
         return stage_terms(
-            model, training, gpu, p, rates, take_links(links, first), hw, tokens=tokens[first], tp=tpf[first],
+            model, training, table.at(code[first]), take_links(links, first), tokens=tokens[first], tp=tpf[first],
             cp=cpf[first], ep=ep[first].astype(np.float64), sp=sp[first], layers=layers[first],
             redo=np.where(full, redo, 0)[first].astype(np.float64), selective=selective[first],
             chunks=chunks[first].astype(np.float64), pp=pp[first], p2p_span=world[first].astype(np.float64),
@@ -291,7 +345,7 @@ def _busiest_stage(model: ModelConfig, training: TrainingConfig, gpu: GPUSpec, p
 
 
 def _batch_result(model: ModelConfig, seq_len: int, breakdown: dict[str, FloatArray], overlapped: FloatArray,
-                  m: IntArray, gbs: IntArray, world: IntArray, peak: float) -> TimeEstimateBatch:
+                  m: IntArray, gbs: IntArray, world: IntArray, peak: FloatArray) -> TimeEstimateBatch:
     """The step time (the categories less what overlaps) and the rates derived from it."""
     iteration_s = sum(breakdown.values()) - overlapped
     model_flops = training_flops(model, seq_len, 1) * gbs
@@ -304,12 +358,13 @@ def _batch_result(model: ModelConfig, seq_len: int, breakdown: dict[str, FloatAr
     )
 
 
-def _step_and_offload(training: TrainingConfig, gpu: GPUSpec, trained: _Params, held: _Params, replicas: FloatArray,
-                      ep: IntArray, zero: IntArray, layers_stage: IntArray, ranks_per_node: FloatArray, m: FloatArray,
-                      st: StageTerms, mem_bw: float) -> tuple[FloatArray, OffloadTerms]:
+def _step_and_offload(training: TrainingConfig, host_link: FloatArray, trained: _Params, held: _Params,
+                      replicas: FloatArray, ep: IntArray, zero: IntArray, layers_stage: IntArray,
+                      ranks_per_node: FloatArray, m: FloatArray, st: StageTerms,
+                      mem_bw: FloatArray) -> tuple[FloatArray, OffloadTerms]:
     """The optimizer step (on the GPU, or on the host where it is offloaded) and offload's terms
-    (timing/offload.py)."""
-    off = offload_terms(training, gpu, stepped=_sharded(trained[0], trained[1], replicas, ep, zero, 1),
+    (timing/offload.py; ``host_link``: each layout's GPU's host link)."""
+    off = offload_terms(training, host_link, stepped=_sharded(trained[0], trained[1], replicas, ep, zero, 1),
                         held=_sharded(held[0], held[1], replicas, ep, zero, 3), zero_stage=zero,
                         layers=layers_stage.astype(np.float64), ranks_per_node=ranks_per_node, m=m,
                         fwd_window=st.fwd_window, bwd_window=st.bwd_window)
@@ -327,22 +382,14 @@ def _sharded(dense: FloatArray, experts: FloatArray, replicas: FloatArray, ep: I
 
 
 def _optimizer_s(training: TrainingConfig, dense: FloatArray, experts: FloatArray, replicas: FloatArray,
-                 ep: IntArray, zero: IntArray, mem_bw: float) -> FloatArray:
+                 ep: IntArray, zero: IntArray, mem_bw: FloatArray) -> FloatArray:
     """The optimizer step: memory-bound over this GPU's (ZeRO-sharded over ``replicas``) parameters."""
     local = _sharded(dense, experts, replicas, ep, zero, 1)
     return np.asarray(local * optimizer_bytes_per_param(training.precision, training.optimizer) / mem_bw)
 
 
-def _rates(gpu: GPUSpec, training: TrainingConfig, p: TimeModelParams, peak: float, mem_bw: float) -> Rates:
-    """Sustained matmul rates (the precision's dtype, fp8 for fp8 recipes' projections) and the attention peak."""
-    fp8 = training.precision is Precision.FP8_MIXED
-    half = _peak_flops(gpu, Precision.BF16_MIXED) if fp8 else peak  # fp8 recipes keep the head and attention bf16
-    return Rates(matmul=half * p.matmul_efficiency, fp8_matmul=peak * p.fp8_matmul_efficiency if fp8 else 0.0,
-                 attention_peak=half, memory=mem_bw)
-
-
 def _fp8_weight_cast_s(model: ModelConfig, counts: ParamCounts, training: TrainingConfig, layers_stage: IntArray,
-                       tp: FloatArray, m: FloatArray, mem_bw: float) -> FloatArray:
+                       tp: FloatArray, m: FloatArray, mem_bw: FloatArray) -> FloatArray:
     """Per micro-batch: quantising the layers' weights to fp8 (fp8 recipes). Transformer Engine under Megatron
     casts them once per step (is_first_microbatch caching); torch casts them every micro-batch."""
     if training.precision is not Precision.FP8_MIXED:
@@ -353,7 +400,7 @@ def _fp8_weight_cast_s(model: ModelConfig, counts: ParamCounts, training: Traini
     return np.asarray(np.where(per_step > 0, per_mb / m, per_mb), dtype=np.float64)
 
 
-def _data_parallel(model: ModelConfig, training: TrainingConfig, p: TimeModelParams,
+def _data_parallel(model: ModelConfig, training: TrainingConfig, p: ParamRows, code: IntArray,
                    links: Links, link_id: IntArray, held: _Params, trained: _Params,
                    layers_stage: IntArray, tp: IntArray, cp: IntArray,
                    dp: IntArray, ep: IntArray, pp: IntArray, zero: IntArray, m: FloatArray, fwd_window: FloatArray,
@@ -363,6 +410,7 @@ def _data_parallel(model: ModelConfig, training: TrainingConfig, p: TimeModelPar
     Per-micro-batch traffic hides behind that micro-batch's forward (``fwd_window``) and backward
     (``bwd_window``); the once-per-step gradient reduction also behind the pipeline's cooldown (``cooldown``,
     the stage's idle half of the bubble). ``ends``: which of the embedding (1) and the head (2) the stage holds.
+    ``p``: the GPU types' parameters, ``code``: each layout's type.
 
     Gradients are reduced over the dp x cp replicas (routed experts over dp x cp / ep), layer by layer: ZeRO 0
     all-reduces once per step, ZeRO 1 reduce-scatters and all-gathers once, ZeRO 2 reduce-scatters every
@@ -370,11 +418,12 @@ def _data_parallel(model: ModelConfig, training: TrainingConfig, p: TimeModelPar
     reduce-scatters after it, every micro-batch. Gathers move the parameters the stage ``held``, reductions the
     gradients of those ``trained`` (a frozen base has none).
     """
-    first, inverse = distinct(dp, cp, tp, pp, ep, link_id, layers_stage, ends)
+    first, inverse = distinct(dp, cp, tp, pp, ep, link_id, layers_stage, ends, code)
+    p_first = ParamRows(*(a[code[first]] for a in p))
 
     def costs(params: _Params) -> list[FloatArray]:
         dense, experts, per_layer = (np.broadcast_to(a, dp.shape)[first] for a in params)
-        out = _dp_collectives(model, training, p, take_links(links, first), dense, experts, per_layer,
+        out = _dp_collectives(model, training, p_first, take_links(links, first), dense, experts, per_layer,
                               layers_stage[first], tp[first].astype(np.float64), (dp * cp)[first].astype(np.float64),
                               ep[first].astype(np.float64))
         return [c[inverse] for c in out]
@@ -383,7 +432,7 @@ def _data_parallel(model: ModelConfig, training: TrainingConfig, p: TimeModelPar
     _, rs_l, ar_l, _, rs_e, ar_e = held_costs if trained is held else costs(trained)
     n_layers = layers_stage.astype(np.float64)
     ag, rs, ar = n_layers * ag_l + ag_e, n_layers * rs_l + rs_e, n_layers * ar_l + ar_e
-    z3 = fsdp_exposure(ag_l, rs_l, ag_e, rs_e, n_layers, fwd_window, bwd_window, p.fsdp_prefetch_layers)
+    z3 = fsdp_exposure(ag_l, rs_l, ag_e, rs_e, n_layers, fwd_window, bwd_window, p.fsdp_prefetch_layers[code])
     z2_hidden = m * pipelined_hidden(rs, rs_l, bwd_window, 1.0) + pipelined_hidden(ag, ag_l, fwd_window, 1.0)
     z1 = data_parallel_exposure(rs, ag, rs_l, ag_l, fwd_window, bwd_window + cooldown)
     z0 = data_parallel_exposure(ar, 0.0 * ar, ar_l, 0.0 * ar, fwd_window, bwd_window + cooldown)
@@ -392,11 +441,12 @@ def _data_parallel(model: ModelConfig, training: TrainingConfig, p: TimeModelPar
     return np.asarray(comm, dtype=np.float64), np.asarray(hidden, dtype=np.float64)
 
 
-def _dp_collectives(model: ModelConfig, training: TrainingConfig, p: TimeModelParams, links: Links,
+def _dp_collectives(model: ModelConfig, training: TrainingConfig, p: ParamRows, links: Links,
                     dense: FloatArray, experts: FloatArray, dense_layer: FloatArray, layers_stage: IntArray,
                     tp: FloatArray, replicas: FloatArray, ep: FloatArray) -> tuple[FloatArray, ...]:
     """Seconds of one layer's gather, reduce-scatter and all-reduce over the replicas, and the same for the
-    embedding and head on the stage: (ag_layer, rs_layer, ar_layer, ag_ends, rs_ends, ar_ends)."""
+    embedding and head on the stage: (ag_layer, rs_layer, ar_layer, ag_ends, rs_ends, ar_ends); ``p``: each
+    row's parameters."""
     gb, pb = float(grad_reduce_bytes(training.precision)), float(training.precision.param_bytes)
     span = tp * replicas
     bw = group_bandwidth(span, span / replicas, links, p.collective_efficiency)

@@ -17,12 +17,12 @@ from frenzy_core.config.finetune import LoRAConfig
 from frenzy_core.config.model import ArchKind, ModelConfig, NormKind, PositionEmbedding
 from frenzy_core.config.trainable import adapter_counts, trains
 from frenzy_core.config.training import Attention, Fp8Recipe, Framework, Precision, TrainingConfig
-from frenzy_core.hardware.gpu import GPUSpec, Links
+from frenzy_core.hardware.gpu import Links
 from frenzy_core.timing.comm import group_bandwidth, ring_all_reduce_s, ring_latency_s, ring_one_way_s, send_s
-from frenzy_core.timing.efficiency import MEMORY_EFFICIENT, GemmHardware, attention_kernel, attention_rates, gemm_s
+from frenzy_core.timing.efficiency import GemmHardware, gemm_s, kernel_rate
 from frenzy_core.timing.flops import BACKWARD_TO_FORWARD, FUSED_ATTENTION_BACKWARD_TO_FORWARD, causal_fraction
+from frenzy_core.timing.gpu_rows import GpuTable, ParamRows, Rates
 from frenzy_core.timing.overlap import chunked_hidden
-from frenzy_core.timing.params import TimeModelParams
 from frenzy_core.timing.traffic import (
     BACKWARD_TRAFFIC_TO_FORWARD,
     EAGER_DROPOUT_SCORE_BYTES,
@@ -33,19 +33,10 @@ from frenzy_core.timing.traffic import (
     fp8_elements_per_token,
 )
 
-__all__ = ["LayerTerms", "Rates", "fuses_all_gathers", "is_fused", "kernels_per_layer", "layer_terms"]
+__all__ = ["LayerTerms", "fuses_all_gathers", "is_fused", "kernels_per_layer", "layer_terms"]
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
-
-
-class Rates(NamedTuple):
-    """FLOP/s and bytes/s one GPU sustains, before shape factors."""
-
-    matmul: float
-    fp8_matmul: float
-    attention_peak: float
-    memory: float
 
 
 class LayerTerms(NamedTuple):
@@ -148,8 +139,10 @@ class _GemmTimes(NamedTuple):
 
 
 def _gemm_times(gemms: list[_Gemm], tokens: FloatArray, tp: FloatArray, rates: Rates, in_bytes: float,
-                hw: GemmHardware, chunk: bool) -> _GemmTimes:
+                hw: GemmHardware, chunk: BoolArray | bool) -> _GemmTimes:
+    """Forward, input- and weight-gradient seconds of ``gemms``; the tp-chunked forms where ``chunk`` (per row)."""
     zero = tokens * 0.0
+    chunked = bool(np.any(chunk))
     fwd, dgrad, wgrad, fwd_c, dgrad_c = zero, zero, zero, zero, zero
     for g in gemms:
         m = tokens * g.token_share
@@ -160,10 +153,12 @@ def _gemm_times(gemms: list[_Gemm], tokens: FloatArray, tp: FloatArray, rates: R
         fwd = fwd + w * gemm_s(m, n, k, rate, rates.memory, nbytes, hw, b)
         dgrad = dgrad + w * gemm_s(m, k, n, rate, rates.memory, nbytes, hw, b)
         wgrad = wgrad + w * gemm_s(k, n, m, rate, rates.memory, nbytes, hw, b)
-        if chunk:  # tp row blocks one after another (torch async TP)
+        if chunked:  # tp row blocks one after another (torch async TP)
             fwd_c = fwd_c + w * tp * gemm_s(m / tp, n, k, rate, rates.memory, nbytes, hw, b)
             dgrad_c = dgrad_c + w * tp * gemm_s(m / tp, k, n, rate, rates.memory, nbytes, hw, b)
-    return _GemmTimes(fwd, dgrad, wgrad, fwd_c if chunk else fwd, dgrad_c if chunk else dgrad)
+    if not chunked:
+        return _GemmTimes(fwd, dgrad, wgrad, fwd, dgrad)
+    return _GemmTimes(fwd, dgrad, wgrad, np.where(chunk, fwd_c, fwd), np.where(chunk, dgrad_c, dgrad))
 
 
 def _adapter_kernels(model: ModelConfig, training: TrainingConfig) -> float:
@@ -203,44 +198,54 @@ def _adapters(model: ModelConfig, lora: LoRAConfig, tokens: FloatArray, tp: Floa
     return _GemmTimes(fwd, dgrad, wgrad, fwd, dgrad)
 
 
-def _attention(model: ModelConfig, training: TrainingConfig, gpu: GPUSpec, p: TimeModelParams, rates: Rates,
-               tokens: FloatArray, tp: FloatArray, cp: FloatArray, hw: GemmHardware) -> tuple[FloatArray, FloatArray]:
-    """Forward and backward seconds of one layer's attention core."""
+def _attention(model: ModelConfig, training: TrainingConfig, g: GpuTable, tokens: FloatArray, tp: FloatArray,
+               cp: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Forward and backward seconds of one layer's attention core, with each row's kernel (``g.attention``)."""
     s = float(training.seq_len)
     chunk = s / cp  # each ring step (or the whole sequence without CP) is one kernel call of this length
-    kernel = attention_kernel(training, gpu)
     causal = causal_fraction(model, training.attention)
-    if kernel is not None and kernel != MEMORY_EFFICIENT:
+    rates, a, hw = g.rates, g.attention, g.gemm
+    eager = training.attention is Attention.EAGER
+    flash: tuple[FloatArray, FloatArray] | None = None
+    if not eager and a.flash.any():
         flops = tokens * 4.0 * s * model.q_size * causal / tp
-        r = attention_rates(kernel, gpu, rates.attention_peak, chunk, model.causal, p.attention_efficiency)
-        return flops / r.fwd, FUSED_ATTENTION_BACKWARD_TO_FORWARD * flops / r.bwd
+        fwd_rate = kernel_rate(rates.attention_peak, g.p.attention_efficiency, a.scale, a.ratio_fwd, a.fwd_plateau,
+                               a.fwd_half, chunk)
+        bwd_rate = kernel_rate(rates.attention_peak, g.p.attention_efficiency, a.scale, a.ratio_bwd, a.bwd_plateau,
+                               a.bwd_half, chunk)
+        flash = flops / fwd_rate, FUSED_ATTENTION_BACKWARD_TO_FORWARD * flops / bwd_rate
+        if a.flash.all():
+            return flash
     # Q K^T and P V as batched GEMMs over sequences and heads. Eager: every score, written to and read from HBM
     # (the softmax's own traffic is counted with the memory-bound kernels). Memory-efficient kernels keep the
     # scores on chip, skip masked blocks and recompute them in the backward pass, as flash kernels do.
     d = float(model.head_dim) + 0.0 * chunk
     heads = tokens / chunk * model.num_attention_heads / tp
-    mem_bw = rates.memory if kernel is None else np.inf
+    mem_bw = rates.memory if eager else np.inf
     fwd = (gemm_s(chunk, s + 0.0 * chunk, d, rates.matmul, mem_bw, 2.0, hw, heads)
            + gemm_s(chunk, d, s + 0.0 * chunk, rates.matmul, mem_bw, 2.0, hw, heads))
-    if kernel is None:
+    if eager:
         return fwd, BACKWARD_TO_FORWARD * fwd
-    return causal * fwd, FUSED_ATTENTION_BACKWARD_TO_FORWARD * causal * fwd
+    tiled = causal * fwd, FUSED_ATTENTION_BACKWARD_TO_FORWARD * causal * fwd
+    if flash is None:
+        return tiled
+    return np.where(a.flash, flash[0], tiled[0]), np.where(a.flash, flash[1], tiled[1])
 
 
-def layer_terms(model: ModelConfig, training: TrainingConfig, gpu: GPUSpec, p: TimeModelParams, rates: Rates,
-                links: Links, hw: GemmHardware, tokens: FloatArray, tp: FloatArray, cp: FloatArray, ep: FloatArray,
-                sp: BoolArray) -> LayerTerms:
-    """Seconds of one micro-batch of ``tokens`` tokens per GPU (after CP) through one average layer and the head."""
+def layer_terms(model: ModelConfig, training: TrainingConfig, g: GpuTable, links: Links, tokens: FloatArray,
+                tp: FloatArray, cp: FloatArray, ep: FloatArray, sp: BoolArray) -> LayerTerms:
+    """Seconds of one micro-batch of ``tokens`` tokens per GPU (after CP) through one average layer and the head,
+    each row on its own GPU (``g``: the rows' figures, :meth:`GpuTable.at`)."""
     act = float(training.precision.activation_bytes)
     fp8 = training.precision is Precision.FP8_MIXED
     megatron = training.framework is Framework.MEGATRON
     h = float(model.hidden_size)
-    share = min(p.comm_sms / hw.sms, 1.0)
+    p, rates, hw, share = g.p, g.rates, g.gemm, g.comm_share
     rep = np.where(sp, tp, 1.0)  # divisor of hidden-sized, replicated tensors
 
     # ---- GEMMs by role (MoE: per distinct ep). Transformer Engine runs the chunk GEMMs of its userbuffer overlap
     # on several streams at once (their tiles fill the GPU together); torch async TP runs them one after another.
-    chunk = p.tensor_parallel_overlap > 0 and not megatron
+    chunk = (p.tensor_parallel_overlap > 0) & (not megatron)
     roles = {name: _gemm_times(g, tokens, tp, rates, act, hw, chunk)
              for name, g in _layer_gemms(model, fp8, 1.0).items()} if model.moe is None else \
         _moe_roles(model, fp8, tokens, tp, ep, rates, act, hw, chunk)
@@ -249,7 +254,7 @@ def layer_terms(model: ModelConfig, training: TrainingConfig, gpu: GPUSpec, p: T
         roles["lora"] = _adapters(model, training.lora, tokens, tp, rates, act, hw)
     gemm_fwd = sum((r.fwd for r in roles.values()), tokens * 0.0)
     gemm_bwd = sum((r.dgrad + r.wgrad for r in roles.values()), tokens * 0.0)
-    attn_fwd, attn_bwd = _attention(model, training, gpu, p, rates, tokens, tp, cp, hw)
+    attn_fwd, attn_bwd = _attention(model, training, g, tokens, tp, cp)
 
     # ---- memory-bound kernels, fp8 casts, eager score traffic
     elems = elementwise_elements_per_token(model, is_fused(training))
@@ -298,7 +303,7 @@ def layer_terms(model: ModelConfig, training: TrainingConfig, gpu: GPUSpec, p: T
 
 
 def _moe_roles(model: ModelConfig, fp8: bool, tokens: FloatArray, tp: FloatArray, ep: FloatArray, rates: Rates,
-               act: float, hw: GemmHardware, chunk: bool) -> dict[str, _GemmTimes]:
+               act: float, hw: GemmHardware, chunk: BoolArray) -> dict[str, _GemmTimes]:
     """GEMM times by role when the layout's ep varies: evaluated per distinct ep value."""
     out: dict[str, _GemmTimes] = {}
     for e in np.unique(ep):
@@ -322,8 +327,8 @@ def fuses_all_gathers(training: TrainingConfig) -> bool:
                 and training.framework is not Framework.MEGATRON)
 
 
-def _tensor_parallel(roles: dict[str, _GemmTimes], p: TimeModelParams, links: Links, nbytes: FloatArray,
-                     tp: FloatArray, sp: BoolArray, megatron: bool, share: float, gathers_fused: bool
+def _tensor_parallel(roles: dict[str, _GemmTimes], p: ParamRows, links: Links, nbytes: FloatArray,
+                     tp: FloatArray, sp: BoolArray, megatron: bool, share: FloatArray, gathers_fused: bool
                      ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
     """TP collectives of one layer and pass, each next to the GEMM that produces or consumes it.
 
@@ -370,8 +375,8 @@ def _tensor_parallel(roles: dict[str, _GemmTimes], p: TimeModelParams, links: Li
     return tp_fwd, tp_bwd, hid_fwd, hid_bwd
 
 
-def _context_parallel(model: ModelConfig, p: TimeModelParams, links: Links, tokens: FloatArray, tp: FloatArray,
-                      cp: FloatArray, act: float, attn_fwd: FloatArray, attn_bwd: FloatArray, share: float
+def _context_parallel(model: ModelConfig, p: ParamRows, links: Links, tokens: FloatArray, tp: FloatArray,
+                      cp: FloatArray, act: float, attn_fwd: FloatArray, attn_bwd: FloatArray, share: FloatArray
                       ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
     """Ring attention: cp - 1 sends of the key/value block per layer and pass (backward: and their gradients),
     each hidden behind one ring step of attention: (forward, backward, hidden forward, hidden backward)."""
@@ -385,8 +390,8 @@ def _context_parallel(model: ModelConfig, p: TimeModelParams, links: Links, toke
             o * steps * np.minimum(2.0 * step, attn_bwd / cp))
 
 
-def _expert_parallel(model: ModelConfig, p: TimeModelParams, links: Links, roles: dict[str, _GemmTimes],
-                     tokens: FloatArray, tp: FloatArray, ep: FloatArray, rep: FloatArray, act: float, share: float
+def _expert_parallel(model: ModelConfig, p: ParamRows, links: Links, roles: dict[str, _GemmTimes],
+                     tokens: FloatArray, tp: FloatArray, ep: FloatArray, rep: FloatArray, act: float, share: FloatArray
                      ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
     """Dispatch and combine all-to-alls per MoE layer and pass, a share hidden behind the expert GEMMs."""
     if model.moe is None:

@@ -93,10 +93,11 @@ class OffloadTerms:
     hidden_s: FloatArray
 
 
-def offload_terms(training: TrainingConfig, gpu: GPUSpec, *, stepped: FloatArray, held: FloatArray,
-                  zero_stage: npt.NDArray[np.int64], layers: FloatArray, ranks_per_node: FloatArray, m: FloatArray,
-                  fwd_window: FloatArray, bwd_window: FloatArray) -> OffloadTerms:
-    """The offload terms of each layout. ``stepped``: parameters this rank's optimizer steps (after ZeRO
+def offload_terms(training: TrainingConfig, link_bytes_per_s: FloatArray | float, *, stepped: FloatArray,
+                  held: FloatArray, zero_stage: npt.NDArray[np.int64], layers: FloatArray, ranks_per_node: FloatArray,
+                  m: FloatArray, fwd_window: FloatArray, bwd_window: FloatArray) -> OffloadTerms:
+    """The offload terms of each layout. ``link_bytes_per_s``: the host link of each layout's GPU
+    (:func:`host_link_bytes_per_s`); ``stepped``: parameters this rank's optimizer steps (after ZeRO
     sharding); ``held``: parameters it keeps (its ZeRO-3 shard where parameters are offloaded); ``zero_stage``:
     each layout's effective ZeRO stage; ``layers``: the stage's layers, the copies' pieces (a stream's first or
     last stays exposed); ``ranks_per_node``: the job's ranks sharing one host; ``m``: micro-batches per step;
@@ -106,7 +107,7 @@ def offload_terms(training: TrainingConfig, gpu: GPUSpec, *, stepped: FloatArray
     zero = 0.0 * m
     if training.offload_optimizer is OffloadDevice.NONE:  # TrainingConfig refuses parameters offloaded alone
         return OffloadTerms(zero, zero, zero)
-    link = host_link_bytes_per_s(gpu)
+    link = link_bytes_per_s
     half = float(training.precision.param_bytes)
     pieces = np.maximum(layers, 1.0)
 

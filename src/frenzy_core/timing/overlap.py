@@ -32,17 +32,18 @@ def chunked_hidden(comm: FloatArray, gemm: FloatArray, chunks: FloatArray) -> Fl
     return np.asarray(np.minimum(comm * (1.0 - 1.0 / chunks), gemm), dtype=np.float64)
 
 
-def pipelined_hidden(comm_total: FloatArray, fill: FloatArray, window: FloatArray, prefetch: float) -> FloatArray:
+def pipelined_hidden(comm_total: FloatArray, fill: FloatArray, window: FloatArray,
+                     prefetch: FloatArray | float) -> FloatArray:
     """Seconds of a stream of per-layer collectives hidden behind ``window`` seconds of compute: the first
     (``fill``) cannot be, the rest can up to the window; ``prefetch`` in [0, 1] scales the window (0: the
     collectives wait for the compute and nothing hides)."""
-    return np.asarray(np.clip(np.minimum(comm_total - fill, window * min(prefetch, 1.0)), 0.0, None),
+    return np.asarray(np.clip(np.minimum(comm_total - fill, window * np.minimum(prefetch, 1.0)), 0.0, None),
                       dtype=np.float64)
 
 
 def fsdp_exposure(gather_layer: FloatArray, scatter_layer: FloatArray, gather_ends: FloatArray,
                   scatter_ends: FloatArray, layers: FloatArray, fwd_window: FloatArray, bwd_window: FloatArray,
-                  prefetch: float) -> Exposure:
+                  prefetch: FloatArray | float) -> Exposure:
     """One micro-batch of ZeRO-3/FSDP: each layer's parameters are gathered before its forward and again
     before its backward, and its gradients reduce-scattered after it (``*_ends``: the embedding and head).
     With prefetch the next layer's gather runs under the current layer's compute; the first gather of each

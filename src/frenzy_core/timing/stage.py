@@ -15,11 +15,10 @@ import numpy.typing as npt
 
 from frenzy_core.config.model import ModelConfig
 from frenzy_core.config.training import RecomputeMethod, TrainingConfig
-from frenzy_core.hardware.gpu import GPUSpec, Links
+from frenzy_core.hardware.gpu import Links
 from frenzy_core.timing.comm import group_bandwidth, ring_latency_s, send_s
-from frenzy_core.timing.efficiency import GemmHardware
-from frenzy_core.timing.layer import Rates, layer_terms
-from frenzy_core.timing.params import TimeModelParams
+from frenzy_core.timing.gpu_rows import GpuTable
+from frenzy_core.timing.layer import layer_terms
 
 __all__ = ["StageTerms", "recomputed_layers", "stage_terms"]
 
@@ -68,16 +67,16 @@ def recomputed_layers(training: TrainingConfig, layers: npt.NDArray[np.int64]) -
     return layers
 
 
-def stage_terms(model: ModelConfig, training: TrainingConfig, gpu: GPUSpec, p: TimeModelParams, rates: Rates,
-                links: Links, hw: GemmHardware, *, tokens: FloatArray, tp: FloatArray, cp: FloatArray, ep: FloatArray,
-                sp: BoolArray, layers: IntArray, redo: FloatArray, selective: BoolArray, chunks: FloatArray,
-                pp: IntArray, p2p_span: FloatArray, head: FloatArray) -> StageTerms:
+def stage_terms(model: ModelConfig, training: TrainingConfig, g: GpuTable, links: Links, *, tokens: FloatArray,
+                tp: FloatArray, cp: FloatArray, ep: FloatArray, sp: BoolArray, layers: IntArray, redo: FloatArray,
+                selective: BoolArray, chunks: FloatArray, pp: IntArray, p2p_span: FloatArray,
+                head: FloatArray) -> StageTerms:
     """One micro-batch over ``layers`` layers (``redo`` of them recomputed in full, or the attention core of all
     of them when ``selective``) and, where ``head`` is 1, the output head and logits, with ``chunks`` model chunks
-    crossing stage boundaries."""
-    lt = layer_terms(model, training, gpu, p, rates, links, hw, tokens, tp, cp, ep, sp)
+    crossing stage boundaries; each row on its own GPU (``g``: the rows' figures, :meth:`GpuTable.at`)."""
+    lt = layer_terms(model, training, g, links, tokens, tp, cp, ep, sp)
+    p, share = g.p, g.comm_share
     head_fwd, head_bwd, logits = head * lt.head_fwd, head * lt.head_bwd, head * lt.logits
-    share = min(p.comm_sms / hw.sms, 1.0)
     n = layers.astype(np.float64)
     fwd_layer = lt.gemm_fwd + lt.attn_fwd + lt.elem_fwd
     compute = n * (lt.gemm_fwd + lt.gemm_bwd + lt.attn_fwd + lt.attn_bwd) + head_fwd + head_bwd

@@ -38,18 +38,16 @@ from frenzy_core.config.training import OffloadDevice, Recompute, TrainingConfig
 from frenzy_core.errors import ConfigError, require_instance
 from frenzy_core.hardware.gpu import GPUSpec, Links
 from frenzy_core.timing.comm import link_rows, take_links
-from frenzy_core.timing.efficiency import gemm_hardware
 from frenzy_core.timing.estimator import (
     _data_parallel,
     _dequantize_s,
     _fp8_weight_cast_s,
     _optimizer_s,
-    _peak_flops,
-    _rates,
     _stage_params,
     _trained_params,
 )
 from frenzy_core.timing.flops import training_flops
+from frenzy_core.timing.gpu_rows import GpuTable, gpu_table, peak_flops
 from frenzy_core.timing.params import TimeModelParams, default_time_model_params
 from frenzy_core.timing.result import TIME_CATEGORIES, TimeEstimate
 from frenzy_core.timing.stage import StageTerms, recomputed_layers, stage_terms
@@ -82,9 +80,11 @@ class StageMicrobatch(NamedTuple):
     layers: IntArray
 
 
-def _checked(gpu: GPUSpec, params: TimeModelParams | None) -> TimeModelParams:
+def _table(model: ModelConfig, training: TrainingConfig, gpu: GPUSpec, params: TimeModelParams | None) -> GpuTable:
+    """The figures of ``gpu`` with ``params`` (default: its own), as a one-type table."""
     require_instance("gpu", gpu, GPUSpec)
-    return params if params is not None else default_time_model_params(gpu)
+    return gpu_table(training, [gpu], [params if params is not None else default_time_model_params(gpu)],
+                     model.causal)
 
 
 def stage_microbatch_batch(model: ModelConfig, training: TrainingConfig, gpu: GPUSpec, layouts: LayoutArrays,
@@ -93,13 +93,10 @@ def stage_microbatch_batch(model: ModelConfig, training: TrainingConfig, gpu: GP
     """One micro-batch of pipeline stage ``stage`` of each layout (its own tp and layer count from the row) on
     ``gpu``: the stage's layers, the head where it is the last stage, sends over ``links.inter_node_bytes_per_s``
     (the slowest link to its neighbours). 1F1B only (no virtual chunks)."""
-    p = _checked(gpu, params)
+    table = _table(model, training, gpu, params)
     lay = layouts
     st = np.broadcast_to(np.asarray(stage, dtype=np.int64), lay.pp.shape)
-    peak = _peak_flops(gpu, training.precision)
-    mem_bw = gpu.memory_bandwidth_bytes_per_s * p.memory_efficiency
-    rates = _rates(gpu, training, p, peak, mem_bw)
-    hw = gemm_hardware(gpu)
+    mem_bw = table.rates.memory[np.zeros(lay.pp.shape, dtype=np.int64)]
     tp, pp, cp, ep, mb, rc = lay.tp, lay.pp, lay.cp, lay.ep, lay.micro_batch_size, lay.recompute
     sp = lay.sequence_parallel.astype(bool) & (tp > 1)
     layers = lay.stage_layer_count(model.num_layers, st)
@@ -110,7 +107,8 @@ def stage_microbatch_batch(model: ModelConfig, training: TrainingConfig, gpu: GP
     first, inverse = distinct(mb, cp, tp, ep, sp, pp, rc, world > links.gpus_per_node, link_id, layers, head)
     tokens = (mb * training.seq_len / cp).astype(np.float64)
     terms = stage_terms(
-        model, training, gpu, p, rates, take_links(links, first), hw, tokens=tokens[first],
+        model, training, table.at(np.zeros(first.shape, dtype=np.int64)), take_links(links, first),
+        tokens=tokens[first],
         tp=tp[first].astype(np.float64), cp=cp[first].astype(np.float64), ep=ep[first].astype(np.float64),
         sp=sp[first], layers=layers[first],
         redo=np.where(rc == Recompute.FULL.code, redo, 0)[first].astype(np.float64),
@@ -129,10 +127,11 @@ def stage_tail_batch(model: ModelConfig, training: TrainingConfig, gpu: GPUSpec,
     """After the pipeline: stage ``stage``'s gradient synchronisation over its dp replicas on ``links`` (its own
     type's), before overlap and the seconds its backward and ``cooldown_s`` of idle time hide, and its optimizer
     step: ``(data_parallel_s, hidden_s, optimizer_s)``."""
-    p = _checked(gpu, params)
+    table = _table(model, training, gpu, params)
     lay = layouts
     st = np.broadcast_to(np.asarray(stage, dtype=np.int64), lay.pp.shape)
-    mem_bw = gpu.memory_bandwidth_bytes_per_s * p.memory_efficiency
+    code = np.zeros(lay.pp.shape, dtype=np.int64)
+    mem_bw = table.rates.memory[code]
     counts = _counts(model)
     tp, pp, cp, dp, ep = lay.tp, lay.pp, lay.cp, lay.dp, lay.ep
     first_stage, last_stage = st == 0, st == pp - 1
@@ -143,13 +142,13 @@ def stage_tail_batch(model: ModelConfig, training: TrainingConfig, gpu: GPUSpec,
     m = (lay.global_batch_size // (lay.micro_batch_size * dp)).astype(np.float64)
     link_id = link_rows(links, dp.shape)
     ends = first_stage.astype(np.int64) + 2 * last_stage.astype(np.int64)
-    dp_s, hidden = _data_parallel(model, training, p, links, link_id, held, trained, micro.layers, tp, cp,
+    dp_s, hidden = _data_parallel(model, training, table.p, code, links, link_id, held, trained, micro.layers, tp, cp,
                                   dp, ep, pp, lay.effective_zero_stage, m, micro.terms.fwd_window,
                                   micro.terms.bwd_window, np.asarray(cooldown_s, dtype=np.float64), ends)
-    share = min(p.comm_sms / gemm_hardware(gpu).sms, 1.0)
     optimizer = _optimizer_s(training, trained[0], trained[1], (dp * cp).astype(np.float64), ep,
                              lay.effective_zero_stage, mem_bw)
-    return dp_s, (1.0 - share) * p.data_parallel_overlap * hidden, np.asarray(optimizer, dtype=np.float64)
+    keep = (1.0 - table.comm_share[code]) * table.p.data_parallel_overlap[code]
+    return dp_s, keep * hidden, np.asarray(optimizer, dtype=np.float64)
 
 
 class PipelineStage(NamedTuple):
@@ -247,7 +246,7 @@ def _estimate(model: ModelConfig, training: TrainingConfig, parallel: ParallelCo
     iteration = pipe + tails[j][0] - tails[j][1] + tails[j][2]
     gbs = m * training.micro_batch_size * parallel.dp
     world = sum(parallel.dp * s.tp * parallel.cp for s in stages)
-    peak_sum = sum(parallel.dp * s.tp * parallel.cp * _peak_flops(s.gpu, training.precision) for s in stages)
+    peak_sum = sum(parallel.dp * s.tp * parallel.cp * peak_flops(s.gpu, training.precision) for s in stages)
     flops = training_flops(model, training.seq_len, 1) * gbs
     return TimeEstimate(
         iteration_s=iteration, breakdown={c: breakdown[c] for c in TIME_CATEGORIES}, overlapped_s=overlapped,

@@ -101,6 +101,12 @@ CASES: tuple[Case, ...] = (
          r"configs\['tp'\]\[0\] = nan is not finite"),
     Case("ragged columns", lambda t: f.estimate_memory_batch(LLAMA, {"tp": [[1, 2], [1]]}, SHORT),
          r"configs\['tp'\] is not a rectangular array"),
+    Case("num_microbatches of 3 rows beside dp of 2 (numpy's ValueError at the product)",
+         lambda t: f.estimate_memory_batch(LLAMA, {"num_microbatches": [1, 1, 1], "dp": [1, 2]}, SHORT),
+         r"configs arrays do not broadcast together"),
+    Case("time batch: pp = 2^20 on a 32-layer model (minutes of work)", lambda t: f.estimate_iteration_time_batch(
+        LLAMA, SHORT, "h100", {"pp": [2**20], "num_microbatches": [43]}),
+        r"num_layers=32 is fewer than pp x vpp = 1048576 pipeline chunks"),
     Case("an empty column", lambda t: f.estimate_memory_batch(LLAMA, {"tp": []}, SHORT), r"configs\['tp'\] is empty"),
     Case("tp beyond int64 (uint64)", lambda t: f.estimate_memory_batch(LLAMA, {"tp": [2**63]}, SHORT),
          r"configs\['tp'\]\[0\] = 9223372036854775808 is beyond int64"),
@@ -242,15 +248,18 @@ CASES: tuple[Case, ...] = (
     # (LLAMA_CONFIG: its first import takes seconds; imported before the case is timed, as torch is)
     Case("probe_memory of a valid 16,384-layer model", lambda t: f.probe_memory(
         LLAMA.replace(num_layers=2**14), f.TrainingConfig(seq_len=16, precision="fp32")),
-        r"16,384 layers x 1 micro-batches x 2 steps=32768 exceeds 2\^10 = 1,024", LLAMA_CONFIG),
+        r"\(16,384 layers \+ 1\) x 1 micro-batches x 2 steps=32770 exceeds 512", LLAMA_CONFIG),
+    Case("probe_memory of a one-layer model for 1,000 steps (about 5 CPU minutes)", lambda t: f.probe_memory(
+        LLAMA.replace(num_layers=1), f.TrainingConfig(seq_len=16, precision="fp32"), steps=1000),
+        r"\(1 layers \+ 1\) x 1 micro-batches x 1,000 steps=2000 exceeds 512", LLAMA_CONFIG),
     Case("probe_memory of 2^20 micro-batches", lambda t: f.probe_memory(LLAMA.replace(num_layers=1), f.TrainingConfig(
         seq_len=16, micro_batch_size=1, global_batch_size=2**20, precision="fp32")),
-        r"1 layers x 1,048,576 micro-batches x 2 steps=.* exceeds 2\^10", LLAMA_CONFIG),
+        r"\(1 layers \+ 1\) x 1,048,576 micro-batches x 2 steps=.* exceeds 512", LLAMA_CONFIG),
     Case("probe_memory of a config.json with 10^6 layers", lambda t: f.probe_memory(
         _config_file(t, json.dumps(_llama(num_hidden_layers=10**6))), f.TrainingConfig(seq_len=16, precision="fp32")),
-        r"1,000,000 layers x .* exceeds 2\^10", LLAMA_CONFIG),
+        r"\(1,000,000 layers \+ 1\) x .* exceeds 512", LLAMA_CONFIG),
     Case("measure_training_step of a config with 10^6 layers", lambda t: f.measure_training_step(
-        _llama(num_hidden_layers=10**6), dict), r"1,000,000 layers x 1 micro-batches x 2 steps", LLAMA_CONFIG),
+        _llama(num_hidden_layers=10**6), dict), r"\(1,000,000 layers \+ 1\) x 1 micro-batches x 2 steps", LLAMA_CONFIG),
     Case("probe_memory of a config with num_hidden_layers 2.5", lambda t: f.probe_memory(
         _llama(num_hidden_layers=2.5), f.TrainingConfig(seq_len=16, precision="fp32")),
         r"num_hidden_layers", LLAMA_CONFIG),
@@ -264,7 +273,21 @@ CASES: tuple[Case, ...] = (
     Case("plot_memory to a file name with a lone surrogate (UnicodeEncodeError at open)",
          lambda t: _plot(t / "\ud800.png"), r"path .* holds a character no file name can \(at"),
     Case("plot_memory(title=3)", lambda t: _plot(t / "m.png", title=3), r"title must be a string, got int"),
+    Case("a time-model file to a name with a lone surrogate (UnicodeEncodeError at open)",
+         lambda t: _write_time_model(t / "\ud800.yaml"), r"out .* holds a character no file name can \(at"),
+    Case("a time-model file to a name with a NUL byte (ValueError at open)",
+         lambda t: _write_time_model(str(t / "a\0.yaml")), r"out .* holds a NUL byte"),
+    Case("a time-model file to path 3 (TypeError)", lambda t: _write_time_model(3), r"out must be a file path"),
+    Case("a simulation's figure to a name with a lone surrogate (UnicodeEncodeError at open)",
+         lambda t: f.simulate([], f.Cluster.preset("frenzy-paper"), "fifo-requested", progress=False).plot(
+             t / "\ud800.png"), r"path .* holds a character no file name can \(at"),
 )
+
+
+def _write_time_model(path: object) -> None:
+    from frenzy_core.timing.calibration_file import write_calibration_file
+
+    write_calibration_file(path, {})  # type: ignore[arg-type]
 
 
 def _plot(path: object, title: object = None) -> object:

@@ -95,6 +95,10 @@ MISTAKES: list[tuple[str, tuple[str, ...], int, tuple[str, ...]]] = [
      ("must end in .png, .svg or .pdf",)),
     ("a figure in a folder that does not exist", ("memory", "gpt2", "--plot", "figs/memory.png"), 2,
      ("the folder 'figs' does not exist",)),
+    ("a launcher file in a folder that does not exist (checked before planning)",
+     ("plan", "gpt2", "--emit", "torchrun", "--emit-to", "jobs/train.sh"), 2, ("the folder 'jobs' does not exist",)),
+    ("a time-model file in a folder that does not exist (checked before the fit)",
+     ("calibrate", "runs.csv", "--out", "models/tm.yaml"), 2, ("--out 'models/tm.yaml': the folder 'models'",)),
     # files that do not exist
     ("a config.json that does not exist", ("plan", "./models/config.json"), 2, ("does not exist",)),
     ("a cluster file that does not exist", ("plan", "gpt2", "--cluster", "my-cluster.yaml"), 2,

@@ -225,6 +225,18 @@ def test_batch_equals_scalar(candidates: list[tuple]) -> None:
         assert all(v >= 0 for v in scalar.breakdown.values()) and scalar.overlapped_s >= 0
 
 
+def test_batch_of_two_dimensional_columns_is_its_flat_rows() -> None:
+    """Columns of shape (2, 2) (the fuzz suite's ``zero_stage=[[0, 0]]`` raised IndexError, ``[[0]]`` numpy's
+    ValueError): one estimate per row in C order, each equal to the scalar estimate of that row."""
+    training = TrainingConfig(seq_len=1024, global_batch_size=64)
+    dp, tp = np.array([[1, 2], [4, 8]]), np.array([[1, 1], [2, 2]])
+    got = estimate_iteration_time_batch(GPT, training, GPU, {"dp": dp, "tp": tp})
+    assert len(got) == 4
+    for i, (d, t) in enumerate(zip(dp.ravel(), tp.ravel())):
+        assert got.at(i) == estimate_iteration_time(GPT, training, ParallelConfig(dp=int(d), tp=int(t)), GPU)
+    assert len(estimate_iteration_time_batch(GPT, training, GPU, {"dp": 1, "zero_stage": [[0]]})) == 1
+
+
 # GPU types whose figures differ in every way a row's time depends on: dtype peaks, HBM, SMs, links, host link (none
 # listed for mi300x), attention kernel (cuDNN or FlashAttention-2 by generation, the memory-efficient one on Volta,
 # an AMD scale for the kernel table) and, for one, calibrated parameters.

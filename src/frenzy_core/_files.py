@@ -1,6 +1,7 @@
 """Reading the files users hand in (config.json, cluster YAML, GPU specs, calibration files): every way a file can
 be unreadable, too large, not UTF-8, too deeply nested or hostile (YAML alias bombs) ends as one ConfigError that
-names the file and the line, before anything expands it.
+names the file and the line, before anything expands it. Writing files (figures, launcher files, time-model
+files): a path that is not a name the OS can encode, or whose folder does not exist, is one ConfigError too.
 
 One loader for YAML and one for JSON, used everywhere the package parses text (packaged data files included).
 """
@@ -19,8 +20,7 @@ import yaml
 from frenzy_core.errors import ConfigError, short_repr
 
 __all__ = ["MAX_FILE_BYTES", "MAX_JSON_INT_DIGITS", "MAX_YAML_NODES", "exists", "is_dir", "is_file", "load_csv_rows",
-           "load_json", "load_yaml",
-           "load_yaml_mapping", "read_text"]
+           "load_json", "load_yaml", "load_yaml_mapping", "output_path", "read_text", "write_text"]
 
 MAX_FILE_BYTES = 16 * 2**20
 """Largest config file read (16 MiB): the largest real ones (a cluster of 4,278 nodes written out) are under 1 MiB,
@@ -57,6 +57,42 @@ def is_file(path: Path) -> bool:
 def is_dir(path: Path) -> bool:
     """``path.is_dir()`` that never raises (:func:`_looks`)."""
     return _looks(path, "is_dir")
+
+
+def output_path(path: Any, field: str, hint: str) -> Path:
+    """``path`` as a Path a file can be written to: a str or PathLike without a NUL byte, a name the OS can
+    encode (a lone surrogate such as ``"\\ud800"`` cannot be: open() would raise UnicodeEncodeError), in a
+    folder that exists; ConfigError naming ``field`` otherwise, with ``hint`` (an example name). Checked before
+    any work, so a long plan or fit never ends in a file it cannot write."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise ConfigError(f"{field} must be a file path, got {type(path).__name__} {short_repr(path)}", field=field,
+                          hint=hint)
+    out = Path(path)
+    if "\0" in str(out):
+        raise ConfigError(f"{field} {short_repr(str(out), 200)} holds a NUL byte, which no file name can",
+                          field=field, value=str(out), hint=hint)
+    try:
+        os.fsencode(out)
+    except UnicodeEncodeError as exc:
+        raise ConfigError(f"{field} {short_repr(str(out), 200)} holds a character no file name can (at {exc.start})",
+                          field=field, value=str(out), hint="use a name of valid Unicode text") from None
+    if not is_dir(out.parent):
+        raise ConfigError(f"{field} {short_repr(str(out), 200)}: the folder {short_repr(str(out.parent), 200)} does "
+                          "not exist", field=field, value=str(out), hint="create it first, or give a path in an "
+                          "existing folder")
+    return out
+
+
+def write_text(path: Any, text: str, field: str, hint: str) -> Path:
+    """``text`` written to ``path`` as UTF-8 (checked by :func:`output_path`); ConfigError naming ``field`` when
+    the OS refuses (no permission, a name too long, a folder in the way)."""
+    out = output_path(path, field, hint)
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot write {field} {short_repr(str(out), 200)}: {exc.strerror or exc}", field=field,
+                          value=str(out), hint=hint) from None
+    return out
 
 
 def read_text(path: str | os.PathLike[str], what: str, max_bytes: int = MAX_FILE_BYTES) -> str:

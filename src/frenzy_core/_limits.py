@@ -149,9 +149,14 @@ TIME_S = Limit(2**40, "seconds (34,800 years): float64 still resolves a quarter 
 # PNG, matplotlib 3.11 on the project's 2-core machine, 2026-12-01): the text, not the bars, sets its cost.
 FIGURE_TEXT_CHARS = Limit(1_000, "characters of one text a figure draws (a title, a model or GPU name): seven lines "
                                  "of a 14-inch-wide figure at 11 pt, drawn in about a CPU second")
-PROBE_LAYER_PASSES = Limit(2**10, "layers x micro-batches x steps of one memory probe: each layer pass takes about "
-                                  "0.3 CPU s whatever the layer's width (fake tensors), so about 5 CPU minutes; "
-                                  "Llama 3.1 405B's 126 layers for 2 steps of 4 micro-batches fit")
+PROBE_LAYER_PASSES = Limit(2**9, "(layers + 1) x micro-batches x steps of one memory probe, the + 1 for the "
+                                 "embedding, head, loss and optimizer: each layer pass takes about 0.27 CPU s "
+                                 "whatever the layer's width (fake tensors) and the rest of a pass about 0.1 s, so "
+                                 "at most about 2.3 CPU minutes; Llama 3.1 405B's 126 layers for 2 steps of 2 "
+                                 "micro-batches fit")
+# Measured on the shared 2-core development machine, 2026-12-02 (a 64-wide Llama, fp32, probe_memory): 1 layer x
+# 1 step 0.34 CPU s, 1 x 8 steps 2.86 s, 8 layers x 1 step 2.03 s, 32 x 1 8.63 s; the 2^10 layer passes allowed
+# before (one layer for 1,000 steps: about 5 CPU minutes) counted neither the per-pass rest nor a minute's budget.
 
 MAX_BYTES = 2**60
 """Largest byte count the memory estimator reports (1 EiB, 2^60): its totals then stay below 2^62 with overheads

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
+from frenzy_core._files import output_path
 from frenzy_core.cli import options as opt
 from frenzy_core.cli._common import console, handle_errors, new_table, print_json
 from frenzy_core.cli.payloads import calibrate_payload
@@ -59,9 +60,10 @@ def calibrate(
       frenzy plan llama-3.1-8b --time-model my-cluster.yaml
     """
     from frenzy_core.timing.calibrate import calibrate_by_gpu
-    from frenzy_core.timing.calibration_file import write_calibration_file
+    from frenzy_core.timing.calibration_file import OUT_HINT, write_calibration_file
     from frenzy_core.timing.runs import TABLE_SUFFIXES
 
+    output_path(out, "--out", OUT_HINT)  # before the fit, which reads every run
     logs = [p for p in runs if p.suffix.lower() not in TABLE_SUFFIXES]
     run: dict[str, Any] | None = None
     if logs:

@@ -8,6 +8,7 @@ from typing import Any
 
 import typer
 
+from frenzy_core._files import output_path, write_text
 from frenzy_core.cli import options as opt
 from frenzy_core.cli._common import (
     console,
@@ -33,6 +34,8 @@ from frenzy_core.planning.request import DEFAULT_HEADROOM, DEFAULT_MIXED_STAGES,
 __all__ = ["plan"]
 
 _NEEDS_TOKENS = (Objective.TIME_TO_TRAIN,)
+EMIT_TO_HINT = "e.g. --emit kubernetes --emit-to job.yaml"
+"""What --emit-to names."""
 
 
 @handle_errors
@@ -155,6 +158,8 @@ def _emit_request(emit: str | None, emit_options: dict[str, Any], emit_to: Path 
     if emit_to is not None and emit is None:
         raise ConfigError("--emit-to needs --emit (which launcher to write)", field="--emit-to",
                           hint="e.g. --emit kubernetes --emit-to job.yaml")
+    if emit_to is not None:
+        output_path(emit_to, "--emit-to", EMIT_TO_HINT)
     if emit_options and emit is None:
         raise ConfigError("--emit-option needs --emit (which launcher the options are for)", field="--emit-option",
                           hint="e.g. --emit torchrun -o script=train.py")
@@ -164,11 +169,7 @@ def _emit_request(emit: str | None, emit_options: dict[str, Any], emit_to: Path 
 def _write_outputs(result: Plan, launch: LaunchOutput | None, emit_to: Path | None, plot: Path | None) -> None:
     """The files asked for: the launcher text (``--emit-to``) and the figure (``--plot``)."""
     if launch is not None and emit_to is not None:
-        try:
-            emit_to.write_text(launch.text, encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(f"cannot write --emit-to {str(emit_to)!r}: {exc.strerror}", field="--emit-to",
-                              value=str(emit_to)) from None
+        write_text(emit_to, launch.text, "--emit-to", EMIT_TO_HINT)
     if plot is not None:
         from frenzy_core.plotting import plot_plan
 

@@ -275,20 +275,21 @@ class LayoutArrays:
         interleaved, one_f_one_b = PipelineSchedule.INTERLEAVED.code, PipelineSchedule.ONE_F_ONE_B.code
         vals["schedule"] = (_int_column("schedule", columns["schedule"]) if "schedule" in columns
                             else np.where(vals["vpp"] > 1, interleaved, one_f_one_b))
-        per_step = vals["micro_batch_size"] * vals["dp"]
-        if "num_microbatches" in columns:
-            vals["global_batch_size"] = _global_batch(_int_column("num_microbatches", columns["num_microbatches"]),
-                                                      (vals["micro_batch_size"], vals["dp"]))
-        elif "global_batch_size" in columns or training.global_batch_size is not None:
-            vals["global_batch_size"] = _int_column("global_batch_size",
-                                                    columns.get("global_batch_size", training.global_batch_size))
-        else:
-            vals["global_batch_size"] = per_step
-        try:
-            shape = np.broadcast(*vals.values()).shape
+        batch_name = "num_microbatches" if "num_microbatches" in columns else "global_batch_size"
+        batch = (_int_column(batch_name, columns[batch_name]) if batch_name in columns
+                 else None if training.global_batch_size is None
+                 else _int_column(batch_name, training.global_batch_size))
+        try:  # before any product of columns, which would raise numpy's ValueError instead
+            shape = np.broadcast(*vals.values(), *([] if batch is None else [batch])).shape
         except ValueError as exc:
             raise ConfigError(f"configs arrays do not broadcast together: {exc}", field="configs",
                               hint="give each column one value or arrays of one common shape") from None
+        if batch is None:
+            vals["global_batch_size"] = vals["micro_batch_size"] * vals["dp"]
+        elif batch_name == "num_microbatches":
+            vals["global_batch_size"] = _global_batch(batch, (vals["micro_batch_size"], vals["dp"]))
+        else:
+            vals["global_batch_size"] = batch
         if int(np.max(vals["stage_split"], initial=0)) >= len(splits) or int(np.min(vals["stage_split"], initial=0)) < 0:
             raise ConfigError("configs['stage_split'] indexes LayoutArrays.splits; only 0 (the even split) is known "
                               "here", field="stage_split", hint="give configs['stage_layers'] instead")

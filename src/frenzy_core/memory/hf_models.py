@@ -293,9 +293,10 @@ builds directly is held to what the estimator would accept)."""
 
 def _check_work(text: Any, origin: str, microbatches: int, steps: int) -> int:
     """The config's ``num_hidden_layers``; ConfigError, before its class is imported or built, unless it is a
-    positive integer, ``layers x microbatches x steps`` is within :data:`~frenzy_core._limits.PROBE_LAYER_PASSES`
-    (a probe's time grows with its layer passes, not with widths: fake tensors hold no data) and every integer
-    size is within its bound (``_SIZE_LIMITS``)."""
+    positive integer, ``(layers + 1) x microbatches x steps`` is within
+    :data:`~frenzy_core._limits.PROBE_LAYER_PASSES` (a probe's time grows with its passes, not with widths: fake
+    tensors hold no data; the + 1 is the rest of each pass) and every integer size is within its bound
+    (``_SIZE_LIMITS``)."""
     for key, limit in _SIZE_LIMITS.items():
         value = getattr(text, key, None)
         if isinstance(value, int) and value > limit.high:
@@ -304,9 +305,9 @@ def _check_work(text: Any, origin: str, microbatches: int, steps: int) -> int:
     if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
         raise ConfigError(f"{origin}: num_hidden_layers={short_repr(layers)} is not a positive integer",
                           field="num_hidden_layers", value=layers)
-    passes = layers * microbatches * steps
+    passes = (layers + 1) * microbatches * steps
     if passes > limits.PROBE_LAYER_PASSES.high:
-        what = f"{layers:,} layers x {microbatches:,} micro-batches x {steps:,} steps"
+        what = f"({layers:,} layers + 1) x {microbatches:,} micro-batches x {steps:,} steps"
         raise ConfigError(
             f"{origin}: " + beyond_message(passes, limits.PROBE_LAYER_PASSES, what), field="num_hidden_layers",
             value=layers, hint="probe fewer layers (layers of one kind hold the same memory, so 2 to 4 show the "

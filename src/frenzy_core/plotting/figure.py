@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import os
-from os import PathLike
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from frenzy_core import _limits as limits
-from frenzy_core._files import is_dir
+from frenzy_core._files import output_path
 from frenzy_core.errors import ConfigError, OptionalDependencyError, short_repr
 
 if TYPE_CHECKING:
@@ -52,24 +50,12 @@ def figure_text(field: str, value: object) -> str:
 
 
 def check_plot_path(path: str | Path, field: str = "path") -> Path:
-    """``path`` as a Path when it is a name the OS can encode, its suffix is a figure type and its folder exists
-    (checked before any drawing); ConfigError naming ``field`` otherwise."""
-    if not isinstance(path, (str, PathLike)) or "\0" in str(path):
-        raise ConfigError(f"{field} must be a file path, got {type(path).__name__} {short_repr(path)}", field=field,
-                          hint="e.g. plan.png or plan.svg")
-    out = Path(path)
-    try:
-        os.fsencode(out)
-    except UnicodeEncodeError as exc:  # a lone surrogate: open() would raise it
-        raise ConfigError(f"{field} {short_repr(str(out), 200)} holds a character no file name can (at {exc.start})",
-                          field=field, value=str(out), hint="use a name of valid Unicode text") from None
+    """``path`` as a Path when a file can be written there (``_files.output_path``) and its suffix is a figure
+    type (checked before any drawing); ConfigError naming ``field`` otherwise."""
+    out = output_path(path, field, hint="e.g. plan.png or plan.svg")
     if out.suffix.lower() not in PLOT_SUFFIXES:
-        raise ConfigError(f"{field} {str(out)!r} must end in " + ", ".join(PLOT_SUFFIXES[:-1]) + " or "
-                          + PLOT_SUFFIXES[-1], field=field, value=str(out), hint="e.g. plan.png or plan.svg")
-    if not is_dir(out.parent):
-        raise ConfigError(f"{field} {short_repr(str(out), 200)}: the folder {short_repr(str(out.parent), 200)} does "
-                          "not exist", field=field, value=str(out), hint="create it first, or give a path in an "
-                          "existing folder")
+        raise ConfigError(f"{field} {short_repr(str(out), 200)} must end in " + ", ".join(PLOT_SUFFIXES[:-1])
+                          + " or " + PLOT_SUFFIXES[-1], field=field, value=str(out), hint="e.g. plan.png or plan.svg")
     return out
 
 

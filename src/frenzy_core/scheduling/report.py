@@ -7,7 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from frenzy_core.errors import ConfigError, OptionalDependencyError, require_instance
+from frenzy_core._files import output_path
+from frenzy_core.errors import ConfigError, OptionalDependencyError, require_instance, short_repr
 from frenzy_core.scheduling.result import SimulationResult
 
 __all__ = ["compare", "plot_results"]
@@ -53,6 +54,7 @@ def compare(results: Sequence[SimulationResult]) -> str:
 def plot_results(results: Sequence[SimulationResult], path: str | Path) -> None:
     """Save a figure: the JCT CDF of every result (one line per policy), then one panel per result with the busy
     fraction of each GPU type over time."""
+    out = output_path(path, "path", "e.g. jct.png or jct.svg")
     try:
         import matplotlib
 
@@ -78,5 +80,10 @@ def plot_results(results: Sequence[SimulationResult], path: str | Path) -> None:
         if ax.get_legend_handles_labels()[0]:
             ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    try:
+        fig.savefig(out, dpi=120)
+    except (OSError, ValueError) as exc:  # no permission, a name too long; a type matplotlib does not write
+        raise ConfigError(f"cannot write the figure {short_repr(str(out), 200)}: {exc}", field="path",
+                          value=str(out), hint="e.g. jct.png or jct.svg") from None
+    finally:
+        plt.close(fig)

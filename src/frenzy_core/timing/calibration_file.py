@@ -21,7 +21,7 @@ from typing import Annotated, Any
 import yaml
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
-from frenzy_core._files import load_json, load_yaml, read_text
+from frenzy_core._files import load_json, load_yaml, output_path, read_text, write_text
 from frenzy_core.errors import ConfigError, short_repr
 from frenzy_core.timing.calibrate import CalibrationResult
 from frenzy_core.timing.params import TimeModelParams
@@ -31,6 +31,8 @@ __all__ = ["FORMAT", "read_calibration_file", "write_calibration_file"]
 FORMAT = "frenzy-time-model/1"
 """The ``format`` value of a calibration file."""
 _STRICT = ConfigDict(allow_inf_nan=False)
+OUT_HINT = "e.g. time_model.yaml or time_model.json"
+"""What a time-model file is named."""
 
 
 def write_calibration_file(path: str | Path, results: Mapping[str, CalibrationResult]) -> None:
@@ -40,13 +42,10 @@ def write_calibration_file(path: str | Path, results: Mapping[str, CalibrationRe
               "runs": len(r.errors_after), "median_abs_error_before": round(r.median_abs_error_before, 4),
               "median_abs_error_after": round(r.median_abs_error_after, 4)}
         for gpu, r in sorted(results.items())}}
-    path = Path(path)
+    path = output_path(path, "out", OUT_HINT)
     text = json.dumps(data, indent=2) + "\n" if path.suffix.lower() == ".json" else yaml.safe_dump(
         data, sort_keys=False)
-    try:
-        path.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot write {str(path)!r}: {exc.strerror}", field="out", value=str(path)) from None
+    write_text(path, text, "out", OUT_HINT)
 
 
 def read_calibration_file(path: str | Path) -> dict[str, dict[str, float]]:

@@ -149,9 +149,12 @@ def _stage_candidates(model: ModelConfig, lay: LayoutArrays) -> tuple[IntArray, 
     return last[inverse].reshape(shape), mid[inverse].reshape(shape), where[inverse].reshape(shape)
 
 
-_CHECKED_RULES = (*BOUND_RULES, layout_rule("global_batch_splits_into_microbatches"))
-"""What the batch estimator checks: values in range and whole micro-batches (the other layout rules are the
-caller's to apply, e.g. with :func:`frenzy_core.config.layout.layout_mask`)."""
+_CHECKED_RULES = (*BOUND_RULES, *(layout_rule(name) for name in (
+    "global_batch_splits_into_microbatches", "layers_cover_pipeline_chunks", "stage_layers_one_per_chunk")))
+"""What the batch estimator checks: values in range, whole micro-batches, and no more pipeline chunks than layers
+(or than a split lists): the busiest-stage search visits every stage, so pp = 2^20 on a 32-layer model was
+minutes of work (the fuzz campaign). The other layout rules are the caller's to apply, e.g. with
+:func:`frenzy_core.config.layout.layout_mask`."""
 
 
 def estimate_iteration_time_batch(
@@ -166,13 +169,15 @@ def estimate_iteration_time_batch(
 ) -> TimeEstimateBatch:
     """Iteration time of many layouts of one model and recipe at once (numpy broadcasting over the arrays).
 
-    ``layouts``: a :class:`LayoutArrays`, or a mapping of its columns (missing ones take ``training``'s value;
-    ``recompute``/``schedule`` take members, names or codes; default schedule: interleaved where vpp > 1).
+    ``layouts``: a :class:`LayoutArrays` (one entry per :meth:`~LayoutArrays.flat` row), or a mapping of its
+    columns (missing ones take ``training``'s value; ``recompute``/``schedule`` take members, names or codes;
+    default schedule: interleaved where vpp > 1).
     ``gpu``: one GPU type, or several with ``gpu_index`` giving each layout's (an index into them), so one call
     times layouts on several types; ``params`` then holds one entry per type (None: the type's defaults), and
     ``cluster``, where a :class:`Cluster`, gives each type its own links.
-    Layout rules (:func:`validate_layout`) are not checked here, except that values are in range and the global
-    batch splits into whole micro-batches (ConfigError naming the first candidate that breaks them).
+    Layout rules (:func:`validate_layout`) are not checked here, except that values are in range, the global
+    batch splits into whole micro-batches and every pipeline chunk holds a layer (ConfigError naming the first
+    candidate that breaks them).
     """
     require_instance("model", model, ModelConfig, "use ModelConfig.preset(name) or ModelConfig(...)")
     require_instance("training", training, TrainingConfig)
@@ -180,7 +185,7 @@ def estimate_iteration_time_batch(
     ps = _param_list(params, gpus)
     type_links = [links_for(g, cluster) for g in (gpus[:1] if isinstance(cluster, Links) else gpus)]
     table = gpu_table(training, gpus, ps, model.causal)
-    lay = layouts if isinstance(layouts, LayoutArrays) else LayoutArrays.from_columns(layouts, training)
+    lay = (layouts if isinstance(layouts, LayoutArrays) else LayoutArrays.from_columns(layouts, training)).flat()
     require_rows(model, lay, _CHECKED_RULES)
     dp_, tp_, pp_, vpp_, cp_, ep_, mb, gbs, rc, sched, zero = (np.atleast_1d(a) for a in (
         lay.dp, lay.tp, lay.pp, lay.vpp, lay.cp, lay.ep, lay.micro_batch_size, lay.global_batch_size, lay.recompute,

@@ -472,6 +472,19 @@ def placed_links(pool: NodePool, name: str, base: Links, tp: np.ndarray, world: 
     return level, per_node, row_links(pool, name, base, level, per_node)
 
 
+def _memory_per_precision(model: ModelConfig, recipes: Mapping[str, TrainingConfig], layouts: LayoutArrays,
+                          estimator: LayoutEstimator) -> tuple[dict[Precision, np.ndarray], dict[Precision, np.ndarray]]:
+    """Device and host bytes of every layout, estimated once per precision the GPU types run the recipe in."""
+    devices: dict[Precision, np.ndarray] = {}
+    hosts: dict[Precision, np.ndarray] = {}
+    for recipe in recipes.values():
+        if recipe.precision not in devices:
+            none = np.zeros(0, np.int64)
+            devices[recipe.precision] = estimator.device_bytes(model, recipe, layouts) if len(layouts) else none
+            hosts[recipe.precision] = estimator.host_bytes(model, recipe, layouts) if len(layouts) else none
+    return devices, hosts
+
+
 def build_candidates(model: ModelConfig, training: TrainingConfig, pool: NodePool, specs: dict[str, GPUSpec],
                      constraints: PlanConstraints, objective: Objective, estimator: LayoutEstimator,
                      links: Mapping[str, Links] | None = None, *, adjustable_batch: bool = False,
@@ -503,14 +516,7 @@ def build_candidates(model: ModelConfig, training: TrainingConfig, pool: NodePoo
         layouts, samples = layouts.take(within), samples[within]
     recipes = {name: training.replace(precision=(precisions or {})[name]) if name in (precisions or {}) else training
                for name in types}
-    devices: dict[Precision, np.ndarray] = {}
-    hosts: dict[Precision, np.ndarray] = {}
-    for recipe in recipes.values():
-        if recipe.precision not in devices:
-            devices[recipe.precision] = (estimator.device_bytes(model, recipe, layouts) if len(layouts)
-                                         else np.zeros(0, np.int64))
-            hosts[recipe.precision] = (estimator.host_bytes(model, recipe, layouts) if len(layouts)
-                                       else np.zeros(0, np.int64))
+    devices, hosts = _memory_per_precision(model, recipes, layouts, estimator)
     device = devices[training.precision] if training.precision in devices else next(iter(devices.values()))
     host = hosts[training.precision] if training.precision in hosts else next(iter(hosts.values()))
     pools: list[NodePool] = [pool]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
@@ -281,7 +282,17 @@ CASES: tuple[Case, ...] = (
     Case("a simulation's figure to a name with a lone surrogate (UnicodeEncodeError at open)",
          lambda t: f.simulate([], f.Cluster.preset("frenzy-paper"), "fifo-requested", progress=False).plot(
              t / "\ud800.png"), r"path .* holds a character no file name can \(at"),
+    Case("a simulation's figure to a name without a figure suffix (written as x.png before)",
+         lambda t: f.simulate([], f.Cluster.preset("frenzy-paper"), "fifo-requested", progress=False).plot(t / "x"),
+         r"path .* must end in \.png, \.svg or \.pdf"),
+    Case("plot_memory to a PathLike whose __fspath__ gives bytes (TypeError in Path())",
+         lambda t: _plot(_BytesPath()), r"path must be a file path, got _BytesPath .*a PathLike that gives one"),
 )
+
+
+class _BytesPath(os.PathLike):  # type: ignore[type-arg]
+    def __fspath__(self) -> bytes:
+        return b"m.png"
 
 
 def _write_time_model(path: object) -> None:

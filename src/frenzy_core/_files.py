@@ -64,10 +64,14 @@ def output_path(path: Any, field: str, hint: str) -> Path:
     encode (a lone surrogate such as ``"\\ud800"`` cannot be: open() would raise UnicodeEncodeError), in a
     folder that exists; ConfigError naming ``field`` otherwise, with ``hint`` (an example name). Checked before
     any work, so a long plan or fit never ends in a file it cannot write."""
-    if not isinstance(path, (str, os.PathLike)):
-        raise ConfigError(f"{field} must be a file path, got {type(path).__name__} {short_repr(path)}", field=field,
-                          hint=hint)
-    out = Path(path)
+    try:
+        raw = os.fspath(path) if isinstance(path, (str, os.PathLike)) else None
+    except TypeError:  # a PathLike whose __fspath__ returns neither str nor bytes
+        raw = None
+    if not isinstance(raw, str):  # bytes paths too: file names here are text
+        raise ConfigError(f"{field} must be a file path, got {type(path).__name__} {short_repr(path)} (a str, or "
+                          "a PathLike that gives one)", field=field, hint=hint)
+    out = Path(raw)
     if "\0" in str(out):
         raise ConfigError(f"{field} {short_repr(str(out), 200)} holds a NUL byte, which no file name can",
                           field=field, value=str(out), hint=hint)

@@ -579,6 +579,8 @@ def test_optimizer_cpu_offload_is_read_as_the_offloaded_optimizer() -> None:
     (["--optimizer-cpu-offload", "--optimizer-offload-fraction", "1.0"], "--use-precision-aware-optimizer"),
     (OFFLOAD[:-1], "--use-distributed-optimizer"),  # get_megatron_optimizer refuses it
     ([*OFFLOAD, "--use-distributed-optimizer", "--optimizer", "sgd"], "--optimizer"),  # the config asserts adam
+    # the copies one after another: not what the time model times
+    ([*OFFLOAD[:-1], "--use-distributed-optimizer"], "--overlap-cpu-optimizer-d2h-h2d"),
 ])
 def test_optimizer_cpu_offload_refuses_what_the_memory_model_cannot_say(flags: list[str], field: str) -> None:
     with pytest.raises(ConfigError) as err:

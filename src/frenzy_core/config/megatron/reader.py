@@ -52,7 +52,9 @@ def parse_megatron_args(
 ) -> MegatronJob:
     """Read a Megatron-LM command line (``pretrain_gpt.py`` or ``pretrain_bert.py``) on ``world_size`` GPUs.
 
-    ``strict=False`` skips unsupported or unknown flags and lists them in :attr:`MegatronJob.ignored`.
+    ``strict=False`` skips unsupported or unknown flags and lists them in :attr:`MegatronJob.ignored`; flags
+    that change what the estimate would mean (an optimizer offload fraction below 1.0, offload without the flags
+    Megatron-LM requires with it) are refused either way.
     """
     if model_type not in ("gpt", "bert"):
         raise ConfigError(
@@ -243,8 +245,8 @@ def _optimizer_offload(r: FlagReader) -> OffloadDevice:
     """--optimizer-cpu-offload: Megatron-Core's HybridDeviceOptimizer, modelled with --optimizer-offload-fraction
     1.0 (every parameter's fp32 copy, states and step on the host); Megatron-LM requires
     --use-precision-aware-optimizer with it (at its default fp32 dtypes it changes no byte), hence the distributed
-    optimizer and Adam. The time model overlaps the copies with the host step, as --overlap-cpu-optimizer-d2h-h2d
-    (read here) runs them."""
+    optimizer and Adam; and --overlap-cpu-optimizer-d2h-h2d, as the time model overlaps the copies with the host
+    step. These refusals hold under ``strict=False`` too: the recipe cannot be half-modelled."""
     fraction = r.number("--optimizer-offload-fraction", 0.0)  # the default of megatron/training/arguments.py
     if not r.switch("--optimizer-cpu-offload"):
         return OffloadDevice.NONE
@@ -267,7 +269,11 @@ def _optimizer_offload(r: FlagReader) -> OffloadDevice:
         raise ConfigError("--optimizer-cpu-offload is modelled with --optimizer adam only (the precision-aware "
                           "optimizer it needs asserts adam: megatron/core/optimizer/optimizer_config.py)",
                           field="--optimizer", value=r.raw.get("--optimizer"), hint="use --optimizer adam")
-    r.switch("--overlap-cpu-optimizer-d2h-h2d")
+    if not r.switch("--overlap-cpu-optimizer-d2h-h2d"):
+        raise ConfigError("--optimizer-cpu-offload is timed with its copies overlapped with the host step, as "
+                          "--overlap-cpu-optimizer-d2h-h2d runs them; without that flag they run in turn, which the "
+                          "time model does not time", field="--overlap-cpu-optimizer-d2h-h2d", value=None,
+                          hint="add --overlap-cpu-optimizer-d2h-h2d (the writer emits it)")
     return OffloadDevice.CPU
 
 

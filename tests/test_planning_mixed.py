@@ -337,6 +337,5 @@ def test_the_mixed_search_sizes_its_tables_within_the_requested_gpu_count(num_gp
     plan = plan_job(model, Cluster.preset("frenzy-paper"), TrainingConfig(seq_len=2048, global_batch_size=64),
                     constraints={"num_gpus": num_gpus})
     assert plan.num_gpus == num_gpus
-    if num_gpus == 1:
-        assert not built
+    assert bool(built) == (num_gpus > 1)  # four GPUs: tables of two replicas and more (10 today)
     assert all((t.time_us[0].shape[0] - 1) * t.gpus_per_replica <= num_gpus for t in built)

@@ -52,3 +52,19 @@ def test_one_call_over_types_equals_a_call_per_type() -> None:
     assert fallback["v100-32gb"][1] is None and np.all(np.isfinite(fallback["v100-32gb"][0]))
     for name in ("h100-sxm", "a100-80gb"):  # timed together, as each alone
         assert np.array_equal(fallback[name][0], alone[name][0])
+
+
+class _SlowerAnalytic(AnalyticEstimator):
+    """A subclass that changes ``iteration_s`` alone: its own times, not the inherited several-types call's."""
+
+    def iteration_s(self, *args: object, **kwargs: object) -> np.ndarray:
+        return 100.0 * super().iteration_s(*args, **kwargs)  # type: ignore[arg-type]
+
+
+def test_a_subclass_overriding_iteration_s_keeps_its_own_times() -> None:
+    rows = {"h100-sxm": _rows("h100-sxm", [0, 1, 3], 8), "a100-80gb": _rows("a100-80gb", [1, 2, 4], 4)}
+    recipes = {name: TRAINING for name in rows}
+    plain = iteration_times(MODEL, recipes, SPECS, LAYOUTS, rows, AnalyticEstimator())
+    slower = iteration_times(MODEL, recipes, SPECS, LAYOUTS, rows, _SlowerAnalytic())
+    for name in rows:
+        assert np.allclose(slower[name][0], 100.0 * plain[name][0], rtol=1e-12)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -112,6 +112,18 @@ TypeTimes = tuple[np.ndarray, str | None]
 """Seconds per step of a GPU type's layouts, and why the recipe cannot run on the type (None where it can)."""
 
 
+def _several_types(estimator: LayoutEstimator) -> Callable[..., Any] | None:
+    """The estimator's ``iteration_s_types`` where it times what its ``iteration_s`` would: a subclass that
+    overrides ``iteration_s`` alone keeps its own times (the inherited several-type call would bypass them)."""
+    many = getattr(estimator, "iteration_s_types", None)
+    if many is None:
+        return None
+    owner = next((c for c in type(estimator).__mro__ if "iteration_s_types" in c.__dict__), None)
+    if owner is None:  # set on the instance: its own
+        return many
+    return many if getattr(type(estimator), "iteration_s", None) is getattr(owner, "iteration_s", None) else None
+
+
 def iteration_times(model: ModelConfig, recipes: Mapping[str, TrainingConfig], specs: Mapping[str, GPUSpec],
                     layouts: LayoutArrays, rows: Mapping[str, tuple[np.ndarray, Links]], estimator: LayoutEstimator
                     ) -> dict[str, TypeTimes]:
@@ -120,7 +132,7 @@ def iteration_times(model: ModelConfig, recipes: Mapping[str, TrainingConfig], s
     (``iteration_s_types``), else, or where that call refuses, one call per type (a type whose call refuses gets
     infinite times and the reason)."""
     times: dict[str, TypeTimes] = {name: (np.zeros(0), None) for name, (idx, _) in rows.items() if not idx.size}
-    many = getattr(estimator, "iteration_s_types", None)
+    many = _several_types(estimator)
     groups: dict[object, list[str]] = {}
     for name, (idx, _) in rows.items():
         if idx.size:

@@ -278,12 +278,6 @@ class _Tables:
         """The slowest link between the pipeline's types (they share no fast fabric): their slowest NICs."""
         return min(self.search.links[t].inter_node_bytes_per_s for t in types)
 
-    def links(self, gpu_type: str, tp: int, p2p: float | None) -> Links:
-        """A stage's links: its own type's, with ``p2p`` as the inter-node link for its sends (None: its own
-        NICs, for its gradient sync)."""
-        own = self.search.links[gpu_type]
-        return Links(tp, own.intra_node_bytes_per_s, own.inter_node_bytes_per_s if p2p is None else p2p)
-
     def times(self, r: int, dp: int, gpu_type: str, tp: int, head: bool, p2p: float) -> FloatArray:
         """A stage's micro-batch seconds at 0..L layers."""
         key = (gpu_type, dp if self.fp8 else 1, p2p)
@@ -321,16 +315,13 @@ class _Tables:
         t = np.asarray(micro.microbatch_s, dtype=np.float64).reshape(len(combos), layers.size)
         return {c: t[k] for k, c in enumerate(combos)}
 
-    def cap_bounds(self, r: int, dp: int, gpu_type: str, tp: int) -> npt.NDArray[np.int64]:
-        """Per k = 0 .. MAX_STAGES: at least the layers a stage of recipe ``r`` at (dp, tp) holding k in-flight
+    def fill_cap_bounds(self, keys: list[tuple[int, int, str, int]]) -> None:
+        """``bounds[(recipe, dp, type, tp)]`` of every key of ``keys`` in one bisection (added to those known): per
+        k = 0 .. MAX_STAGES, at least the layers a stage of recipe ``r`` at (dp, tp) holding k in-flight
         micro-batches (1F1B: min(P - i, m)) holds on ``gpu_type``: a middle stage (no embedding, no head: memory
         never falls with them) at the largest power of two k' <= k (memory never falls with more in-flight
         micro-batches); k = 1 at one micro-batch per step, which never needs more; L - 1 where that stage held as
         many layers as its layout leaves it. Entry 0 is 0."""
-        return self.bounds[(r, dp, gpu_type, tp)]
-
-    def fill_cap_bounds(self, keys: list[tuple[int, int, str, int]]) -> None:
-        """:meth:`cap_bounds` of every (recipe, dp, type, tp) of ``keys`` in one bisection (added to those known)."""
         rows, types, gbs = [], [], []
         full = self.search.training.global_batch_size
         assert full is not None
@@ -667,14 +658,6 @@ def _micro_batches(gbs: int, mbs: int) -> int:
     return gbs // mbs if gbs % mbs == 0 else 0
 
 
-def _price(search: Search, types: tuple[str, str], gpus_a: npt.NDArray[np.int64], gpus_b: npt.NDArray[np.int64]
-           ) -> npt.NDArray[np.int64] | None:
-    per = [search.specs[t].price_per_gpu_hour_usd for t in types]
-    if per[0] is None or per[1] is None:
-        return None
-    return np.round((per[0] * gpus_a + per[1] * gpus_b) * PRICE_STEPS_PER_USD_HOUR).astype(np.int64)
-
-
 SplitRule = Callable[[FloatArray, int], "tuple[tuple[int, ...], float, bool] | None"]
 """A layer-split rule: stage time tables (inf: does not fit) and micro-batches -> (split, value, optimal)."""
 
@@ -822,7 +805,7 @@ def stage_search(search: Search, deadline: float, incumbent: tuple[int, ...] | N
     proved = True
     while True:
         batch = frontier.take(best.key if best is not None else incumbent, 32)
-        if frontier.stopped or time.perf_counter() > deadline:
+        if frontier.stopped or (batch and time.perf_counter() > deadline):
             notes.append("the pipeline-stage search stopped at the time limit")
             proved = False
             break

@@ -1082,9 +1082,9 @@ plot_names = st.tuples(st.text(st.characters(blacklist_characters="/\x00"), max_
     (st.none() | st.text(max_size=40), hostile | st.sampled_from(["$$", "$x^$", r"$\frac$", "a $ b $", "\ud800",
                                                                   "a" * 1001]))))
 def test_plotting(estimate: f.MemoryEstimate, args: tuple[Any, ...]) -> None:
-    path, gpus, headroom, title = args
     """``plot_memory`` of any GPU list, headroom, title and file name writes the figure or refuses with a library
     error (matplotlib's own errors never escape)."""
+    path, gpus, headroom, title = args
     pytest.importorskip("matplotlib")
     from frenzy_core.plotting import plot_memory
 

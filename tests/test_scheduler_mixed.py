@@ -381,6 +381,23 @@ def test_a_queued_job_only_a_mix_holds_survives_a_json_round_trip() -> None:
     assert restored.advance(end) == [start] and start.job_id == "big" and len(start.plan.gpu_types) == 2
 
 
+@pytest.mark.parametrize("gpus", [{"nope": 4, "h100-sxm": 4}, {}, {"a100-80gb": -3, "h100-sxm": 4}])
+def test_a_hand_edited_whole_cluster_mix_is_a_config_error(gpus: dict[str, int]) -> None:
+    """A saved whole-cluster mix of an unknown type, of one type or of a negative count is refused on restore
+    (advance() raised ValueError from tuple.index before)."""
+    sched = OnlineScheduler(SMALL_MIXED, FrenzyCore(mixing=True), throughput=THROUGHPUT)
+    hold, big = _small_jobs()
+    sched.submit(hold)
+    sched.advance(0.0)
+    sched.submit(big)
+    sched.advance(5.0)
+    data = json.loads(sched.to_json())
+    (mix,) = data["policy_state"]["whole"].values()
+    mix["gpus"] = gpus
+    with pytest.raises(ConfigError, match="policy_state.whole"):
+        OnlineScheduler.from_json(json.dumps(data), throughput=THROUGHPUT)
+
+
 def test_a_mixed_answer_cut_short_by_the_time_limit_is_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     # cut short, the planner's search says nothing about the question: it must not be kept as "no mix"
     hold, big = _small_jobs()

@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from frenzy_core.errors import ConfigError, short_repr
 from frenzy_core.hardware.gpu import usable_bytes
 from frenzy_core.hardware.gpus import get_gpu_spec
 from frenzy_core.planning.request import DEFAULT_HEADROOM
@@ -453,6 +454,14 @@ class FrenzyCore(QueuePolicy):
         self._below.rebuild(self.running)
         # the queued jobs only a mix holds keep their whole-cluster mix (submit finds it: no re-plan)
         self._whole = {job_id: WholeMix.model_validate(w) for job_id, w in data.get("whole", {}).items()}
+        for job_id, whole in self._whole.items():  # (its job is submitted again after this)
+            strange = [t for t in whole.gpus if t not in self.state.gpu_types]
+            if len(whole.gpus) < 2 or strange or min(whole.gpus.values()) <= 0:
+                raise ConfigError(
+                    f"policy_state.whole[{short_repr(job_id)}] is not a mix of two or more of this cluster's types "
+                    f"with positive counts (got {short_repr(whole.gpus)})",
+                    field="policy_state.whole", value=job_id,
+                    hint="restore the state as OnlineScheduler.to_json wrote it")
 
     def submit(self, job: TrainingJob, now: float) -> None:
         self._below.drop(job.id)  # back from a run (preempted or interrupted)

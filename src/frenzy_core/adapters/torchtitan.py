@@ -89,8 +89,9 @@ def _check(plan: Plan) -> None:
         raise ConfigError("torchtitan offloads through FSDP2, which it applies only with data or context parallel "
                           "ranks: at dp = cp = 1 --training.enable_cpu_offload would keep everything on the GPU",
                           field="plan.parallel.dp", value=p.dp,
-                          hint="plan with dp > 1 (plan_job(..., launcher=TORCHTITAN), frenzy plan --emit torchrun -o "
-                               "torchtitan=true), or launch it with torchrun and a script that reads FRENZY_OFFLOAD_*")
+                          hint="plan with dp > 1 (plan_job(..., launcher=frenzy_core.planning.launchers.TORCHTITAN), "
+                               "frenzy plan --emit torchrun -o torchtitan=true), or launch it with torchrun and a "
+                               "script that reads FRENZY_OFFLOAD_*")
 
 
 def module_fqns_per_model_part(plan: Plan) -> list[list[str]]:

@@ -35,7 +35,7 @@ def gpu_fits(estimate: MemoryEstimate, precision: Precision, headroom: float) ->
     the memory may fit, but the planner will not choose that type for this recipe.
     """
     from frenzy_core.hardware import load_gpu_specs
-    from frenzy_core.timing.estimator import peak_dtype
+    from frenzy_core.timing.gpu_rows import peak_dtype
 
     dtype = peak_dtype(precision)
     out = []
@@ -111,7 +111,7 @@ def memory(
       frenzy memory ./config.json --precision amp-bf16 --zero 3 --dp 8 --json
     """
     from frenzy_core.memory import estimate_memory
-    from frenzy_core.timing.estimator import peak_dtype
+    from frenzy_core.timing.gpu_rows import peak_dtype
 
     plot = plot_target(plot)
     cfg = load_model_arg(model)

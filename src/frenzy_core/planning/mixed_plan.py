@@ -19,7 +19,7 @@ from frenzy_core.planning.request import Objective
 from frenzy_core.planning.runners_up import alternative_of, runners_up
 from frenzy_core.planning.search import Search
 from frenzy_core.timing import TimeEstimate
-from frenzy_core.timing.estimator import peak_dtype
+from frenzy_core.timing.gpu_rows import peak_dtype
 
 __all__ = ["build_mixed_plan", "group_links", "group_placement", "objective_value", "single_type_score"]
 

@@ -424,10 +424,10 @@ class _Frontier:
 
     A block is one (recipe, D, ordered type pair, tp_a, tp_b); its configurations are its (s_a, s_b). Each block
     gets a lower bound on every one of its configurations' bound keys (:meth:`_block_keys`), so a block is
-    expanded (its configurations bounded, :meth:`_expand`) only when its bound is below both the best found so
-    far and every configuration not yet taken; configurations then come out in exactly the order of sorting
-    all of them by (bound key, recipe, D, types, tps, counts), and blocks whose bound cannot win are never
-    expanded."""
+    expanded (its configurations bounded, :meth:`_expand`) once its bound is below the best found so far and
+    not above any configuration not yet taken (a tie expands it first); configurations then come out in exactly
+    the order of sorting all of them by (bound key, recipe, D, types, tps, counts), and blocks whose bound cannot
+    win are never expanded."""
 
     def __init__(self, search: Search, recipes: LayoutArrays, tables: _Tables, upper: tuple[int, ...] | None,
                  deadline: float = math.inf) -> None:

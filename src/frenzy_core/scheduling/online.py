@@ -204,10 +204,8 @@ class OnlineScheduler:
 
     def _on_submit(self, job: TrainingJob) -> None:
         self.jobs[job.id] = job
-        books = self.books[job.id] = JobBooks(submit_s=job.submit_time_s)
-        self.policy.submit(job, self.now_s)
-        if job.id in self.policy.rejected:
-            books.status, books.reason = "rejected", self.policy.rejected[job.id]
+        self.books[job.id] = JobBooks(submit_s=job.submit_time_s)
+        self._resubmit(job)
 
     def _on_cancel(self, job_id: str) -> None:
         books = self.books[job_id]
@@ -263,8 +261,8 @@ class OnlineScheduler:
         self._resubmit(job.model_copy(update={"work_tokens": left, "work_iterations": None}))
 
     def _resubmit(self, job: TrainingJob) -> None:
-        """Give the policy back a job it held (requeued, or restored with the queue): it queues it again, or
-        rejects it with its reason (a re-plan that comes out otherwise), which the books then say; never lost."""
+        """Give the policy a job (new, requeued, or restored with the queue): it queues it, or rejects it with its
+        reason, which the books then say; never lost."""
         self.policy.submit(job, self.now_s)
         if job.id in self.policy.rejected:
             books = self.books[job.id]

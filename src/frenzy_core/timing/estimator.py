@@ -53,7 +53,7 @@ from frenzy_core.timing.comm import (
     take_links,
 )
 from frenzy_core.timing.flops import training_flops
-from frenzy_core.timing.gpu_rows import GpuTable, ParamRows, gpu_table, peak_dtype
+from frenzy_core.timing.gpu_rows import GpuTable, ParamRows, gpu_table
 from frenzy_core.timing.offload import OffloadTerms, offload_terms
 from frenzy_core.timing.overlap import data_parallel_exposure, fsdp_exposure, pipelined_hidden
 from frenzy_core.timing.params import TimeModelParams, default_time_model_params
@@ -64,7 +64,6 @@ from frenzy_core.timing.traffic import FP8_CAST_BYTES, grad_reduce_bytes, optimi
 __all__ = [
     "estimate_iteration_time",
     "estimate_iteration_time_batch",
-    "peak_dtype",
     "resolve_gpu",
 ]
 

@@ -220,10 +220,10 @@ class FrenzyCore(QueuePolicy):
         """Reservations in one order: a starving job only a mix holds drains its whole-cluster mix's types first;
         a starving job with single-type options then reserves, and makes room, only on the other types."""
         free = self.state.copy()
-        placements, drained, asked = self._serve_mixed_only(free, set(), now, True, MIX_CANDIDATES)
+        placements, drained, budget_left = self._serve_mixed_only(free, set(), now, True, MIX_CANDIDATES)
         more, grow, reserved = self._queue_round(free, drained, now) if self.queue else ([], True, drained)
         placements += more
-        placements += self._serve_mixed_only(free, reserved, now, False, asked)[0]
+        placements += self._serve_mixed_only(free, reserved, now, False, budget_left)[0]
         if self.preemption and grow:
             placements += self._grow(free, now)
         return placements

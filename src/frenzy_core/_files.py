@@ -19,8 +19,9 @@ import yaml
 
 from frenzy_core.errors import ConfigError, short_repr
 
-__all__ = ["MAX_FILE_BYTES", "MAX_JSON_INT_DIGITS", "MAX_YAML_NODES", "exists", "is_dir", "is_file", "load_csv_rows",
-           "load_json", "load_yaml", "load_yaml_mapping", "output_path", "read_text", "write_text"]
+__all__ = ["MAX_FILE_BYTES", "MAX_JSON_INT_DIGITS", "MAX_YAML_NODES", "PLOT_SUFFIXES", "exists", "figure_path", "is_dir",
+           "is_file", "load_csv_rows", "load_json", "load_yaml", "load_yaml_mapping", "output_path", "read_text",
+           "write_text"]
 
 MAX_FILE_BYTES = 16 * 2**20
 """Largest config file read (16 MiB): the largest real ones (a cluster of 4,278 nodes written out) are under 1 MiB,
@@ -84,6 +85,20 @@ def output_path(path: Any, field: str, hint: str) -> Path:
         raise ConfigError(f"{field} {short_repr(str(out), 200)}: the folder {short_repr(str(out.parent), 200)} does "
                           "not exist", field=field, value=str(out), hint="create it first, or give a path in an "
                           "existing folder")
+    return out
+
+
+PLOT_SUFFIXES: tuple[str, ...] = (".png", ".svg", ".pdf")
+"""File types a figure is written as, chosen by the path's suffix."""
+
+
+def figure_path(path: Any, field: str = "path", hint: str = "e.g. plan.png or plan.svg") -> Path:
+    """``path`` as a Path a figure can be written to (:func:`output_path`) whose suffix is a figure type (checked
+    before any drawing); ConfigError naming ``field`` otherwise."""
+    out = output_path(path, field, hint)
+    if out.suffix.lower() not in PLOT_SUFFIXES:
+        raise ConfigError(f"{field} {short_repr(str(out), 200)} must end in " + ", ".join(PLOT_SUFFIXES[:-1])
+                          + " or " + PLOT_SUFFIXES[-1], field=field, value=str(out), hint=hint)
     return out
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from frenzy_core import _limits as limits
-from frenzy_core._files import output_path
+from frenzy_core._files import PLOT_SUFFIXES, figure_path
 from frenzy_core.errors import ConfigError, OptionalDependencyError, short_repr
 
 if TYPE_CHECKING:
@@ -16,8 +16,6 @@ __all__ = ["GIB", "PLOT_SUFFIXES", "category_colour", "check_plot_path", "figure
 
 GIB = 2**30
 
-PLOT_SUFFIXES: tuple[str, ...] = (".png", ".svg", ".pdf")
-"""File types a figure is written as, chosen by the path's suffix."""
 
 _PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
             "#bab0ac", "#86bcb6", "#d4a6c8")
@@ -52,11 +50,7 @@ def figure_text(field: str, value: object) -> str:
 def check_plot_path(path: str | Path, field: str = "path") -> Path:
     """``path`` as a Path when a file can be written there (``_files.output_path``) and its suffix is a figure
     type (checked before any drawing); ConfigError naming ``field`` otherwise."""
-    out = output_path(path, field, hint="e.g. plan.png or plan.svg")
-    if out.suffix.lower() not in PLOT_SUFFIXES:
-        raise ConfigError(f"{field} {short_repr(str(out), 200)} must end in " + ", ".join(PLOT_SUFFIXES[:-1])
-                          + " or " + PLOT_SUFFIXES[-1], field=field, value=str(out), hint="e.g. plan.png or plan.svg")
-    return out
+    return figure_path(path, field)
 
 
 def new_figure(feature: str, **kwargs: Any) -> Figure:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
+from frenzy_core._files import figure_path
 from frenzy_core.errors import ConfigError, OptionalDependencyError, require_instance, short_repr
-from frenzy_core.plotting.figure import check_plot_path
 from frenzy_core.scheduling.result import SimulationResult
 
 __all__ = ["compare", "plot_results"]
@@ -54,7 +54,7 @@ def compare(results: Sequence[SimulationResult]) -> str:
 def plot_results(results: Sequence[SimulationResult], path: str | Path) -> None:
     """Save a figure: the JCT CDF of every result (one line per policy), then one panel per result with the busy
     fraction of each GPU type over time."""
-    out = check_plot_path(path)  # a figure type, checked before any drawing
+    out = figure_path(path, hint="e.g. jct.png or jct.svg")  # a figure type, checked before any drawing
     try:
         import matplotlib
 
